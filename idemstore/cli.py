@@ -1,0 +1,142 @@
+"""The ``idemstore`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from idemstore import __version__
+from idemstore.errors import IdemstoreError
+from idemstore.urls import open_store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
+    from typing import Any
+
+    from idemstore.protocol import Record
+
+__all__ = ["main"]
+
+EXIT_ABSENT = 1
+EXIT_ERROR = 2
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def format_record(record: Record) -> str:
+    """A record as aligned ``name: value`` lines for people."""
+    response = record.response
+    if response is None:
+        shown = "-"
+    else:
+        try:
+            text = response.decode("utf-8")
+            shown = text if len(text) <= 2000 else text[:2000] + f"... ({len(response)} bytes)"
+        except UnicodeDecodeError:
+            shown = f"<{len(response)} bytes, not UTF-8> {response[:64].hex()}"
+    rows = [
+        ("scope", repr(record.scope)),
+        ("key", repr(record.key)),
+        ("status", record.status.value),
+        ("fingerprint", record.fingerprint),
+        ("fence", str(record.fence)),
+        ("token", record.token),
+        ("created_at", _when(record.created_at)),
+        ("expires_at", _when(record.expires_at)),
+        ("lease_expires_at", _when(record.lease_expires_at)),
+        ("response", shown),
+    ]
+    return "\n".join(f"{name:>16}: {value}" for name, value in rows)
+
+
+async def _inspect(args: argparse.Namespace) -> int:
+    async with open_store(args.url) as store:
+        record = await store.get(args.key, scope=args.scope)
+    if record is None:
+        print(f"no live record for key {args.key!r} in scope {args.scope!r}", file=sys.stderr)
+        return EXIT_ABSENT
+    print(format_record(record))
+    return 0
+
+
+async def _sweep(args: argparse.Namespace) -> int:
+    from idemstore.sweeper import Sweeper
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    async with open_store(args.url) as store:
+        sweeper = Sweeper(store, every=args.every or 60.0, limit=args.limit)
+        while True:
+            removed = await sweeper.sweep_once()
+            print(f"swept {removed} expired record(s)", flush=True)
+            if args.every is None:
+                return 0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.every)
+            if stop.is_set():
+                print(f"stopped; {sweeper.removed} record(s) swept in all", flush=True)
+                return 0
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="idemstore",
+        description="Idempotency records for retried operations: inspect and sweep stores.",
+    )
+    parser.add_argument("--version", action="version", version=f"idemstore {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    inspect = commands.add_parser("inspect", help="show the live record for a key")
+    inspect.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
+    inspect.add_argument("key", metavar="KEY")
+    inspect.add_argument("--scope", default="", help="the key's scope (default: '')")
+    inspect.set_defaults(handler=_inspect)
+
+    sweep = commands.add_parser("sweep", help="remove records past their retention")
+    sweep.add_argument("url", metavar="URL")
+    sweep.add_argument(
+        "--every", type=_positive_float, metavar="SECONDS", help="repeat until Ctrl-C / SIGTERM"
+    )
+    sweep.add_argument(
+        "--limit", type=_positive_int, default=1000, help="batch size (default 1000)"
+    )
+    sweep.set_defaults(handler=_sweep)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.handler
+    try:
+        return asyncio.run(handler(args))
+    except IdemstoreError as exc:
+        print(f"idemstore: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,69 @@
+"""Start real engines from the binaries on PATH, on free loopback ports, in a temporary
+directory, and stop them afterwards. The test fixtures and ``idemstore bench --local`` both use
+these, so a benchmark runs against exactly what the tests prove.
+
+Each engine module (``redis``, ``postgres``, ``dynamodb``) offers a ``start_*`` function that
+returns a running server object with ``.url`` and ``.stop()``; it raises
+``ServerUnavailableError`` when the binary is missing or the server does not come up.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
+
+__all__ = ["ServerUnavailableError", "find_binary", "free_port", "wait_for_port"]
+
+
+class ServerUnavailableError(RuntimeError):
+    """An engine cannot run here: its binary is missing or it failed to start."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def find_binary(name: str, *extra_dirs: str) -> str | None:
+    """``name`` on PATH, else in one of ``extra_dirs`` (globs allowed), else ``None``."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for pattern in extra_dirs:
+        for directory in sorted(Path("/").glob(pattern.lstrip("/")), reverse=True):
+            candidate = directory / name
+            if candidate.is_file():
+                return str(candidate)
+    return None
+
+
+def wait_for_port(
+    port: int,
+    *,
+    process: subprocess.Popen[bytes] | None = None,
+    timeout: float = 30.0,
+    log: Path | None = None,
+) -> None:
+    """Block until 127.0.0.1:``port`` accepts connections; raise with the log tail if not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            break
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    tail = ""
+    if log is not None and log.exists():
+        tail = "\n" + log.read_text(errors="replace")[-2000:]
+    raise ServerUnavailableError(f"nothing listened on 127.0.0.1:{port} within {timeout}s{tail}")

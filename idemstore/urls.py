@@ -1,0 +1,202 @@
+"""Store URLs: ``open_store(url)`` picks the backend by scheme and imports its driver lazily."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from idemstore.errors import ConfigurationError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = [
+    "StoreURL",
+    "known_schemes",
+    "open_store",
+    "parse_store_url",
+    "pop_bool",
+    "pop_float",
+    "pop_int",
+    "pop_str",
+    "redact_url",
+    "register_backend",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Backend:
+    target: str  # "module:Class"
+    driver: str | None = None  # top-level module the backend needs
+    extra: str | None = None  # the pip extra that installs it
+
+
+_BACKENDS: dict[str, _Backend] = {
+    "memory": _Backend("idemstore.backends.memory:MemoryStore"),
+    "sqlite": _Backend("idemstore.backends.sqlite:SQLiteStore", "aiosqlite", "sqlite"),
+    "postgresql": _Backend("idemstore.backends.postgres:PostgresStore", "asyncpg", "postgres"),
+    "postgres": _Backend("idemstore.backends.postgres:PostgresStore", "asyncpg", "postgres"),
+    "redis": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
+    "rediss": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
+    "redis+cluster": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
+    "dynamodb": _Backend("idemstore.backends.dynamodb:DynamoDBStore", "aiobotocore", "dynamodb"),
+}
+
+
+def known_schemes() -> list[str]:
+    """Every scheme ``open_store`` accepts, sorted."""
+    return sorted(_BACKENDS)
+
+
+def register_backend(scheme: str, target: str) -> None:
+    """Make ``open_store`` build ``target`` ("package.module:Class") for URLs of ``scheme``.
+
+    The class must have a ``from_url(url, **options)`` classmethod. The module is imported only
+    when a URL of that scheme is opened.
+    """
+    if ":" not in target:
+        raise ConfigurationError(
+            f"backend target must look like 'package.module:Class', not {target!r}"
+        )
+    _BACKENDS[scheme.lower()] = _Backend(target)
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, for logs and error messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def _scheme_of(url: str) -> str:
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"{redact_url(url) if isinstance(url, str) else url!r} is not a store URL; "
+            f"expected SCHEME://..., with SCHEME one of: {', '.join(known_schemes())}"
+        )
+    return url.split("://", 1)[0].lower()
+
+
+def open_store(url: str, **options: Any) -> IdempotencyStore:
+    """Build the store a URL names. Query parameters and ``options`` become engine options.
+
+    The store connects on first use (or on ``async with``); this call does no I/O.
+    """
+    scheme = _scheme_of(url)
+    backend = _BACKENDS.get(scheme)
+    if backend is None:
+        raise ConfigurationError(
+            f"unknown store scheme {scheme!r}; known schemes: {', '.join(known_schemes())}"
+        )
+    if backend.driver is not None and importlib.util.find_spec(backend.driver) is None:
+        raise MissingDependencyError(
+            f"the {scheme}:// backend needs the {backend.driver!r} package: "
+            f"pip install 'idemstore[{backend.extra}]'"
+        )
+    module_name, class_name = backend.target.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name and module_name.startswith("idemstore."):
+            raise ConfigurationError(
+                f"the {scheme}:// backend is not part of this version of idemstore yet"
+            ) from None
+        raise MissingDependencyError(
+            f"the {scheme}:// backend could not import {exc.name!r}: "
+            f"pip install 'idemstore[{backend.extra or 'all'}]'"
+        ) from exc
+    cls = getattr(module, class_name)
+    return cast("IdempotencyStore", cls.from_url(url, **options))
+
+
+# -- parsing helpers backends share ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StoreURL:
+    """A split store URL whose options (query parameters merged with keyword options) are
+    consumed with the ``pop_*`` helpers; ``reject_unknown`` then refuses any leftover."""
+
+    scheme: str
+    netloc: str
+    path: str
+    username: str | None
+    password: str | None
+    hostname: str | None
+    port: int | None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def reject_unknown(self) -> None:
+        if self.options:
+            names = ", ".join(sorted(self.options))
+            raise ConfigurationError(f"unknown option(s) for {self.scheme}:// stores: {names}")
+
+
+def parse_store_url(url: str, options: dict[str, Any] | None = None) -> StoreURL:
+    """Split ``url``; keyword ``options`` win over query parameters of the same name."""
+    scheme = _scheme_of(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
+    merged: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    merged.update(options or {})
+    return StoreURL(
+        scheme=scheme,
+        netloc=parts.netloc,
+        path=parts.path,
+        username=parts.username,
+        password=parts.password,
+        hostname=parts.hostname,
+        port=port,
+        options=merged,
+    )
+
+
+def pop_str(options: dict[str, Any], name: str, default: str) -> str:
+    value = options.pop(name, default)
+    if not isinstance(value, str):
+        raise ConfigurationError(f"option {name} must be a string, not {value!r}")
+    return value
+
+
+def pop_int(options: dict[str, Any], name: str, default: int) -> int:
+    value = options.pop(name, default)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"option {name} must be an integer, not {value!r}") from None
+
+
+def pop_float(options: dict[str, Any], name: str, default: float) -> float:
+    value = options.pop(name, default)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"option {name} must be a number, not {value!r}") from None
+
+
+def pop_bool(options: dict[str, Any], name: str, default: bool) -> bool:
+    value = options.pop(name, default)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"option {name} must be true or false, not {value!r}")

@@ -1,0 +1,241 @@
+"""The policy runner (``Idempotency``) over every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import pytest
+
+from idemstore import (
+    ConflictError,
+    Idempotency,
+    IdempotencyStore,
+    InProgressError,
+    Outcome,
+    fingerprint,
+)
+
+
+def new_key() -> str:
+    return f"run-{uuid.uuid4().hex}"
+
+
+async def test_fifty_concurrent_runs_execute_once(store: IdempotencyStore) -> None:
+    idem = Idempotency(store, lease_ttl=10)
+    key, fp = new_key(), fingerprint({"amount": 42})
+    executions = 0
+
+    async def charge() -> bytes:
+        nonlocal executions
+        executions += 1
+        await asyncio.sleep(0.1)
+        return b"charged"
+
+    results = await asyncio.gather(*(idem.run(key, fp, charge) for _ in range(50)))
+    assert executions == 1
+    assert {r.value for r in results} == {b"charged"}
+    assert sum(not r.replayed for r in results) == 1
+    assert len({r.fence for r in results}) == 1
+
+
+async def test_a_retry_after_completion_replays(store: IdempotencyStore) -> None:
+    idem = Idempotency(store)
+    key = new_key()
+    calls: list[int] = []
+
+    async def work() -> bytes:
+        calls.append(1)
+        return b"v"
+
+    first = await idem.run(key, "fp", work)
+    second = await idem.run(key, "fp", work)
+    assert (first.replayed, second.replayed) == (False, True)
+    assert second.value == first.value and second.fence == first.fence
+    assert len(calls) == 1
+
+
+async def test_reject_policy_raises_in_progress(store: IdempotencyStore) -> None:
+    idem = Idempotency(store, in_flight="reject")
+    key = new_key()
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def slow() -> bytes:
+        started.set()
+        await finish.wait()
+        return b"slow"
+
+    original = asyncio.create_task(idem.run(key, "fp", slow))
+    await started.wait()
+    with pytest.raises(InProgressError) as caught:
+        await idem.run(key, "fp", slow)
+    assert caught.value.key == key
+    finish.set()
+    assert (await original).value == b"slow"
+
+
+async def test_wait_timeout_raises_in_progress(store: IdempotencyStore) -> None:
+    idem = Idempotency(store, wait_timeout=0.2)
+    key = new_key()
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def slow() -> bytes:
+        started.set()
+        await finish.wait()
+        return b"slow"
+
+    original = asyncio.create_task(idem.run(key, "fp", slow))
+    await started.wait()
+    with pytest.raises(InProgressError):
+        await idem.run(key, "fp", slow)
+    finish.set()
+    await original
+
+
+async def test_other_arguments_raise_conflict(store: IdempotencyStore) -> None:
+    idem = Idempotency(store)
+    key = new_key()
+
+    async def work() -> bytes:
+        return b"x"
+
+    await idem.run(key, fingerprint({"a": 1}), work)
+    with pytest.raises(ConflictError) as caught:
+        await idem.run(key, fingerprint({"a": 2}), work)
+    assert caught.value.record is not None
+
+
+async def test_release_policy_lets_a_retry_run_again(store: IdempotencyStore) -> None:
+    idem = Idempotency(store, on_failure="release")
+    key = new_key()
+    attempts = 0
+
+    async def flaky() -> bytes:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise RuntimeError("transient")
+        return b"second time lucky"
+
+    with pytest.raises(RuntimeError):
+        await idem.run(key, "fp", flaky)
+    result = await idem.run(key, "fp", flaky)
+    assert result.value == b"second time lucky" and not result.replayed
+    assert attempts == 2
+    assert result.fence == 2
+
+
+async def test_hold_policy_keeps_the_key_locked_until_the_lease_lapses(
+    store: IdempotencyStore,
+) -> None:
+    idem = Idempotency(store, on_failure="hold", lease_ttl=0.6, in_flight="reject")
+    key = new_key()
+
+    async def boom() -> bytes:
+        raise RuntimeError("unknown outcome")
+
+    with pytest.raises(RuntimeError):
+        await idem.run(key, "fp", boom)
+    with pytest.raises(InProgressError):
+        await idem.run(key, "fp", boom)
+    await asyncio.sleep(0.9)
+
+    async def ok() -> bytes:
+        return b"ran after the lease lapsed"
+
+    result = await idem.run(key, "fp", ok)
+    assert result.value == b"ran after the lease lapsed"
+
+
+async def test_cancellation_releases_the_key(store: IdempotencyStore) -> None:
+    idem = Idempotency(store)
+    key = new_key()
+    started = asyncio.Event()
+
+    async def forever() -> bytes:
+        started.set()
+        await asyncio.sleep(3600)
+        return b"never"
+
+    task = asyncio.create_task(idem.run(key, "fp", forever))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await store.get(key) is None
+    reservation = await store.reserve(key, "fp", lease_ttl=5, retention=5)
+    assert reservation.outcome is Outcome.ACQUIRED
+
+
+async def test_heartbeat_keeps_a_long_run_owned(store: IdempotencyStore) -> None:
+    idem = Idempotency(store, lease_ttl=0.4)
+    key = new_key()
+    probes: list[Outcome] = []
+
+    async def long_work() -> bytes:
+        for _ in range(4):
+            await asyncio.sleep(0.3)
+            probe = await store.reserve(key, "fp", lease_ttl=0.4, retention=60)
+            probes.append(probe.outcome)
+        return b"finished"
+
+    result = await idem.run(key, "fp", long_work)
+    assert probes == [Outcome.IN_PROGRESS] * 4
+    assert not result.replayed
+    record = await store.get(key)
+    assert record is not None and record.response == b"finished"
+
+
+async def test_lost_lease_returns_the_value_without_storing_it(
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    idem = Idempotency(store, lease_ttl=5)
+    key = new_key()
+
+    async def work_that_loses_its_key() -> bytes:
+        # Someone deletes the record under us (an operator, or retention running out).
+        await store.delete(key)
+        taken = await store.reserve(key, "fp", lease_ttl=60, retention=60)
+        assert taken.outcome is Outcome.ACQUIRED
+        return b"mine"
+
+    with caplog.at_level(logging.WARNING, logger="idemstore.runner"):
+        result = await idem.run(key, "fp", work_that_loses_its_key)
+    assert result.value == b"mine" and not result.replayed
+    record = await store.get(key)
+    assert record is not None and record.response is None
+    assert "was lost" in caplog.text
+
+
+async def test_work_must_return_bytes(store: IdempotencyStore) -> None:
+    idem = Idempotency(store)
+    key = new_key()
+
+    async def wrong() -> bytes:
+        return "text"  # type: ignore[return-value]
+
+    with pytest.raises(TypeError):
+        await idem.run(key, "fp", wrong)
+    assert await store.get(key) is None
+
+
+async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> None:
+    idem = Idempotency(store)
+    charges: list[tuple[str, int]] = []
+
+    @idem.idempotent(key="order_id", scope=lambda order_id, amount: "shop")
+    async def charge(order_id: str, amount: int) -> dict[str, object]:
+        charges.append((order_id, amount))
+        return {"order": order_id, "charged": amount}
+
+    order = new_key()
+    first = await charge(order, 42)
+    second = await charge(order_id=order, amount=42)
+    assert first == second == {"order": order, "charged": 42}
+    assert charges == [(order, 42)]
+    with pytest.raises(ConflictError):
+        await charge(order, 43)
+    assert await store.get(order, scope="shop") is not None
