@@ -3,7 +3,8 @@
 ``canonical_json`` is byte-identical to RFC 8785 for every value in its domain, and extends
 it to integers a double cannot hold: such an integer is written with its exact decimal
 digits, while an integer a double holds exactly is written as that double. So ``1`` and
-``1.0``, or ``10**21`` and ``1e21``, give the same bytes.
+``1.0``, or ``10**21`` and ``1e21``, give the same bytes, and two numbers give the same bytes
+exactly when they are mathematically equal.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from idemstore.errors import CanonicalizationError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 __all__ = ["canonical_json", "fingerprint"]
 
@@ -50,7 +51,7 @@ class _Failure(Exception):
         return CanonicalizationError(self.message, _pointer(reversed(self.segments)))
 
 
-def _pointer(segments: Any) -> str:
+def _pointer(segments: Iterable[str | int]) -> str:
     parts = []
     for segment in segments:
         text = str(segment).replace("~", "~0").replace("/", "~1")
@@ -95,6 +96,7 @@ def _float(value: float) -> str:
 
 def _big_int(value: int) -> str:
     """An integer beyond +-2**53: as the double that holds it exactly, else its exact digits."""
+    nearest: str | None = None
     try:
         as_float = float(value)
     except OverflowError:
@@ -102,11 +104,22 @@ def _big_int(value: int) -> str:
     else:
         if int(as_float) == value:
             return _float(as_float)
+        nearest = _float(as_float)
     try:
-        return int.__repr__(value)
+        digits = int.__repr__(value)
     except ValueError:
         # Beyond sys.get_int_max_str_digits(); json.loads could not have produced it either.
         raise _Failure("integer has too many digits to write in decimal") from None
+    if digits == nearest:
+        # Below 1e21 ECMAScript pads a double's shortest digits with zeros, so the double
+        # 2**60 is written "1152921504606847000", which is also the exact digits of a different
+        # integer. Write that integer in exponent form instead, which no double below 1e21
+        # ever takes: equal text still means equal numbers.
+        sign, body = ("-", digits[1:]) if digits[0] == "-" else ("", digits)
+        significant = body.rstrip("0")
+        mantissa = significant[0] + ("." + significant[1:] if len(significant) > 1 else "")
+        return f"{sign}{mantissa}e+{len(body) - 1}"
+    return digits
 
 
 def _strict_encode_basestring(text: str) -> str:
@@ -158,8 +171,8 @@ def _walk(
 ) -> None:
     """Append the canonical text of ``value`` to ``parts``.
 
-    Scalars inside containers are handled inline (this is the hot loop); anything else
-    recurses. On a problem, raises ``_Failure`` whose segments locate it.
+    Exact-type scalars inside containers are handled inline; anything else recurses. On a
+    problem, raises ``_Failure`` whose segments locate it.
     """
     if depth >= _MAX_DEPTH:
         raise _Failure(_TOO_DEEP)
@@ -181,6 +194,8 @@ def _walk(
         return
     depth += 1
     item: Any
+    # The scalar dispatch is repeated in both loops rather than factored out: a function call
+    # per scalar measured about 1.6x slower overall.
     if kind is dict:
         keys = _sorted_keys(container)
         append("{")
