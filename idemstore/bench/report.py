@@ -11,7 +11,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from idemstore.bench.scenarios import STORE_SCENARIOS
 
@@ -242,6 +242,13 @@ def _store_measurements(result: BenchResult) -> list[Measurement]:
     return [m for m in result.measurements if m.scenario in STORE_SCENARIOS]
 
 
+def _legend_below(fig: Any, ax: Any) -> None:
+    """One legend for the whole figure, under the plots, where it hides no data."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncols=min(6, len(labels) or 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+
+
 def write_charts(result: BenchResult, out_dir: Path) -> list[Path]:
     """``latency.png`` and ``throughput.png`` for the store scenarios; none without them."""
     measured = _store_measurements(result)
@@ -283,7 +290,7 @@ def write_charts(result: BenchResult, out_dir: Path) -> list[Path]:
                 yerr=[[0.0] * len(p99s), p99s],
                 capsize=2,
                 color=colors(li),
-                label=f"{level} workers (p50, whisker p99)",
+                label=f"{level} worker{'s' if level > 1 else ''}",
             )
             floor_x = [x for x, f in zip(xs, floor_p50s, strict=True) if f is not None]
             floor_y = [f for f in floor_p50s if f is not None]
@@ -291,11 +298,10 @@ def write_charts(result: BenchResult, out_dir: Path) -> list[Path]:
         ax.set_xticks(range(len(backends)), backends)
         ax.set_yscale("log")
         ax.set_ylabel("latency (ms, log)")
-        ax.set_title(f"{scenario}: p50 per operation; black tick = floor p50")
-        ax.legend(fontsize="small")
+        ax.set_title(f"{scenario}: p50 (whisker: p99); black tick: floor p50")
     for ax in list(axes.flat)[len(scenarios) :]:
         ax.set_visible(False)
-    fig.tight_layout()
+    _legend_below(fig, axes.flat[0])
     latency_path = out_dir / "latency.png"
     fig.savefig(latency_path, dpi=110)
     plt.close(fig)
@@ -333,11 +339,10 @@ def write_charts(result: BenchResult, out_dir: Path) -> list[Path]:
         ax.set_yscale("log")
         ax.set_xlabel("concurrent workers")
         ax.set_ylabel("operations/s (log)")
-        ax.set_title(f"{scenario}: throughput against concurrency")
-        ax.legend(fontsize="small")
+        ax.set_title(f"{scenario}: throughput against concurrency (dashed: floor)")
     for ax in list(axes.flat)[len(scenarios) :]:
         ax.set_visible(False)
-    fig.tight_layout()
+    _legend_below(fig, axes.flat[0])
     throughput_path = out_dir / "throughput.png"
     fig.savefig(throughput_path, dpi=110)
     plt.close(fig)

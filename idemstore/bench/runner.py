@@ -57,7 +57,7 @@ __all__ = [
 
 # Operations per measurement by default: the embedded run (memory and a synchronous=FULL
 # SQLite file, every scenario at 1, 16 and 64 workers) takes about a minute on 2 cores.
-DEFAULT_OPS = 1000
+DEFAULT_OPS = 2000
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 16, 64)
 DEFAULT_PAYLOAD_BYTES = 256
 
