@@ -34,6 +34,7 @@ from idemstore.bench.scenarios import (
 )
 from idemstore.errors import ConfigurationError
 from idemstore.urls import open_store
+from tests.conftest import make_venv
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -166,6 +167,23 @@ def test_a_backend_that_cannot_be_opened_is_reported_and_the_run_goes_on(
 def test_no_backend_at_all_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "nosuch://x", "--ops", "4", "--scenario", "fresh"]) == 2
     assert "no backend could be measured" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_runs_without_the_bench_extra(built_wheel: Path, tmp_path: Path) -> None:
+    """No rich, no matplotlib: a plain table, plain progress, JSON and Markdown but no charts."""
+    bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(bin_dir / "idemstore"), "bench", "memory://", "--ops", "8", "--concurrency", "2",
+         "--scenario", "fresh", "hasher", "--out", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "x floor p50" in done.stdout and "idemstore.fingerprint" in done.stdout
+    assert "[1/" in done.stderr  # the plain progress lines
+    assert "pip install 'idemstore[bench]'" in done.stderr
+    assert entries(out) == ["results.json", "results.md"]
 
 
 def test_cli_defaults_match_the_bench_package() -> None:
