@@ -412,13 +412,14 @@ class DynamoDBFloor:
                 pending = answer.get("UnprocessedItems") or {}
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            try:
-                with contextlib.suppress(Exception):
-                    await self._delete_put_items()
-            finally:
-                await self._exit(None, None, None)
+        if self._client is None:
+            return
+        try:
+            with contextlib.suppress(Exception):
+                await self._delete_put_items()
+        finally:
+            self._client = None
+            await self._exit(None, None, None)
 
 
 # scheme -> (builder, top-level driver module, pip extra)

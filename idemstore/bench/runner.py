@@ -158,14 +158,23 @@ class ConsoleProgress:
 
     def start(self, total: int) -> None:
         self._total = total
-        if self._bar is not None:
+        if self._bar is None:
+            return
+        if self._task is None:
             self._task = self._bar.add_task("starting", total=total)
+        else:
+            self._bar.update(self._task, total=total)
 
     def step(self, description: str) -> None:
         if self._bar is not None:
+            # A step before start() (local servers starting) gets a bar without a total yet.
+            if self._task is None:
+                self._task = self._bar.add_task(description, total=None)
             self._bar.update(self._task, description=description)
-        else:
+        elif self._total:
             print(f"[{self._done + 1}/{self._total}] {description}", file=self._stream, flush=True)
+        else:
+            print(description, file=self._stream, flush=True)
 
     def advance(self) -> None:
         self._done += 1
@@ -222,12 +231,17 @@ def embedded_targets(tmpdir: Path) -> list[Target]:
     return [Target("memory", "memory://"), Target("sqlite", f"sqlite:///{tmpdir}/bench.db")]
 
 
+# Engines whose schema comes from migrations/<engine>/*.sql.
+MIGRATED_ENGINES = ("sqlite", "postgres")
+
+
 async def _migrate(store: IdempotencyStore, url: str) -> None:
     """Apply the store's migrations when it has any (a fresh local server has no schema)."""
     from idemstore.migrate import SupportsMigrations, load_migrations
 
-    if isinstance(store, SupportsMigrations):
-        await store.apply_migrations(load_migrations(_engine(url)))
+    engine = _engine(url)
+    if engine in MIGRATED_ENGINES and isinstance(store, SupportsMigrations):
+        await store.apply_migrations(load_migrations(engine))
 
 
 async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor | None:
