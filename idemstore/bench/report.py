@@ -189,7 +189,8 @@ def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
     if config:
         shape = f"{config['ops']} operations" if config.get("ops") else f"{config['duration']} s"
         out.append(
-            f"- load: {shape} per measurement, concurrency {config.get('concurrency')},"
+            f"- load: {shape} per measurement, at"
+            f" {', '.join(map(str, config.get('concurrency') or []))} concurrent workers,"
             f" {config.get('payload_bytes')}-byte responses"
         )
         if config.get("command"):
