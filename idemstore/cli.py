@@ -14,6 +14,12 @@ from idemstore import __version__
 from idemstore.errors import IdemstoreError
 from idemstore.urls import open_store
 
+# Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
+SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy")
+DEFAULT_CONCURRENCY = (1, 16, 64)
+DEFAULT_OPS = 2000
+DEFAULT_PAYLOAD_BYTES = 256
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from typing import Any
@@ -90,6 +96,36 @@ async def _sweep(args: argparse.Namespace) -> int:
                 return 0
 
 
+async def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from idemstore.bench.report import print_table, to_json, write_outputs
+    from idemstore.bench.runner import BenchConfig, ConsoleProgress, bench
+
+    config = BenchConfig(
+        scenarios=tuple(dict.fromkeys(args.scenario or SCENARIO_NAMES)),
+        concurrency=args.concurrency,
+        ops=None if args.duration is not None else args.ops,
+        duration=args.duration,
+        payload_bytes=args.payload_bytes,
+        command=" ".join(["idemstore", *args.argv]),
+    )
+    with ConsoleProgress() as progress:
+        result = await bench(args.url, config, local=args.local, progress=progress)
+    if args.json:
+        sys.stdout.write(to_json(result))
+    else:
+        print_table(result)
+    if args.out is not None:
+        for path in write_outputs(result, Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    if not result.measurements:
+        print("idemstore: error: no backend could be measured", file=sys.stderr)
+        return EXIT_ERROR
+    # A duplicate execution is a correctness failure, whatever the numbers say.
+    return EXIT_ABSENT if result.violations else 0
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -104,10 +140,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def _concurrency_list(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(dict.fromkeys(int(part) for part in text.split(",") if part.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must look like 1,16,64, not {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"every level must be at least 1: {text!r}")
+    return levels
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="idemstore",
-        description="Idempotency records for retried operations: inspect and sweep stores.",
+        description=(
+            "Idempotency records for retried operations: inspect and sweep stores, benchmark"
+            " backends."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"idemstore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -127,11 +183,70 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=_positive_int, default=1000, help="batch size (default 1000)"
     )
     sweep.set_defaults(handler=_sweep)
+
+    bench = commands.add_parser(
+        "bench",
+        help="compare backends against each other and their raw-driver floors",
+        description=(
+            "Measure each store URL (no URL: the embedded memory and SQLite backends) on every"
+            " scenario at every concurrency, beside its engine's raw-driver floor."
+        ),
+    )
+    bench.add_argument(
+        "url", metavar="URL", nargs="*", help="store URLs (default: memory:// and a temp SQLite)"
+    )
+    bench.add_argument(
+        "--local",
+        action="store_true",
+        help="also start redis-server, PostgreSQL and moto on loopback and bench all backends",
+    )
+    bench.add_argument(
+        "--scenario",
+        action="extend",
+        nargs="+",
+        choices=SCENARIO_NAMES,
+        metavar="NAME",
+        help=f"scenarios to run (default: all): {', '.join(SCENARIO_NAMES)}",
+    )
+    bench.add_argument(
+        "--concurrency",
+        type=_concurrency_list,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N,N,...",
+        help="concurrent workers, comma-separated (default: %(default)s)".replace(
+            "%(default)s", ",".join(map(str, DEFAULT_CONCURRENCY))
+        ),
+    )
+    amount = bench.add_mutually_exclusive_group()
+    amount.add_argument(
+        "--ops",
+        type=_positive_int,
+        default=DEFAULT_OPS,
+        metavar="N",
+        help=f"operations per measurement (default {DEFAULT_OPS})",
+    )
+    amount.add_argument(
+        "--duration", type=_positive_float, metavar="S", help="seconds per measurement instead"
+    )
+    bench.add_argument(
+        "--payload-bytes",
+        type=_non_negative_int,
+        default=DEFAULT_PAYLOAD_BYTES,
+        metavar="N",
+        help=f"response size (default {DEFAULT_PAYLOAD_BYTES})",
+    )
+    bench.add_argument(
+        "--out", metavar="DIR", help="write results.json, results.md and PNG charts there"
+    )
+    bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    bench.set_defaults(handler=_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.handler
     try:
         return asyncio.run(handler(args))

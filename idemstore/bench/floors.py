@@ -1,0 +1,455 @@
+"""Raw-driver floors: the cheapest write each engine can do for "claim this key once".
+
+A backend is measured against its engine's floor in the same run, so a ratio (backend p50 over
+floor p50) survives a noisy machine where absolute numbers do not. Floors talk to the engine
+straight from the store URL with the driver the backend uses, never through idemstore code:
+
+- memory: a dict insert;
+- SQLite: aiosqlite ``INSERT … ON CONFLICT DO NOTHING`` + ``COMMIT`` in a temporary file beside
+  the store's, with WAL and the URL's ``synchronous`` (FULL by default, as the store);
+- PostgreSQL: asyncpg ``INSERT … ON CONFLICT DO NOTHING`` on a bench table, one pool;
+- Redis: ``SET key value NX PX``;
+- DynamoDB: ``PutItem`` conditioned on ``attribute_not_exists`` in the URL's table.
+
+Every floor leaves nothing behind: its table, file, items or keys go on ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from idemstore.errors import ConfigurationError, MissingDependencyError
+from idemstore.urls import redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Floor", "floor_for_url"]
+
+# The floor's rows live apart from the store's: their own table, key prefix or temp file.
+FLOOR_TABLE = "idemstore_bench_floor"
+FLOOR_KEY_PREFIX = "idemstore-bench-floor"
+
+# A floor's Redis keys outlive a crashed run by at most this long.
+REDIS_FLOOR_TTL_MS = 600_000
+
+SQLITE_CREATE = (
+    f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
+)
+# ON CONFLICT DO NOTHING: a repeated key costs what a replayed reserve costs the engine, a
+# uniqueness check, and is not an error.
+SQLITE_INSERT = f"INSERT INTO {FLOOR_TABLE} (key, value) VALUES (?, ?) ON CONFLICT DO NOTHING"
+
+# A logged table, as the store's is: its commits pay for the WAL flush, so the floor's must.
+POSTGRES_CREATE = (
+    f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE}_{{run}} (key text PRIMARY KEY, value bytea NOT NULL)"
+)
+POSTGRES_INSERT = (
+    f"INSERT INTO {FLOOR_TABLE}_{{run}} (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+)
+POSTGRES_DROP = f"DROP TABLE IF EXISTS {FLOOR_TABLE}_{{run}}"
+
+# attribute_not_exists on the partition key: the write lands only when no item holds the key,
+# the same condition a reserve of a new key needs.
+DYNAMODB_CONDITION = "attribute_not_exists(#pk)"
+
+
+class Floor(Protocol):
+    """One engine's bare "insert if absent"."""
+
+    @property
+    def name(self) -> str:
+        """What the floor does, e.g. ``aiosqlite INSERT+COMMIT (synchronous=FULL)``."""
+        ...
+
+    async def open(self) -> None:
+        """Connect and create what the floor writes into."""
+        ...
+
+    async def put(self, key: str, value: bytes) -> bool:
+        """Insert ``key`` unless present; ``True`` when this call inserted it."""
+        ...
+
+    async def reset(self) -> None:
+        """Forget every key put so far (between measurements)."""
+        ...
+
+    async def close(self) -> None:
+        """Remove everything the floor created and disconnect; idempotent."""
+        ...
+
+
+class MemoryFloor:
+    """A dict: what memory:// costs without records, leases or validation."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+
+    @property
+    def name(self) -> str:
+        return "dict insert"
+
+    async def open(self) -> None:
+        return None
+
+    async def put(self, key: str, value: bytes) -> bool:
+        if key in self._data:
+            return False
+        self._data[key] = value
+        return True
+
+    async def reset(self) -> None:
+        self._data.clear()
+
+    async def close(self) -> None:
+        self._data.clear()
+
+
+def _sqlite_path(path: str) -> Path | None:
+    """The store file a ``sqlite://`` URL path names, ``None`` for an in-memory database."""
+    if path.strip("/") in (":memory:", ""):
+        return None
+    # Both readings of "sqlite:///x" (absolute "/x", or "x" relative, as SQLAlchemy has it)
+    # are tried: only the directory matters, so the floor's file shares the store's disk.
+    for candidate in (Path(path), Path(path[1:])):
+        if candidate.parent.is_dir():
+            return candidate
+    return Path(path)
+
+
+class SQLiteFloor:
+    """aiosqlite ``INSERT`` + ``COMMIT`` with the store's pragmas, one writer at a time.
+
+    One connection serves every worker; a lock makes each insert its own transaction, since
+    statements of several tasks on one connection would otherwise share one commit and make
+    the floor look cheaper than any correct store can be.
+    """
+
+    __slots__ = ("_db", "_dir", "_in_memory", "_lock", "_near", "_synchronous")
+
+    def __init__(self, near: Path | None, synchronous: str) -> None:
+        self._near = near
+        self._in_memory = near is None
+        self._synchronous = synchronous
+        self._dir: Path | None = None
+        self._db: Any = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteFloor:
+        parts = urlsplit(url)
+        options = dict(parse_qsl(parts.query))
+        synchronous = options.get("synchronous", "full").upper()
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigurationError(
+                f"synchronous must be off, normal, full or extra, not {synchronous.lower()!r}"
+            )
+        return cls(_sqlite_path(parts.path), synchronous)
+
+    @property
+    def name(self) -> str:
+        return f"aiosqlite INSERT+COMMIT (WAL, synchronous={self._synchronous})"
+
+    async def open(self) -> None:
+        import aiosqlite
+
+        if self._in_memory:
+            target = ":memory:"
+        else:
+            parent = self._near.parent if self._near is not None else None
+            where = parent if parent is not None and parent.is_dir() else None
+            self._dir = Path(tempfile.mkdtemp(prefix="idemstore-bench-floor-", dir=where))
+            target = str(self._dir / "floor.db")
+        self._db = await aiosqlite.connect(target)
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute(f"PRAGMA synchronous={self._synchronous}")
+        await self._db.execute("PRAGMA busy_timeout=5000")
+        await self._db.execute(SQLITE_CREATE)
+        await self._db.commit()
+
+    async def put(self, key: str, value: bytes) -> bool:
+        async with self._lock:
+            cursor = await self._db.execute(SQLITE_INSERT, (key, value))
+            await self._db.commit()
+            return bool(cursor.rowcount == 1)
+
+    async def reset(self) -> None:
+        async with self._lock:
+            await self._db.execute(f"DELETE FROM {FLOOR_TABLE}")
+            await self._db.commit()
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def _strip_query(url: str) -> str:
+    """The URL without its query: idemstore options mean nothing to the bare driver."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="", fragment=""))
+
+
+class PostgresFloor:
+    """asyncpg ``INSERT … ON CONFLICT DO NOTHING`` into a table of its own, over one pool
+    (``pool_size`` from the URL, as the store's)."""
+
+    __slots__ = ("_dsn", "_pool", "_pool_size", "_run")
+
+    def __init__(self, dsn: str, pool_size: int) -> None:
+        self._dsn = dsn
+        self._pool_size = pool_size
+        self._pool: Any = None
+        self._run = secrets.token_hex(4)
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresFloor:
+        options = dict(parse_qsl(urlsplit(url).query))
+        try:
+            pool_size = int(options.get("pool_size", "10"))
+        except ValueError:
+            raise ConfigurationError("option pool_size must be an integer") from None
+        return cls(_strip_query(url), max(1, pool_size))
+
+    @property
+    def name(self) -> str:
+        return "asyncpg INSERT … ON CONFLICT DO NOTHING"
+
+    def _sql(self, template: str) -> str:
+        return template.format(run=self._run)
+
+    async def open(self) -> None:
+        import asyncpg
+
+        self._pool = await asyncpg.create_pool(
+            self._dsn, min_size=1, max_size=self._pool_size, command_timeout=30
+        )
+        await self._pool.execute(self._sql(POSTGRES_CREATE))
+
+    async def put(self, key: str, value: bytes) -> bool:
+        status: str = await self._pool.execute(self._sql(POSTGRES_INSERT), key, value)
+        return status.endswith(" 1")
+
+    async def reset(self) -> None:
+        await self._pool.execute(f"TRUNCATE {FLOOR_TABLE}_{self._run}")
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.execute(self._sql(POSTGRES_DROP))
+            await pool.close()
+
+
+class RedisFloor:
+    """redis-py ``SET key value NX PX``: one round trip, no script."""
+
+    __slots__ = ("_client", "_factory", "_prefix")
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory = factory
+        self._client: Any = None
+        self._prefix = f"{FLOOR_KEY_PREFIX}:{secrets.token_hex(4)}"
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisFloor:
+        parts = urlsplit(url)
+        if parts.scheme.lower() == "redis+cluster":
+
+            def cluster() -> Any:
+                from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+                nodes = []
+                for node in parts.netloc.rsplit("@", 1)[-1].split(","):
+                    host, _, port = node.rpartition(":")
+                    nodes.append(ClusterNode(host or "127.0.0.1", int(port or 6379)))
+                user = parts.username
+                return RedisCluster(startup_nodes=nodes, username=user, password=parts.password)
+
+            return cls(cluster)
+        plain = _strip_query(url)
+
+        def single() -> Any:
+            import redis.asyncio
+
+            return redis.asyncio.Redis.from_url(plain)
+
+        return cls(single)
+
+    @property
+    def name(self) -> str:
+        return "redis SET NX PX"
+
+    async def open(self) -> None:
+        self._client = self._factory()
+        await self._client.ping()
+
+    async def put(self, key: str, value: bytes) -> bool:
+        # The hash tag keeps each floor key in one slot, like a store key, on a cluster.
+        done = await self._client.set(
+            f"{self._prefix}:{{{key}}}", value, nx=True, px=REDIS_FLOOR_TTL_MS
+        )
+        return bool(done)
+
+    async def reset(self) -> None:
+        # New prefix instead of a SCAN + DEL: old keys expire by themselves.
+        self._prefix = f"{FLOOR_KEY_PREFIX}:{secrets.token_hex(4)}"
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+class DynamoDBFloor:
+    """aiobotocore ``PutItem`` conditioned on ``attribute_not_exists`` in the store's table.
+
+    The table's key schema is read with ``DescribeTable``; the floor's items carry a key
+    prefix of their own and are deleted on ``close``.
+    """
+
+    __slots__ = (
+        "_client",
+        "_endpoint_url",
+        "_exit",
+        "_hash",
+        "_put_keys",
+        "_range",
+        "_region",
+        "_run",
+        "_table",
+    )
+
+    def __init__(self, table: str, region: str | None, endpoint_url: str | None) -> None:
+        self._table = table
+        self._region = region
+        self._endpoint_url = endpoint_url
+        self._client: Any = None
+        self._exit: Any = None
+        self._hash: tuple[str, str] = ("", "S")
+        self._range: tuple[str, str] | None = None
+        self._put_keys: list[dict[str, Any]] = []
+        self._run = secrets.token_hex(4)
+
+    @classmethod
+    def from_url(cls, url: str) -> DynamoDBFloor:
+        parts = urlsplit(url)
+        options = dict(parse_qsl(parts.query))
+        table = (parts.netloc + parts.path).strip("/")
+        if not table:
+            raise ConfigurationError("a dynamodb:// URL names its table: dynamodb://TABLE?…")
+        return cls(table, options.get("region"), options.get("endpoint_url"))
+
+    @property
+    def name(self) -> str:
+        return "aiobotocore PutItem attribute_not_exists"
+
+    async def open(self) -> None:
+        from aiobotocore.session import get_session
+
+        context = get_session().create_client(
+            "dynamodb", region_name=self._region, endpoint_url=self._endpoint_url
+        )
+        self._client = await context.__aenter__()
+        self._exit = context.__aexit__
+        described = await self._client.describe_table(TableName=self._table)
+        table = described["Table"]
+        types = {a["AttributeName"]: a["AttributeType"] for a in table["AttributeDefinitions"]}
+        for element in table["KeySchema"]:
+            name = element["AttributeName"]
+            if element["KeyType"] == "HASH":
+                self._hash = (name, types[name])
+            else:
+                self._range = (name, types[name])
+
+    def _value(self, kind: str, text: str) -> dict[str, Any]:
+        if kind == "S":
+            return {"S": text}
+        if kind == "B":
+            return {"B": text.encode()}
+        raise ConfigurationError(f"the floor cannot write a {kind} key attribute")
+
+    async def put(self, key: str, value: bytes) -> bool:
+        hash_name, hash_kind = self._hash
+        item_key = {hash_name: self._value(hash_kind, f"{FLOOR_KEY_PREFIX}#{self._run}#{key}")}
+        if self._range is not None:
+            item_key[self._range[0]] = self._value(self._range[1], FLOOR_KEY_PREFIX)
+        try:
+            await self._client.put_item(
+                TableName=self._table,
+                Item={**item_key, "bench_value": {"B": value}},
+                ConditionExpression=DYNAMODB_CONDITION,
+                ExpressionAttributeNames={"#pk": hash_name},
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        self._put_keys.append(item_key)
+        return True
+
+    async def reset(self) -> None:
+        await self._delete_put_items()
+        self._run = secrets.token_hex(4)
+
+    async def _delete_put_items(self) -> None:
+        keys, self._put_keys = self._put_keys, []
+        for start in range(0, len(keys), 25):  # BatchWriteItem takes 25 requests at most
+            requests = [{"DeleteRequest": {"Key": key}} for key in keys[start : start + 25]]
+            pending: dict[str, Any] = {self._table: requests}
+            while pending:
+                answer = await self._client.batch_write_item(RequestItems=pending)
+                pending = answer.get("UnprocessedItems") or {}
+
+    async def close(self) -> None:
+        if self._client is None:
+            return
+        try:
+            with contextlib.suppress(Exception):
+                await self._delete_put_items()
+        finally:
+            self._client = None
+            await self._exit(None, None, None)
+
+
+# scheme -> (builder, top-level driver module, pip extra)
+_FLOORS: dict[str, tuple[Callable[[str], Floor], str | None, str | None]] = {
+    "memory": (lambda url: MemoryFloor(), None, None),
+    "sqlite": (SQLiteFloor.from_url, "aiosqlite", "sqlite"),
+    "postgresql": (PostgresFloor.from_url, "asyncpg", "postgres"),
+    "postgres": (PostgresFloor.from_url, "asyncpg", "postgres"),
+    "redis": (RedisFloor.from_url, "redis", "redis"),
+    "rediss": (RedisFloor.from_url, "redis", "redis"),
+    "redis+cluster": (RedisFloor.from_url, "redis", "redis"),
+    "dynamodb": (DynamoDBFloor.from_url, "aiobotocore", "dynamodb"),
+}
+
+
+def floor_for_url(url: str) -> Floor | None:
+    """The floor for the engine ``url`` names, ``None`` for a scheme without one.
+
+    Raises ``MissingDependencyError`` when the driver is not installed. Does no I/O.
+    """
+    import importlib.util
+
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    entry = _FLOORS.get(scheme)
+    if entry is None:
+        return None
+    build, driver, extra = entry
+    if driver is not None and importlib.util.find_spec(driver) is None:
+        raise MissingDependencyError(
+            f"the {scheme} floor of {redact_url(url)} needs {driver!r}: "
+            f"pip install 'idemstore[{extra}]'"
+        )
+    return build(url)

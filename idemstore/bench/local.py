@@ -1,0 +1,104 @@
+"""``idemstore bench --local``: start Redis, PostgreSQL and a DynamoDB endpoint on loopback.
+
+The engines are started by the same ``idemstore.local_servers`` functions the test fixtures
+use, so the benchmark measures exactly what the tests prove. A launcher that is missing (not
+importable) or whose binary is missing (``ServerUnavailableError``) makes that backend
+unavailable in the report; it never stops the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from idemstore.bench.results import Unavailable
+from idemstore.local_servers import ServerUnavailableError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+__all__ = ["LAUNCHERS", "Launcher", "LocalServer", "start_local_servers", "stop_local_servers"]
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """Where a backend's server starter lives: ``module.function(tmpdir)`` (or ``function()``
+    when ``takes_dir`` is false) returns an object with ``.url`` and ``.stop()``."""
+
+    backend: str
+    module: str
+    function: str
+    takes_dir: bool = True
+
+
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher("redis", "idemstore.local_servers.redis", "start_redis"),
+    Launcher("postgres", "idemstore.local_servers.postgres", "start_postgres"),
+    Launcher("dynamodb", "idemstore.local_servers.dynamodb", "start_dynamodb", takes_dir=False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalServer:
+    """A running server: its backend name, store URL, and the launcher's object to stop."""
+
+    backend: str
+    url: str
+    handle: Any
+
+    @property
+    def version(self) -> str | None:
+        version = getattr(self.handle, "version", None)
+        return None if version is None else str(version)
+
+
+def start_local_servers(
+    tmpdir: Path, launchers: Sequence[Launcher] = LAUNCHERS
+) -> tuple[list[LocalServer], list[Unavailable]]:
+    """Start every launcher's server; return those running and those that could not run.
+
+    Blocking (launchers wait for their port): call it from a thread inside an event loop.
+    """
+    running: list[LocalServer] = []
+    missing: list[Unavailable] = []
+    for launcher in launchers:
+        try:
+            module = importlib.import_module(launcher.module)
+            start = getattr(module, launcher.function)
+        except (ImportError, AttributeError) as exc:
+            missing.append(
+                Unavailable(
+                    launcher.backend,
+                    f"no launcher {launcher.module}.{launcher.function} in this version ({exc})",
+                )
+            )
+            continue
+        try:
+            if launcher.takes_dir:
+                where = tmpdir / launcher.backend
+                where.mkdir(parents=True, exist_ok=True)
+                handle = start(where)
+            else:
+                handle = start()
+        except ServerUnavailableError as exc:
+            missing.append(Unavailable(launcher.backend, f"server unavailable: {exc}"))
+            continue
+        except Exception as exc:  # a launcher bug must not cost the other backends their run
+            missing.append(
+                Unavailable(
+                    launcher.backend, f"server failed to start: {type(exc).__name__}: {exc}"
+                )
+            )
+            continue
+        running.append(LocalServer(launcher.backend, str(handle.url), handle))
+    return running, missing
+
+
+def stop_local_servers(servers: Sequence[LocalServer]) -> None:
+    """Stop every server, the last started first; a failing stop does not skip the others."""
+    for server in reversed(servers):
+        with contextlib.suppress(Exception):
+            server.handle.stop()

@@ -1,0 +1,376 @@
+"""Turning a ``BenchResult`` into a table, JSON, Markdown and charts.
+
+The table goes to stdout (rich when installed, plain text otherwise); ``write_outputs`` writes
+``results.json``, ``results.md`` and, when matplotlib is installed (the ``bench`` extra),
+``latency.png`` and ``throughput.png``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from idemstore.bench.scenarios import STORE_SCENARIOS
+
+if TYPE_CHECKING:
+    from idemstore.bench.results import BenchResult, Measurement
+
+__all__ = ["COLUMNS", "print_table", "rows", "to_json", "to_markdown", "write_outputs"]
+
+# Latencies in milliseconds. "x floor" columns are ratios to the engine's floor (results.py).
+COLUMNS: tuple[str, ...] = (
+    "backend",
+    "scenario",
+    "workers",
+    "ops",
+    "ops/s",
+    "p50",
+    "p90",
+    "p99",
+    "p99.9",
+    "floor p50",
+    "x floor p50",
+    "x floor ops/s",
+    "exec/keys",
+    "errors",
+)
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds with about three significant digits."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    if value >= 0.01:
+        return f"{value:.3f}"
+    return f"{value:.4f}"
+
+
+def fmt_rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _executions(m: Measurement) -> str:
+    if m.expected_executions is None:
+        return "-"
+    text = f"{m.subject.executions}/{m.expected_executions}"
+    direct = m.notes.get("direct_executions")
+    if direct is not None:
+        text += f" (direct {direct})"
+    return text if m.exactly_once else text + " !"
+
+
+def rows(result: BenchResult) -> list[list[str]]:
+    """The table's cells, one row per measurement, in ``COLUMNS`` order."""
+    table = []
+    for m in result.measurements:
+        latency = m.subject.latency_ms()
+        floor_p50 = None if m.floor is None else m.floor.latency_ms()["p50"]
+        table.append(
+            [
+                m.backend,
+                m.scenario,
+                str(m.concurrency),
+                str(m.subject.ops),
+                fmt_rate(m.subject.ops_per_s),
+                fmt_ms(latency["p50"]),
+                fmt_ms(latency["p90"]),
+                fmt_ms(latency["p99"]),
+                fmt_ms(latency["p99.9"]),
+                fmt_ms(floor_p50),
+                fmt_ratio(m.ratio_p50),
+                fmt_ratio(m.ratio_throughput),
+                _executions(m),
+                str(sum(m.subject.errors.values())),
+            ]
+        )
+    return table
+
+
+def _plain_table(header: tuple[str, ...], body: list[list[str]]) -> str:
+    widths = [max(len(header[i]), *(len(r[i]) for r in body)) for i in range(len(header))]
+    left = {0, 1}  # names left-aligned, numbers right-aligned
+
+    def line(cells: tuple[str, ...] | list[str]) -> str:
+        return "  ".join(
+            c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def _unavailable_lines(result: BenchResult) -> list[str]:
+    return [
+        f"{u.backend}{'' if u.scenario is None else f' ({u.scenario})'}: unavailable: {u.reason}"
+        for u in result.unavailable
+    ]
+
+
+def print_table(result: BenchResult, file: TextIO | None = None) -> None:
+    """The results as a table on ``file`` (stdout), then what could not run."""
+    out = file if file is not None else sys.stdout
+    body = rows(result)
+    if importlib.util.find_spec("rich") is not None:
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        # Wide enough for every column even when stdout is a pipe (rich assumes 80 then).
+        console = Console(file=out, width=max(180, Console(file=out).width))
+        table = Table(
+            title="idemstore bench (latency in ms)", title_justify="left", box=box.SIMPLE_HEAD
+        )
+        for i, name in enumerate(COLUMNS):
+            table.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
+        for cells in body:
+            table.add_row(*cells)
+        if body:
+            console.print(table)
+        for text in _unavailable_lines(result):
+            console.print(text, style="yellow", markup=False, highlight=False)
+        for m in result.violations:
+            console.print(
+                f"{m.backend} {m.scenario} c={m.concurrency}: {m.subject.executions} executions"
+                f" for {m.expected_executions} keys: NOT exactly once",
+                style="bold red",
+                markup=False,
+            )
+        return
+    if body:
+        print(_plain_table(COLUMNS, body), file=out)
+    for text in _unavailable_lines(result):
+        print(text, file=out)
+    for m in result.violations:
+        print(
+            f"{m.backend} {m.scenario} c={m.concurrency}: {m.subject.executions} executions"
+            f" for {m.expected_executions} keys: NOT exactly once",
+            file=out,
+        )
+
+
+def to_json(result: BenchResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _markdown_table(header: tuple[str, ...] | list[str], body: list[list[str]]) -> str:
+    aligns = ["---" if i < 2 else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(aligns) + " |"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
+    """A report people read: where it ran, one table per scenario, the charts, the gaps."""
+    meta, config = result.meta, result.config
+    out = ["# idemstore bench results", ""]
+    if meta:
+        out.append(f"- idemstore {meta.get('idemstore', '?')}, Python {meta.get('python', '?')}")
+        out.append(f"- machine: {meta.get('machine', '?')}, {meta.get('cpus', '?')} CPUs")
+        if meta.get("started_at"):
+            out.append(f"- run at {meta['started_at']} for {meta.get('seconds', 0):.0f} s")
+        versions = meta.get("versions") or {}
+        if versions:
+            out.append("- drivers: " + ", ".join(f"{name} {ver}" for name, ver in versions.items()))
+        servers = meta.get("servers") or {}
+        if servers:
+            out.append("- servers: " + ", ".join(f"{name} {ver}" for name, ver in servers.items()))
+    if config:
+        shape = f"{config['ops']} operations" if config.get("ops") else f"{config['duration']} s"
+        out.append(
+            f"- load: {shape} per measurement, at"
+            f" {', '.join(map(str, config.get('concurrency') or []))} concurrent workers,"
+            f" {config.get('payload_bytes')}-byte responses"
+        )
+        if config.get("command"):
+            out.append(f"- command: `{config['command']}`")
+    out.append("")
+    out.append(
+        "Latencies are in milliseconds. `x floor p50` is the backend's median latency over its"
+        " engine's raw-driver floor in the same run; `x floor ops/s` the floor's throughput over"
+        " the backend's. `exec/keys` is executions against keys that should each run once"
+        " (`!` marks a mismatch)."
+    )
+    body = rows(result)
+    scenarios = list(dict.fromkeys(m.scenario for m in result.measurements))
+    for scenario in scenarios:
+        picked = [
+            r for r, m in zip(body, result.measurements, strict=True) if m.scenario == scenario
+        ]
+        floors = {
+            m.backend: m.floor_name
+            for m in result.measurements
+            if m.scenario == scenario and m.floor_name
+        }
+        out += ["", f"## {scenario}", "", _markdown_table(COLUMNS, picked)]
+        if floors:
+            out += ["", "Floors: " + "; ".join(f"{b}: {f}" for b, f in floors.items()) + "."]
+        for m in result.measurements:
+            if m.scenario == "proxy":
+                added = ", ".join(
+                    f"{k.removeprefix('added_').removesuffix('_ms')} +{fmt_ms(v)} ms"
+                    for k, v in m.notes.items()
+                    if k.startswith("added_") and isinstance(v, float)
+                )
+                out += [
+                    "",
+                    f"Added latency through the proxy: {added or '-'}. {m.notes['identical_calls']}"
+                    f" identical calls executed {m.notes['direct_executions']} time(s) directly"
+                    f" and {m.subject.executions} time(s) through the proxy.",
+                ]
+            if m.scenario == "hasher" and m.notes.get("agrees_with_rfc8785") is False:
+                out += ["", f"{m.backend} disagrees with rfc8785 on this value."]
+    for name in charts or []:
+        out += ["", f"![{Path(name).stem}]({name})"]
+    if result.unavailable:
+        out += ["", "## Not measured", ""]
+        out += [f"- {line}" for line in _unavailable_lines(result)]
+    return "\n".join(out) + "\n"
+
+
+def _store_measurements(result: BenchResult) -> list[Measurement]:
+    return [m for m in result.measurements if m.scenario in STORE_SCENARIOS]
+
+
+def _legend_below(fig: Any, ax: Any) -> None:
+    """One legend for the whole figure, under the plots, where it hides no data."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncols=min(6, len(labels) or 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+
+
+def write_charts(result: BenchResult, out_dir: Path) -> list[Path]:
+    """``latency.png`` and ``throughput.png`` for the store scenarios; none without them."""
+    measured = _store_measurements(result)
+    if not measured:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = [s for s in STORE_SCENARIOS if any(m.scenario == s for m in measured)]
+    backends = list(dict.fromkeys(m.backend for m in measured))
+    levels = sorted({m.concurrency for m in measured})
+    cols = min(2, len(scenarios))
+    grid_rows = -(-len(scenarios) // cols)
+    colors = plt.get_cmap("tab10")
+    written = []
+
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(6.5 * cols, 4 * grid_rows), squeeze=False)
+    width = 0.8 / max(1, len(levels))
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+        for li, level in enumerate(levels):
+            xs, p50s, p99s, floor_p50s = [], [], [], []
+            for bi, backend in enumerate(backends):
+                for m in measured:
+                    if (m.backend, m.scenario, m.concurrency) != (backend, scenario, level):
+                        continue
+                    latency = m.subject.latency_ms()
+                    if latency["p50"] is None or latency["p99"] is None:
+                        continue
+                    xs.append(bi - 0.4 + width * (li + 0.5))
+                    p50s.append(latency["p50"])
+                    p99s.append(latency["p99"] - latency["p50"])
+                    floor_p50s.append(None if m.floor is None else m.floor.latency_ms()["p50"])
+            ax.bar(
+                xs,
+                p50s,
+                width,
+                yerr=[[0.0] * len(p99s), p99s],
+                capsize=2,
+                color=colors(li),
+                label=f"{level} worker{'s' if level > 1 else ''}",
+            )
+            floor_x = [x for x, f in zip(xs, floor_p50s, strict=True) if f is not None]
+            floor_y = [f for f in floor_p50s if f is not None]
+            ax.scatter(floor_x, floor_y, marker="_", s=120, color="black", zorder=3)
+        ax.set_xticks(range(len(backends)), backends)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency (ms, log)")
+        ax.set_title(f"{scenario}: p50 (whisker: p99); black tick: floor p50")
+    for ax in list(axes.flat)[len(scenarios) :]:
+        ax.set_visible(False)
+    _legend_below(fig, axes.flat[0])
+    latency_path = out_dir / "latency.png"
+    fig.savefig(latency_path, dpi=110)
+    plt.close(fig)
+    written.append(latency_path)
+
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(6.5 * cols, 4 * grid_rows), squeeze=False)
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+        for bi, backend in enumerate(backends):
+            points = sorted(
+                (m.concurrency, m.subject.ops_per_s, None if m.floor is None else m.floor.ops_per_s)
+                for m in measured
+                if m.backend == backend and m.scenario == scenario and m.subject.ops_per_s
+            )
+            if not points:
+                continue
+            ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker="o",
+                color=colors(bi),
+                label=backend,
+            )
+            floor = [(p[0], p[2]) for p in points if p[2]]
+            if floor:
+                ax.plot(
+                    [p[0] for p in floor],
+                    [p[1] for p in floor],
+                    linestyle="--",
+                    color=colors(bi),
+                    alpha=0.6,
+                    label=f"{backend} floor",
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(level) for level in levels])
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent workers")
+        ax.set_ylabel("operations/s (log)")
+        ax.set_title(f"{scenario}: throughput against concurrency (dashed: floor)")
+    for ax in list(axes.flat)[len(scenarios) :]:
+        ax.set_visible(False)
+    _legend_below(fig, axes.flat[0])
+    throughput_path = out_dir / "throughput.png"
+    fig.savefig(throughput_path, dpi=110)
+    plt.close(fig)
+    written.append(throughput_path)
+    return written
+
+
+def write_outputs(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Write ``results.json``, the charts (when matplotlib is there) and ``results.md``.
+
+    Returns the paths written. Without matplotlib the charts are skipped with a note on stderr.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    json_path = out_dir / "results.json"
+    json_path.write_text(to_json(result), encoding="utf-8")
+    written.append(json_path)
+    charts: list[Path] = []
+    if importlib.util.find_spec("matplotlib") is None:
+        print(
+            "idemstore bench: no charts: matplotlib is missing (pip install 'idemstore[bench]')",
+            file=sys.stderr,
+        )
+    else:
+        charts = write_charts(result, out_dir)
+    written += charts
+    md_path = out_dir / "results.md"
+    md_path.write_text(to_markdown(result, [c.name for c in charts]), encoding="utf-8")
+    written.append(md_path)
+    return written

@@ -1,0 +1,201 @@
+"""What a bench run measured, and the statistics drawn from it.
+
+A ``Timing`` is one timed loop (a backend's or its floor's); a ``Measurement`` pairs a backend's
+timing with its floor's for one scenario at one concurrency; a ``BenchResult`` is the whole run.
+Latencies stay in nanoseconds until they are summarized, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BenchResult",
+    "Measurement",
+    "Timing",
+    "Unavailable",
+    "percentile",
+    "ratio",
+]
+
+# The percentiles every report shows, as (label, fraction).
+PERCENTILES: tuple[tuple[str, float], ...] = (
+    ("p50", 0.50),
+    ("p90", 0.90),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+)
+
+
+def percentile(ordered: list[int], fraction: float) -> int:
+    """The nearest-rank percentile of an ascending, non-empty list."""
+    if not ordered:
+        raise ValueError("percentile of no samples")
+    # round() first: 10 * 0.9 is 9.000000000000002, whose ceiling would skip a rank.
+    rank = max(1, math.ceil(round(len(ordered) * fraction, 9)))
+    return ordered[min(len(ordered), rank) - 1]
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or ``None`` when either is missing or the divisor is 0."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+@dataclass(slots=True)
+class Timing:
+    """One timed loop: a latency per successful operation, failures counted by type.
+
+    ``executions`` counts operations that really ran the work (an acquired reserve, an
+    inserted floor row); ``unique_keys`` counts the keys that should each run exactly once.
+    """
+
+    latencies_ns: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+    error_examples: dict[str, str] = field(default_factory=dict)
+    executions: int = 0
+    unique_keys: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ops(self) -> int:
+        """Operations attempted: successes and failures."""
+        return len(self.latencies_ns) + sum(self.errors.values())
+
+    @property
+    def ops_per_s(self) -> float | None:
+        """Successful operations per second of wall time, all workers together."""
+        if self.seconds <= 0 or not self.latencies_ns:
+            return None
+        return len(self.latencies_ns) / self.seconds
+
+    def latency_ms(self) -> dict[str, float | None]:
+        """p50, p90, p99, p99.9, mean and max in milliseconds (``None`` without samples)."""
+        keys = [label for label, _ in PERCENTILES] + ["mean", "max"]
+        if not self.latencies_ns:
+            return dict.fromkeys(keys)
+        ordered = sorted(self.latencies_ns)
+        summary: dict[str, float | None] = {
+            label: percentile(ordered, fraction) / 1e6 for label, fraction in PERCENTILES
+        }
+        summary["mean"] = sum(ordered) / len(ordered) / 1e6
+        summary["max"] = ordered[-1] / 1e6
+        return summary
+
+    def record_error(self, exc: BaseException) -> None:
+        name = type(exc).__name__
+        self.errors[name] = self.errors.get(name, 0) + 1
+        self.error_examples.setdefault(name, str(exc)[:300])
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ops": self.ops,
+            "seconds": round(self.seconds, 6),
+            "ops_per_s": self.ops_per_s,
+            "latency_ms": self.latency_ms(),
+            "errors": dict(self.errors),
+            "error_examples": dict(self.error_examples),
+            "executions": self.executions,
+            "unique_keys": self.unique_keys,
+            "outcomes": dict(self.outcomes),
+        }
+
+
+@dataclass(slots=True)
+class Measurement:
+    """A subject (a backend, a hasher, the proxy) against its floor for one shape of load.
+
+    ``expected_executions`` is how many executions a correct subject shows (``None`` where
+    executions mean nothing, as for hashing).
+    """
+
+    backend: str
+    scenario: str
+    concurrency: int
+    subject: Timing
+    floor: Timing | None = None
+    floor_name: str | None = None
+    url: str | None = None
+    expected_executions: int | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio_p50(self) -> float | None:
+        """Subject p50 over floor p50: how many times the floor's latency the subject costs."""
+        if self.floor is None:
+            return None
+        return ratio(self.subject.latency_ms()["p50"], self.floor.latency_ms()["p50"])
+
+    @property
+    def ratio_throughput(self) -> float | None:
+        """Floor ops/s over subject ops/s: how many times fewer operations the subject does."""
+        if self.floor is None:
+            return None
+        return ratio(self.floor.ops_per_s, self.subject.ops_per_s)
+
+    @property
+    def exactly_once(self) -> bool | None:
+        """Whether executions matched what a correct subject shows."""
+        if self.expected_executions is None:
+            return None
+        return self.subject.executions == self.expected_executions
+
+    def to_dict(self) -> dict[str, Any]:
+        subject = self.subject.to_dict()
+        return {
+            "backend": self.backend,
+            "url": self.url,
+            "scenario": self.scenario,
+            "concurrency": self.concurrency,
+            **subject,
+            "expected_executions": self.expected_executions,
+            "exactly_once": self.exactly_once,
+            "floor": None
+            if self.floor is None
+            else {"name": self.floor_name, **self.floor.to_dict()},
+            "ratio_p50": self.ratio_p50,
+            "ratio_throughput": self.ratio_throughput,
+            "notes": dict(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """A backend (or one scenario of it, or its floor) that could not run, and why."""
+
+    backend: str
+    reason: str
+    scenario: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "scenario": self.scenario, "reason": self.reason}
+
+
+@dataclass(slots=True)
+class BenchResult:
+    """A whole run: where and how it ran, every measurement, and what could not run."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    measurements: list[Measurement] = field(default_factory=list)
+    unavailable: list[Unavailable] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[Measurement]:
+        """Measurements whose executions did not match (a correctness failure)."""
+        return [m for m in self.measurements if m.exactly_once is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "meta": dict(self.meta),
+            "config": dict(self.config),
+            "results": [m.to_dict() for m in self.measurements],
+            "unavailable": [u.to_dict() for u in self.unavailable],
+        }

@@ -1,0 +1,396 @@
+"""Running a whole bench: which backends, in which order, each beside its floor.
+
+``bench`` is the entry point the CLI calls: it picks the targets (the URLs given; the embedded
+backends when none are; the local servers with ``local=True``), runs every selected scenario at
+every concurrency on each, and returns a ``BenchResult``. A backend that cannot be opened, or a
+scenario that fails outright, is recorded as unavailable and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import secrets
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
+
+from idemstore import __version__
+from idemstore.bench.floors import floor_for_url
+from idemstore.bench.local import start_local_servers, stop_local_servers
+from idemstore.bench.results import BenchResult, Measurement, Unavailable
+from idemstore.bench.scenarios import (
+    SCENARIOS,
+    STORE_SCENARIOS,
+    Load,
+    run_floor,
+    run_hasher,
+    run_proxy,
+    run_store,
+)
+from idemstore.urls import open_store, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from idemstore.bench.floors import Floor
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_OPS",
+    "BenchConfig",
+    "ConsoleProgress",
+    "Progress",
+    "Target",
+    "bench",
+    "embedded_targets",
+    "run_bench",
+]
+
+# Operations per measurement by default: the embedded run (memory and a synchronous=FULL
+# SQLite file, every scenario at 1, 16 and 64 workers) takes about a minute on 2 cores.
+DEFAULT_OPS = 2000
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 16, 64)
+DEFAULT_PAYLOAD_BYTES = 256
+
+# Drivers whose versions a report states.
+DRIVERS = ("aiosqlite", "asyncpg", "redis", "hiredis", "aiobotocore", "rfc8785", "mcp")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A backend to measure: a display name and its store URL.
+
+    ``migrate`` applies the store's migrations first (servers started by ``--local`` are empty).
+    """
+
+    name: str
+    url: str
+    migrate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """What to run: scenarios, worker counts, and ``ops`` per measurement or ``duration``."""
+
+    scenarios: tuple[str, ...] = SCENARIOS
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    ops: int | None = DEFAULT_OPS
+    duration: float | None = None
+    payload_bytes: int = DEFAULT_PAYLOAD_BYTES
+    command: str | None = None
+
+    def load(self, concurrency: int) -> Load:
+        return Load(concurrency, self.ops, self.duration, self.payload_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenarios": list(self.scenarios),
+            "concurrency": list(self.concurrency),
+            "ops": self.ops,
+            "duration": self.duration,
+            "payload_bytes": self.payload_bytes,
+            "command": self.command,
+        }
+
+
+class Progress(Protocol):
+    """Where a run reports how far it got."""
+
+    def start(self, total: int) -> None: ...
+
+    def step(self, description: str) -> None: ...
+
+    def advance(self) -> None: ...
+
+
+class _SilentProgress:
+    def start(self, total: int) -> None:
+        return None
+
+    def step(self, description: str) -> None:
+        return None
+
+    def advance(self) -> None:
+        return None
+
+
+class ConsoleProgress:
+    """A rich progress bar on stderr (plain lines when rich is missing); use as a context."""
+
+    __slots__ = ("_bar", "_done", "_stream", "_task", "_total")
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._bar: Any = None
+        self._task: Any = None
+        self._done = 0
+        self._total = 0
+
+    def __enter__(self) -> ConsoleProgress:
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        except ImportError:
+            return self
+        self._bar = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=self._stream),
+            transient=True,
+        )
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+    def start(self, total: int) -> None:
+        self._total = total
+        if self._bar is None:
+            return
+        if self._task is None:
+            self._task = self._bar.add_task("starting", total=total)
+        else:
+            self._bar.update(self._task, total=total)
+
+    def step(self, description: str) -> None:
+        if self._bar is not None:
+            # A step before start() (local servers starting) gets a bar without a total yet.
+            if self._task is None:
+                self._task = self._bar.add_task(description, total=None)
+            self._bar.update(self._task, description=description)
+        elif self._total:
+            print(f"[{self._done + 1}/{self._total}] {description}", file=self._stream, flush=True)
+        else:
+            print(description, file=self._stream, flush=True)
+
+    def advance(self) -> None:
+        self._done += 1
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+
+def _machine() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _meta() -> dict[str, Any]:
+    versions = {}
+    for name in DRIVERS:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    return {
+        "idemstore": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": _machine(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _engine(url: str) -> str:
+    scheme = url.split("://", 1)[0].lower()
+    return {"postgresql": "postgres", "rediss": "redis", "redis+cluster": "redis-cluster"}.get(
+        scheme, scheme
+    )
+
+
+def name_targets(urls: Sequence[str]) -> list[Target]:
+    """A target per URL, named after its engine (``redis``, ``redis-2``, … when repeated)."""
+    seen: dict[str, int] = {}
+    targets = []
+    for url in urls:
+        engine = _engine(url) if "://" in url else url
+        seen[engine] = seen.get(engine, 0) + 1
+        name = engine if seen[engine] == 1 else f"{engine}-{seen[engine]}"
+        targets.append(Target(name, url))
+    return targets
+
+
+def embedded_targets(tmpdir: Path) -> list[Target]:
+    """memory, and SQLite in a fresh file under ``tmpdir`` (its default synchronous=FULL)."""
+    # Four slashes: an absolute path under either reading of sqlite:/// URLs.
+    return [Target("memory", "memory://"), Target("sqlite", f"sqlite:///{tmpdir}/bench.db")]
+
+
+# Engines whose schema comes from migrations/<engine>/*.sql.
+MIGRATED_ENGINES = ("sqlite", "postgres")
+
+
+async def _migrate(store: IdempotencyStore, url: str) -> None:
+    """Apply the store's migrations when it has any (a fresh local server has no schema)."""
+    from idemstore.migrate import SupportsMigrations, load_migrations
+
+    engine = _engine(url)
+    if engine in MIGRATED_ENGINES and isinstance(store, SupportsMigrations):
+        await store.apply_migrations(load_migrations(engine))
+
+
+async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor | None:
+    try:
+        floor = floor_for_url(target.url)
+        if floor is not None:
+            await floor.open()
+    except Exception as exc:
+        unavailable.append(
+            Unavailable(target.name, f"{type(exc).__name__}: {exc}", scenario="floor")
+        )
+        return None
+    return floor
+
+
+async def _bench_target(
+    target: Target,
+    config: BenchConfig,
+    run_id: str,
+    result: BenchResult,
+    progress: Progress,
+) -> None:
+    scenarios = [s for s in config.scenarios if s in STORE_SCENARIOS]
+    steps = len(scenarios) * len(config.concurrency)
+    shown = redact_url(target.url)
+    progress.step(f"{target.name}: opening {shown}")
+    store: IdempotencyStore | None = None
+    try:
+        store = open_store(target.url)
+        await store.__aenter__()
+        if target.migrate:
+            await _migrate(store, target.url)
+    except Exception as exc:
+        result.unavailable.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}"))
+        if store is not None:
+            with contextlib.suppress(Exception):
+                await store.close()
+        for _ in range(steps):
+            progress.advance()
+        return
+    floor = await _open_floor(target, result.unavailable)
+    try:
+        for scenario in scenarios:
+            for concurrency in config.concurrency:
+                progress.step(f"{target.name} {scenario} x{concurrency}")
+                load = config.load(concurrency)
+                prefix = f"{run_id}-{scenario}-c{concurrency}:"
+                try:
+                    floor_timing = (
+                        None if floor is None else await run_floor(floor, scenario, load, prefix)
+                    )
+                    subject = await run_store(store, scenario, load, prefix)
+                except Exception as exc:
+                    result.unavailable.append(
+                        Unavailable(
+                            target.name,
+                            f"{scenario} x{concurrency} failed: {type(exc).__name__}: {exc}",
+                            scenario=scenario,
+                        )
+                    )
+                else:
+                    result.measurements.append(
+                        Measurement(
+                            backend=target.name,
+                            scenario=scenario,
+                            concurrency=concurrency,
+                            subject=subject,
+                            floor=floor_timing,
+                            floor_name=None if floor is None else floor.name,
+                            url=shown,
+                            expected_executions=subject.unique_keys,
+                        )
+                    )
+                progress.advance()
+    finally:
+        if floor is not None:
+            with contextlib.suppress(Exception):
+                await floor.close()
+        with contextlib.suppress(Exception):
+            await store.close()
+
+
+async def run_bench(
+    targets: Sequence[Target],
+    config: BenchConfig,
+    *,
+    unavailable: Sequence[Unavailable] = (),
+    progress: Progress | None = None,
+) -> BenchResult:
+    """Measure every target (store scenarios), then the hashers and the proxy, once each."""
+    progress = progress if progress is not None else _SilentProgress()
+    result = BenchResult(meta=_meta(), config=config.to_dict(), unavailable=list(unavailable))
+    store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
+    total = len(targets) * store_steps * len(config.concurrency)
+    total += ("hasher" in config.scenarios) + ("proxy" in config.scenarios)
+    progress.start(total)
+    run_id = secrets.token_hex(3)
+    started = time.perf_counter()
+    for target in targets:
+        await _bench_target(target, config, run_id, result, progress)
+    one_worker = config.load(1)
+    if "hasher" in config.scenarios:
+        progress.step("hasher")
+        result.measurements += run_hasher(one_worker)
+        progress.advance()
+    if "proxy" in config.scenarios:
+        progress.step("proxy (mcp)")
+        proxied = await run_proxy(one_worker)
+        if isinstance(proxied, Unavailable):
+            result.unavailable.append(proxied)
+        else:
+            result.measurements.append(proxied)
+        progress.advance()
+    result.meta["seconds"] = round(time.perf_counter() - started, 3)
+    return result
+
+
+@contextlib.contextmanager
+def _workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="idemstore-bench-") as tmp:
+        yield Path(tmp)
+
+
+async def bench(
+    urls: Sequence[str],
+    config: BenchConfig,
+    *,
+    local: bool = False,
+    progress: Progress | None = None,
+) -> BenchResult:
+    """The ``idemstore bench`` run: ``urls``; the embedded backends when there are none or
+    ``local`` is set; and with ``local``, Redis, PostgreSQL and DynamoDB started for the run."""
+    with _workdir() as tmp:
+        targets = name_targets(urls)
+        if not urls or local:
+            targets = embedded_targets(tmp) + targets
+        unavailable: list[Unavailable] = []
+        servers: list[Any] = []
+        if local:
+            if progress is not None:
+                progress.step("starting local servers")
+            servers, missing = await asyncio.to_thread(start_local_servers, tmp / "servers")
+            unavailable += missing
+            targets += [Target(s.backend, s.url, migrate=True) for s in servers]
+        try:
+            result = await run_bench(targets, config, unavailable=unavailable, progress=progress)
+        finally:
+            await asyncio.to_thread(stop_local_servers, servers)
+        versions = {s.backend: s.version for s in servers if s.version}
+        if versions:
+            result.meta["servers"] = versions
+        return result

@@ -1,0 +1,477 @@
+"""The scenarios ``idemstore bench`` runs, and the timed loop they share.
+
+Store scenarios (``fresh``, ``replay``, ``contention``, ``mixed``) differ only in which keys
+their workers use; each operation is what ``Idempotency.run`` does on the store: ``reserve``,
+then ``complete`` when the key was acquired. The engine's floor runs the same key sequence with
+its bare insert-if-absent, so backend and floor see the same shape of load.
+
+``hasher`` times ``idemstore.fingerprint`` against ``rfc8785`` and ``json.dumps(sort_keys=True)``
+on one value; ``proxy`` times ``tools/call`` through ``idemstore proxy`` against the same mock
+MCP server called directly, and counts executions of 5 identical calls both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import importlib
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from idemstore.bench.results import Measurement, Timing, Unavailable
+from idemstore.hashing import fingerprint
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from idemstore.bench.floors import Floor
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = [
+    "SCENARIOS",
+    "STORE_SCENARIOS",
+    "Load",
+    "run_floor",
+    "run_hasher",
+    "run_proxy",
+    "run_store",
+]
+
+STORE_SCENARIOS: tuple[str, ...] = ("fresh", "replay", "contention", "mixed")
+SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy")
+
+# Every bench record lives in this scope, under keys unique to the run, so a bench against a
+# real store never touches its records; they expire after RETENTION.
+SCOPE = "idemstore-bench"
+LEASE_TTL = 30.0
+RETENTION = 3600.0
+# One fingerprint for every key: a retry sends the same arguments, and hashing is timed apart.
+FINGERPRINT = fingerprint({"idemstore": "bench"})
+
+# replay: completed keys the workers cycle over (written before the clock starts).
+REPLAY_KEYS = 256
+# contention: every worker walks the same keys, each this many times in a row, so all workers
+# race on the first touch of a key and then replay it.
+CONTENTION_REPEATS = 8
+# mixed: share of operations that retry a key the worker already completed.
+RETRY_SHARE = 0.2
+
+IDENTICAL_CALLS = 5  # proxy: identical calls whose executions are counted
+RPC_TIMEOUT = 30.0  # proxy: seconds to wait for one JSON-RPC answer
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The shape of one measurement: ``ops`` operations in all, or ``duration`` seconds, over
+    ``concurrency`` asyncio workers, with responses of ``payload_bytes``."""
+
+    concurrency: int
+    ops: int | None
+    duration: float | None
+    payload_bytes: int
+
+    def per_worker(self) -> list[int | None]:
+        """Operations per worker (``None``: until the deadline)."""
+        if self.ops is None:
+            return [None] * self.concurrency
+        base, extra = divmod(self.ops, self.concurrency)
+        return [base + (1 if worker < extra else 0) for worker in range(self.concurrency)]
+
+
+def payload(size: int) -> bytes:
+    """A response of ``size`` bytes that does not compress to nothing."""
+    rng = random.Random(size)
+    return bytes(rng.randrange(32, 127) for _ in range(size))
+
+
+class _KeyPlan:
+    """Which key operation ``j`` of worker ``w`` uses, and which keys exist before timing."""
+
+    __slots__ = ("_done", "_rng", "preload", "scenario")
+
+    def __init__(self, scenario: str, load: Load) -> None:
+        if scenario not in STORE_SCENARIOS:
+            raise ValueError(f"not a store scenario: {scenario!r}")
+        self.scenario = scenario
+        self.preload: list[str] = []
+        if scenario == "replay":
+            count = REPLAY_KEYS if load.ops is None else max(1, min(REPLAY_KEYS, load.ops))
+            self.preload = [f"replay-{i}" for i in range(count)]
+        self._rng = [random.Random(worker) for worker in range(load.concurrency)]
+        self._done: list[list[str]] = [[] for _ in range(load.concurrency)]
+
+    def key(self, worker: int, j: int) -> str:
+        if self.scenario == "fresh":
+            return f"fresh-{worker}-{j}"
+        if self.scenario == "replay":
+            # Workers start at different keys, as independent clients would.
+            return self.preload[(worker * 7919 + j) % len(self.preload)]
+        if self.scenario == "contention":
+            return f"contended-{j // CONTENTION_REPEATS}"
+        done = self._done[worker]
+        if done and self._rng[worker].random() < RETRY_SHARE:
+            return self._rng[worker].choice(done)
+        key = f"mixed-{worker}-{j}"
+        done.append(key)
+        return key
+
+
+def _more(done: int, count: int | None, deadline: float | None) -> bool:
+    """Whether a worker goes on: fewer than ``count`` done, or (no count) before ``deadline``."""
+    if count is not None:
+        return done < count
+    return deadline is not None and time.monotonic() < deadline
+
+
+async def _drive(
+    op: Callable[[str], Awaitable[bool]],
+    scenario: str,
+    load: Load,
+    prefix: str,
+    outcomes: dict[str, int],
+) -> Timing:
+    """Run ``op`` (``True`` when it executed the work) over ``scenario``'s keys, timed.
+
+    ``op`` tallies outcomes in ``outcomes``, which is emptied when the clock starts so that
+    preloading and warm-up do not count.
+    """
+    plan = _KeyPlan(scenario, load)
+    timing = Timing()
+    preloaded = {prefix + key for key in plan.preload}
+    for key in sorted(preloaded):
+        await op(key)
+    # One untimed operation per worker first: pools open their connections, caches fill.
+    await asyncio.gather(
+        *(op(f"{prefix}warm-{worker}") for worker in range(load.concurrency)),
+        return_exceptions=True,
+    )
+    outcomes.clear()
+    touched: set[str] = set()
+    latencies = timing.latencies_ns
+    clock = time.perf_counter_ns
+    deadline = None if load.duration is None else time.monotonic() + load.duration
+
+    async def worker(index: int, count: int | None) -> None:
+        j = 0
+        while _more(j, count, deadline):
+            key = prefix + plan.key(index, j)
+            touched.add(key)
+            started = clock()
+            try:
+                executed = await op(key)
+            except Exception as exc:
+                timing.record_error(exc)
+            else:
+                latencies.append(clock() - started)
+                if executed:
+                    timing.executions += 1
+            j += 1
+            # Let the other workers in, even when the store answered without awaiting (memory):
+            # otherwise workers would run one after another and never race.
+            await asyncio.sleep(0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i, n) for i, n in enumerate(load.per_worker())))
+    timing.seconds = time.perf_counter() - started
+    timing.unique_keys = len(touched - preloaded)
+    timing.outcomes = dict(outcomes)
+    return timing
+
+
+async def run_store(store: IdempotencyStore, scenario: str, load: Load, prefix: str) -> Timing:
+    """One store scenario: ``reserve``, then ``complete`` when acquired."""
+    response = payload(load.payload_bytes)
+    outcomes: dict[str, int] = {}
+
+    async def op(key: str) -> bool:
+        reservation = await store.reserve(
+            key, FINGERPRINT, scope=SCOPE, lease_ttl=LEASE_TTL, retention=RETENTION
+        )
+        outcome = reservation.outcome.value
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if reservation.lease is None:
+            return False
+        if not await store.complete(reservation.lease, response):
+            outcomes["fenced_out"] = outcomes.get("fenced_out", 0) + 1
+        return True
+
+    return await _drive(op, scenario, load, prefix, outcomes)
+
+
+async def run_floor(floor: Floor, scenario: str, load: Load, prefix: str) -> Timing:
+    """The same scenario on the engine's floor: one insert-if-absent per operation."""
+    value = payload(load.payload_bytes)
+    await floor.reset()
+    outcomes: dict[str, int] = {}
+
+    async def op(key: str) -> bool:
+        inserted = await floor.put(key, value)
+        outcome = "inserted" if inserted else "present"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        return inserted
+
+    return await _drive(op, scenario, load, prefix, outcomes)
+
+
+# -- hasher ----------------------------------------------------------------------------------
+
+
+def hasher_value(size: int) -> dict[str, Any]:
+    """Tool-call arguments of about ``size`` bytes of JSON: nested objects, floats, Unicode."""
+    value: dict[str, Any] = {
+        "name": "charge_card",
+        "arguments": {
+            "order_id": 42,
+            "amount": 1999,
+            "currency": "EUR",
+            "captured": True,
+            "rate": 0.25,
+            "customer": {"id": "cus_8f14e45f", "email": "zoë@example.com", "tags": ["vip"]},
+            "items": [],
+            "note": "Lieferung bis Freitag, bitte klingeln 🚪",
+        },
+    }
+    items: list[dict[str, Any]] = value["arguments"]["items"]
+    while len(json.dumps(value)) < size:
+        n = len(items)
+        items.append({"sku": f"sku-{n}", "qty": n % 7 + 1, "price": round(9.99 + n * 1.5, 2)})
+    return value
+
+
+def _rfc8785_hash(value: Any) -> str:
+    import rfc8785
+
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+def _sorted_json_hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+HASHERS: dict[str, Callable[[Any], str]] = {
+    "idemstore.fingerprint": fingerprint,
+    "rfc8785": _rfc8785_hash,
+    "json.dumps(sort_keys)": _sorted_json_hash,
+}
+HASHER_FLOOR = "json.dumps(sort_keys)"
+
+
+def _time_sync(call: Callable[[], object], load: Load) -> Timing:
+    timing = Timing()
+    clock = time.perf_counter_ns
+    latencies = timing.latencies_ns
+    deadline = None if load.duration is None else time.monotonic() + load.duration
+    count = load.ops
+    started = time.perf_counter()
+    j = 0
+    while _more(j, count, deadline):
+        begun = clock()
+        try:
+            call()
+        except Exception as exc:
+            timing.record_error(exc)
+        else:
+            latencies.append(clock() - begun)
+        j += 1
+    timing.seconds = time.perf_counter() - started
+    return timing
+
+
+def run_hasher(load: Load) -> list[Measurement]:
+    """Each hasher on the same value, one after another, against ``json.dumps(sort_keys)``.
+
+    Hashing is CPU work: it runs once, on one worker, whatever the concurrency asked for.
+    """
+    value = hasher_value(load.payload_bytes)
+    digests = {name: hasher(value) for name, hasher in HASHERS.items()}
+    timings = {name: _time_sync(functools.partial(h, value), load) for name, h in HASHERS.items()}
+    floor = timings[HASHER_FLOOR]
+    size = len(json.dumps(value).encode())
+    return [
+        Measurement(
+            backend=name,
+            scenario="hasher",
+            concurrency=1,
+            subject=timing,
+            floor=floor,
+            floor_name=f"{HASHER_FLOOR} + sha256",
+            notes={
+                "value_bytes": size,
+                "agrees_with_rfc8785": digests[name] == digests["rfc8785"],
+            },
+        )
+        for name, timing in timings.items()
+    ]
+
+
+# -- proxy -----------------------------------------------------------------------------------
+
+PROXY_MODULE = "idemstore.mcp.proxy"
+PROXY_STORE = "memory://"
+
+
+def _checkout_env() -> dict[str, str]:
+    """The environment for child processes, able to import this very idemstore."""
+    root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def mock_server_argv(counter: Path) -> list[str]:
+    """The command that runs the mock MCP server, counting executions in ``counter``."""
+    return [sys.executable, "-m", "idemstore.bench.mock_server", "--counter", str(counter)]
+
+
+def proxy_argv(server: Sequence[str]) -> list[str]:
+    """The command that runs ``server`` behind ``idemstore proxy`` on a memory store."""
+    return [sys.executable, "-m", "idemstore", "proxy", "--store", PROXY_STORE, "--", *server]
+
+
+class StdioClient:
+    """A bare JSON-RPC client over a child's stdio: one request at a time, answers by id."""
+
+    __slots__ = ("_next_id", "_process")
+
+    def __init__(self) -> None:
+        self._process: asyncio.subprocess.Process | None = None
+        self._next_id = 0
+
+    async def start(self, argv: Sequence[str]) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=_checkout_env(),
+        )
+        await self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "idemstore-bench", "version": "1"},
+            },
+        )
+        await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        self._process.stdin.write(json.dumps(message).encode() + b"\n")
+        await self._process.stdin.drain()
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send a request and return its ``result``; raise on an error answer or a timeout."""
+        assert self._process is not None and self._process.stdout is not None
+        self._next_id += 1
+        request_id = self._next_id
+        await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        while True:
+            line = await asyncio.wait_for(self._process.stdout.readline(), RPC_TIMEOUT)
+            if not line:
+                raise ConnectionError(f"the server closed stdout before answering {method}")
+            message = json.loads(line)
+            if message.get("id") != request_id:
+                continue  # a notification or a server-to-client request: not ours
+            if "error" in message:
+                raise RuntimeError(f"{method} failed: {message['error']}")
+            result: dict[str, Any] = message.get("result") or {}
+            return result
+
+    async def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 5)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def measure_stdio(argv_for: Callable[[Path], list[str]], load: Load) -> Timing:
+    """Time ``tools/call`` on fresh arguments, then count executions of identical calls.
+
+    ``argv_for(counter)`` is the command to run. The timing's ``executions`` are those of the
+    ``IDENTICAL_CALLS`` identical calls alone; ``unique_keys`` is 1 (they are one call).
+    """
+    with tempfile.TemporaryDirectory(prefix="idemstore-bench-proxy-") as tmp:
+        counter = Path(tmp) / "executions"
+        counter.touch()
+        client = StdioClient()
+        pad = "x" * load.payload_bytes
+        try:
+            await client.start(argv_for(counter))
+            timing = Timing()
+            clock = time.perf_counter_ns
+            deadline = None if load.duration is None else time.monotonic() + load.duration
+            j = 0
+            started = time.perf_counter()
+            while _more(j, load.ops, deadline):
+                begun = clock()
+                try:
+                    await client.request(
+                        "tools/call", {"name": "record", "arguments": {"n": j, "pad": pad}}
+                    )
+                except (RuntimeError, ValueError, TimeoutError) as exc:
+                    timing.record_error(exc)
+                else:
+                    timing.latencies_ns.append(clock() - begun)
+                j += 1
+            timing.seconds = time.perf_counter() - started
+            before = len(counter.read_text().split())
+            for _ in range(IDENTICAL_CALLS):
+                await client.request(
+                    "tools/call", {"name": "record", "arguments": {"n": "identical"}}
+                )
+            timing.executions = len(counter.read_text().split()) - before
+            timing.unique_keys = 1
+        finally:
+            await client.close()
+    return timing
+
+
+async def run_proxy(load: Load) -> Measurement | Unavailable:
+    """``tools/call`` through ``idemstore proxy`` (memory store) against calling directly."""
+    try:
+        importlib.import_module(PROXY_MODULE)
+    except ImportError as exc:
+        return Unavailable(
+            "mcp proxy", f"{PROXY_MODULE} cannot be imported ({exc})", scenario="proxy"
+        )
+    try:
+        direct = await measure_stdio(mock_server_argv, load)
+        proxied = await measure_stdio(lambda c: proxy_argv(mock_server_argv(c)), load)
+    except (OSError, ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
+        return Unavailable("mcp proxy", f"{type(exc).__name__}: {exc}", scenario="proxy")
+    notes: dict[str, Any] = {
+        "identical_calls": IDENTICAL_CALLS,
+        "direct_executions": direct.executions,
+        "store": PROXY_STORE,
+    }
+    for label in ("p50", "p99"):
+        ours, theirs = proxied.latency_ms()[label], direct.latency_ms()[label]
+        if ours is not None and theirs is not None:
+            notes[f"added_{label}_ms"] = ours - theirs
+    return Measurement(
+        backend="mcp proxy",
+        scenario="proxy",
+        concurrency=1,
+        subject=proxied,
+        floor=direct,
+        floor_name="the mock server called directly",
+        url=PROXY_STORE,
+        expected_executions=1,
+        notes=notes,
+    )

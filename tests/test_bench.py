@@ -1,0 +1,395 @@
+"""``idemstore bench``: it runs end to end, reports what it must, and survives what is missing.
+
+Benchmarks are not tests: nothing here asserts a timing, only that numbers are there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from idemstore import cli
+from idemstore.bench import SCENARIOS, BenchConfig, Target, run_bench
+from idemstore.bench.floors import floor_for_url
+from idemstore.bench.local import Launcher, start_local_servers, stop_local_servers
+from idemstore.bench.report import COLUMNS, print_table, to_markdown
+from idemstore.bench.results import Measurement, Timing, Unavailable, percentile
+from idemstore.bench.runner import DEFAULT_CONCURRENCY, DEFAULT_OPS, DEFAULT_PAYLOAD_BYTES
+from idemstore.bench.scenarios import (
+    IDENTICAL_CALLS,
+    PROXY_MODULE,
+    Load,
+    measure_stdio,
+    mock_server_argv,
+    run_hasher,
+    run_proxy,
+)
+from idemstore.errors import ConfigurationError
+from idemstore.urls import open_store
+from tests.conftest import make_venv
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RESULT_FIELDS = {
+    "backend",
+    "url",
+    "scenario",
+    "concurrency",
+    "ops",
+    "seconds",
+    "ops_per_s",
+    "latency_ms",
+    "errors",
+    "executions",
+    "unique_keys",
+    "expected_executions",
+    "exactly_once",
+    "outcomes",
+    "floor",
+    "ratio_p50",
+    "ratio_throughput",
+}
+
+
+def sqlite_backend_present() -> bool:
+    """Whether this version has the sqlite:// backend (the bench reports it otherwise)."""
+    try:
+        open_store("sqlite:///:memory:")
+    except ConfigurationError as exc:
+        if "not part of this version" in str(exc):
+            return False
+        raise
+    return True
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def embedded_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory://"
+    if not sqlite_backend_present():
+        pytest.skip("the sqlite:// backend is not part of this version yet")
+    return f"sqlite:///{tmp_path}/bench.db"
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "idemstore", "bench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+def test_embedded_run_writes_json_markdown_and_charts(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_cli(
+        "--ops", "24", "--concurrency", "1,4", "--scenario", "fresh", "replay", "contention",
+        "mixed", "hasher", "--payload-bytes", "64", "--out", str(out), "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    written = json.loads((out / "results.json").read_text())
+    assert printed["config"] == written["config"]
+    assert written["config"]["ops"] == 24 and written["config"]["concurrency"] == [1, 4]
+    assert {"idemstore", "python", "machine", "cpus", "versions"} <= set(written["meta"])
+
+    stores = {"memory", "sqlite"} if sqlite_backend_present() else {"memory"}
+    results = written["results"]
+    for result in results:
+        assert set(result) >= RESULT_FIELDS, result["backend"]
+        assert set(result["latency_ms"]) >= {"p50", "p90", "p99", "p99.9"}
+    measured = {(r["backend"], r["scenario"], r["concurrency"]) for r in results}
+    for store in stores:
+        for scenario in ("fresh", "replay", "contention", "mixed"):
+            for level in (1, 4):
+                assert (store, scenario, level) in measured
+    for result in results:
+        if result["backend"] in stores:
+            assert result["ops"] == 24 and result["errors"] == {}
+            assert result["floor"]["name"] and result["floor"]["latency_ms"]["p50"] is not None
+            assert result["ratio_p50"] is not None and result["ratio_throughput"] is not None
+            assert result["exactly_once"] is True
+    if "sqlite" not in stores:
+        assert any(u["backend"] == "sqlite" for u in written["unavailable"])
+    assert {"idemstore.fingerprint", "rfc8785", "json.dumps(sort_keys)"} <= {
+        r["backend"] for r in results if r["scenario"] == "hasher"
+    }
+
+    markdown = (out / "results.md").read_text()
+    assert "| " + " | ".join(COLUMNS) + " |" in markdown
+    for chart in ("latency.png", "throughput.png"):
+        assert (out / chart).read_bytes().startswith(PNG_SIGNATURE)
+        assert f"]({chart})" in markdown
+
+
+def test_the_table_goes_to_stdout_and_names_each_backend(tmp_path: Path) -> None:
+    done = run_cli("memory://", "--ops", "8", "--concurrency", "2", "--scenario", "fresh",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "memory" in done.stdout and "fresh" in done.stdout
+    assert "x floor p50" in done.stdout
+
+
+def test_a_backend_that_cannot_be_opened_is_reported_and_the_run_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = cli.main(
+        ["bench", "memory://", "memory://?no_such_option=1", "nosuch://x",
+         "--ops", "8", "--concurrency", "2", "--scenario", "fresh", "--json"]
+    )  # fmt: skip
+    assert status == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["backend"] for r in report["results"]] == ["memory"]
+    reasons = {u["backend"]: u["reason"] for u in report["unavailable"]}
+    assert "no_such_option" in reasons["memory-2"]
+    assert "unknown store scheme" in reasons["nosuch"]
+
+
+def test_no_backend_at_all_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "nosuch://x", "--ops", "4", "--scenario", "fresh"]) == 2
+    assert "no backend could be measured" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_runs_without_the_bench_extra(built_wheel: Path, tmp_path: Path) -> None:
+    """No rich, no matplotlib: a plain table, plain progress, JSON and Markdown but no charts."""
+    bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(bin_dir / "idemstore"), "bench", "memory://", "--ops", "8", "--concurrency", "2",
+         "--scenario", "fresh", "hasher", "--out", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "x floor p50" in done.stdout and "idemstore.fingerprint" in done.stdout
+    assert "[1/" in done.stderr  # the plain progress lines
+    assert "pip install 'idemstore[bench]'" in done.stderr
+    assert entries(out) == ["results.json", "results.md"]
+
+
+def test_cli_defaults_match_the_bench_package() -> None:
+    assert cli.SCENARIO_NAMES == SCENARIOS
+    assert cli.DEFAULT_CONCURRENCY == DEFAULT_CONCURRENCY
+    assert cli.DEFAULT_OPS == DEFAULT_OPS
+    assert cli.DEFAULT_PAYLOAD_BYTES == DEFAULT_PAYLOAD_BYTES
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+async def test_contention_executes_each_key_exactly_once(embedded_url: str) -> None:
+    config = BenchConfig(scenarios=("contention",), concurrency=(16,), ops=160)
+    result = await run_bench([Target("store", embedded_url)], config)
+    assert result.unavailable == []
+    (measured,) = result.measurements
+    assert measured.subject.errors == {}
+    assert measured.subject.unique_keys >= 1
+    assert measured.subject.executions == measured.subject.unique_keys
+    assert measured.exactly_once is True
+    # The other workers lost the race: they saw the key in progress or already completed.
+    losers = measured.subject.outcomes.get("in_progress", 0)
+    losers += measured.subject.outcomes.get("completed", 0)
+    assert losers == 160 - measured.subject.executions
+
+
+async def test_replay_executes_nothing_and_finds_every_key_completed(embedded_url: str) -> None:
+    config = BenchConfig(scenarios=("replay",), concurrency=(4,), ops=40)
+    result = await run_bench([Target("store", embedded_url)], config)
+    (measured,) = result.measurements
+    assert measured.subject.executions == 0 and measured.expected_executions == 0
+    assert measured.subject.outcomes == {"completed": 40}
+    assert measured.floor is not None and measured.floor.outcomes == {"present": 40}
+
+
+async def test_mixed_retries_some_keys_and_runs_each_new_key_once() -> None:
+    config = BenchConfig(scenarios=("mixed",), concurrency=(2,), ops=200)
+    result = await run_bench([Target("memory", "memory://")], config)
+    (measured,) = result.measurements
+    outcomes = measured.subject.outcomes
+    assert outcomes["acquired"] == measured.subject.unique_keys == measured.subject.executions
+    assert outcomes["completed"] == 200 - outcomes["acquired"] > 0
+
+
+async def test_duration_mode_runs_until_the_deadline() -> None:
+    config = BenchConfig(scenarios=("fresh",), concurrency=(2,), ops=None, duration=0.05)
+    result = await run_bench([Target("memory", "memory://")], config)
+    (measured,) = result.measurements
+    assert measured.subject.ops > 0 and measured.exactly_once is True
+    assert result.config["duration"] == 0.05 and result.config["ops"] is None
+
+
+def test_hasher_compares_fingerprint_rfc8785_and_sorted_json() -> None:
+    measured = run_hasher(Load(concurrency=1, ops=10, duration=None, payload_bytes=512))
+    by_name = {m.backend: m for m in measured}
+    assert set(by_name) == {"idemstore.fingerprint", "rfc8785", "json.dumps(sort_keys)"}
+    for m in measured:
+        assert m.scenario == "hasher" and len(m.subject.latencies_ns) == 10
+        assert m.notes["value_bytes"] >= 512
+    assert by_name["idemstore.fingerprint"].notes["agrees_with_rfc8785"] is True
+    assert by_name["json.dumps(sort_keys)"].ratio_p50 == 1.0
+
+
+async def test_the_mock_server_called_directly_runs_every_identical_call() -> None:
+    timing = await measure_stdio(mock_server_argv, Load(1, 3, None, 16))
+    assert len(timing.latencies_ns) == 3 and timing.errors == {}
+    assert timing.executions == IDENTICAL_CALLS and timing.unique_keys == 1
+
+
+async def test_proxy_scenario_is_measured_or_reported_unavailable() -> None:
+    outcome = await run_proxy(Load(1, 5, None, 16))
+    if importlib.util.find_spec(PROXY_MODULE) is None:
+        assert isinstance(outcome, Unavailable) and outcome.scenario == "proxy"
+        assert PROXY_MODULE in outcome.reason
+        return
+    assert isinstance(outcome, Measurement)
+    assert outcome.notes["direct_executions"] == IDENTICAL_CALLS
+    assert outcome.subject.executions == 1 and outcome.exactly_once is True
+
+
+# -- floors ----------------------------------------------------------------------------------
+
+
+async def test_memory_floor_inserts_each_key_once() -> None:
+    floor = floor_for_url("memory://")
+    assert floor is not None
+    await floor.open()
+    assert await floor.put("k", b"v") is True
+    assert await floor.put("k", b"v") is False
+    await floor.reset()
+    assert await floor.put("k", b"v") is True
+    await floor.close()
+
+
+def test_sqlite_floor_takes_synchronous_from_the_url(tmp_path: Path) -> None:
+    default = floor_for_url(f"sqlite:///{tmp_path}/store.db")
+    normal = floor_for_url(f"sqlite:///{tmp_path}/store.db?synchronous=normal")
+    assert default is not None and "synchronous=FULL" in default.name
+    assert normal is not None and "synchronous=NORMAL" in normal.name
+    with pytest.raises(ConfigurationError):
+        floor_for_url(f"sqlite:///{tmp_path}/store.db?synchronous=sometimes")
+
+
+async def test_sqlite_floor_inserts_once_under_races_and_leaves_nothing(tmp_path: Path) -> None:
+    floor = floor_for_url(f"sqlite:///{tmp_path}/store.db")
+    assert floor is not None
+    await floor.open()
+    try:
+        # Its own file beside the store's, never the store's own.
+        (floor_dir,) = entries(tmp_path)
+        assert floor_dir.startswith("idemstore-bench-floor-")
+        inserted = await asyncio.gather(*(floor.put("same", b"v") for _ in range(16)))
+        assert inserted.count(True) == 1
+        await floor.reset()
+        assert await floor.put("same", b"v") is True
+    finally:
+        await floor.close()
+    assert entries(tmp_path) == []
+
+
+def entries(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+def test_a_scheme_without_a_floor_has_none() -> None:
+    assert floor_for_url("nosuch://x") is None
+
+
+# -- local servers ---------------------------------------------------------------------------
+
+
+class _FakeServer:
+    url = "memory://"
+    version = "0"
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+STARTED: list[_FakeServer] = []
+
+
+def start_fake(where: Path) -> _FakeServer:
+    assert where.is_dir()
+    STARTED.append(_FakeServer())
+    return STARTED[-1]
+
+
+def start_broken() -> Any:
+    from idemstore.local_servers import ServerUnavailableError
+
+    raise ServerUnavailableError("fake-server is not on PATH")
+
+
+@pytest.fixture
+def fake_launchers() -> Iterator[list[Launcher]]:
+    STARTED.clear()
+    yield [
+        Launcher("absent", "idemstore.local_servers.absent", "start_absent"),
+        Launcher("broken", __name__, "start_broken", takes_dir=False),
+        Launcher("fake", __name__, "start_fake"),
+    ]
+    STARTED.clear()
+
+
+def test_missing_launchers_and_binaries_are_reported_not_fatal(
+    tmp_path: Path, fake_launchers: list[Launcher]
+) -> None:
+    running, missing = start_local_servers(tmp_path, fake_launchers)
+    assert [s.backend for s in running] == ["fake"] and running[0].version == "0"
+    reasons = {u.backend: u.reason for u in missing}
+    assert "no launcher idemstore.local_servers.absent.start_absent" in reasons["absent"]
+    assert "fake-server is not on PATH" in reasons["broken"]
+    stop_local_servers(running)
+    assert STARTED[0].stopped
+
+
+# -- statistics and report -------------------------------------------------------------------
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    samples = list(range(1, 1001))
+    assert percentile(samples, 0.5) == 500
+    assert percentile(samples, 0.999) == 999
+    assert percentile([7], 0.999) == 7
+    assert percentile(list(range(1, 11)), 0.9) == 9
+
+
+def test_a_duplicate_execution_is_flagged_in_every_output() -> None:
+    from idemstore.bench.results import BenchResult
+
+    doubled = Timing(latencies_ns=[1000, 2000], seconds=0.01, executions=2, unique_keys=1)
+    result = BenchResult(
+        measurements=[
+            Measurement("memory", "contention", 2, doubled, expected_executions=1, floor=doubled)
+        ]
+    )
+    assert result.violations == result.measurements
+    assert result.to_dict()["results"][0]["exactly_once"] is False
+    assert "2/1 !" in to_markdown(result)
+    from io import StringIO
+
+    table = StringIO()
+    print_table(result, table)
+    assert "NOT exactly once" in table.getvalue()
