@@ -41,7 +41,6 @@ from idemstore.runner import Idempotency
 try:
     import mcp_types
     from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
-    from fastmcp.server.auth import AccessToken as _FastMCPAccessToken
     from fastmcp.server.dependencies import fastmcp_request_ctx
     from fastmcp.server.dependencies import get_access_token as _fastmcp_access_token
     from fastmcp.server.middleware import Middleware
@@ -67,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from fastmcp.server.auth import AccessToken as _FastMCPAccessToken
     from fastmcp.server.middleware import CallNext as FastMCPCallNext
     from fastmcp.server.middleware import MiddlewareContext
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -118,6 +118,7 @@ _FORMAT_VERSION = 1
 _executing: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "idemstore_mcp_executing", default=None
 )
+
 
 class ReplayedToolError(Exception):
     """Raised on replay of a call whose tool raised an unexpected exception the first time.
