@@ -392,7 +392,6 @@ class IdempotencyMiddleware:
         print_: str,
         body: bytes,
     ) -> None:
-        sent = False
         replayed_body = False
 
         async def replay_receive() -> Message:
@@ -408,27 +407,26 @@ class IdempotencyMiddleware:
             inner_scope["extensions"] = {
                 k: v for k, v in extensions.items() if k not in _BYPASS_EXTENSIONS
             }
-        captured: _Captured | None = None
+        recorder = _Recorder(send, self.max_response_bytes)
+        ran = False
 
         async def work() -> bytes:
-            nonlocal sent, captured
-            recorder = _Recorder(send, self.max_response_bytes)
+            nonlocal ran
             await self.app(inner_scope, replay_receive, recorder)
+            ran = True
             if not recorder.complete and not recorder.streamed:
                 # The app ended without finishing its response: pass on what it sent.
                 await recorder.flush("incomplete")
-            sent = recorder.streamed
             captured = recorder.result()
             if captured is None:
-                if recorder.streamed:
-                    logger.warning(
-                        "response to %s %s under Idempotency-Key %r was %s: sent but not"
-                        " recorded, key released",
-                        scope.get("method"),
-                        scope.get("path"),
-                        key,
-                        recorder.why_not,
-                    )
+                logger.warning(
+                    "response to %s %s under Idempotency-Key %r was %s: sent but not"
+                    " recorded, key released",
+                    scope.get("method"),
+                    scope.get("path"),
+                    key,
+                    recorder.why_not,
+                )
                 raise _NotRecorded
             if captured.status >= 500 and not self.record_server_errors:
                 raise _NotRecorded
@@ -437,8 +435,9 @@ class IdempotencyMiddleware:
         try:
             result = await self._runner.run(key, print_, work, scope=caller)
         except _NotRecorded:
-            if not sent and captured is not None:
-                await _send_response(send, captured.status, captured.headers, captured.body)
+            # The key is released by now, so a client that retries on seeing the end of this
+            # response finds it free.
+            await recorder.finish()
             return
         except InProgressError:
             await _send_response(
@@ -466,12 +465,11 @@ class IdempotencyMiddleware:
             )
             return
         except IdemstoreError as exc:
-            if captured is not None:
+            if ran:
                 logger.warning(
                     "response under Idempotency-Key %r could not be recorded: %s", key, exc
                 )
-                if not sent:
-                    await _send_response(send, captured.status, captured.headers, captured.body)
+                await recorder.finish()
                 return
             logger.error("idempotency store failed before the request ran: %s", exc)
             await _send_response(
@@ -487,8 +485,7 @@ class IdempotencyMiddleware:
             )
             return
         if not result.replayed:
-            assert captured is not None
-            await _send_response(send, captured.status, captured.headers, captured.body)
+            await recorder.finish()
             return
         try:
             recorded = _Captured.decode(result.value)
@@ -519,11 +516,14 @@ class _Recorder:
     """An ASGI ``send`` that buffers the response, up to a size, instead of sending it.
 
     Past the limit, or for an event stream, it sends what it holds and passes the rest
-    through (``streamed``); ``result()`` is then ``None``.
+    through (``streamed``); ``result()`` is then ``None``. The message that ends the response
+    is held back either way until ``finish()``, so the response only completes for the client
+    once the store has recorded it or released the key.
     """
 
     __slots__ = (
         "_chunks",
+        "_final",
         "_headers",
         "_limit",
         "_send",
@@ -541,13 +541,14 @@ class _Recorder:
         self._headers: list[tuple[bytes, bytes]] = []
         self._chunks: list[bytes] = []
         self._size = 0
+        self._final: Message | None = None
         self.streamed = False
         self.complete = False
         self.why_not = ""
 
     async def __call__(self, message: Message) -> None:
         if self.streamed:
-            await self._send(message)
+            await self._pass(message)
             return
         kind = message["type"]
         if kind == "http.response.start":
@@ -565,14 +566,14 @@ class _Recorder:
                 # Nothing is held yet: pass the start through and everything after it.
                 self.streamed = True
                 self.why_not = why
-                await self._send(message)
+                await self._pass(message)
             return
         if kind == "http.response.body":
             chunk = bytes(message.get("body", b""))
             self._size += len(chunk)
             if self._size > self._limit:
                 await self._stream(f"larger than {self._limit} bytes")
-                await self._send(message)
+                await self._pass(message)
                 return
             self._chunks.append(chunk)
             if not message.get("more_body", False):
@@ -580,7 +581,24 @@ class _Recorder:
             return
         # Anything else (trailers, an extension) cannot be recorded faithfully.
         await self._stream(f"using {kind!r}")
+        await self._pass(message)
+
+    async def _pass(self, message: Message) -> None:
+        """Send ``message`` on, except the one that ends the response: ``finish`` sends it."""
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self._final = message
+            return
         await self._send(message)
+
+    async def finish(self) -> None:
+        """Complete the response to the client: the buffered one, or the end of the stream."""
+        if self.streamed:
+            final, self._final = self._final, None
+            if final is not None:
+                await self._send(final)
+            return
+        if self.complete:
+            await _send_response(self._send, self._status, self._headers, b"".join(self._chunks))
 
     async def flush(self, why: str) -> None:
         """Send what is held and stop recording."""
