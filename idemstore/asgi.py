@@ -67,6 +67,10 @@ _BYPASS_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopy")
 _FORMAT_VERSION = 1
 
 
+class _ClientGone(Exception):
+    """Internal: the client disconnected while the request body was being read."""
+
+
 class _NotRecorded(Exception):
     """Internal: the response was sent but must not be stored; the key is released."""
 
@@ -335,7 +339,10 @@ class IdempotencyMiddleware:
         if len(caller) > MAX_SCOPE_LENGTH:
             caller = "sha256:" + hashlib.sha256(caller.encode("utf-8")).hexdigest()
 
-        body, more = await self._read_body(receive)
+        try:
+            body, more = await self._read_body(receive)
+        except _ClientGone:
+            return
         if more:
             await _send_response(
                 send,
@@ -358,8 +365,8 @@ class IdempotencyMiddleware:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                # The client left; nothing will run, the app sees no body.
-                return b"".join(chunks), False
+                # The client left before sending its whole request: nothing runs.
+                raise _ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:

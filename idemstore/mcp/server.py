@@ -311,6 +311,10 @@ class _Sep3182:
             scope = scope(ctx)
         if scope is None:
             return _PROCESS_SCOPE
+        if not isinstance(scope, str):
+            raise TypeError(f"the scope callable returned {type(scope).__name__}, not str")
+        if len(scope) > MAX_SCOPE_LENGTH or "\x00" in scope:
+            scope = "sha256:" + sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()
         return scope
 
     async def call(
