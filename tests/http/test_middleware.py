@@ -414,3 +414,21 @@ def test_bad_options_are_configuration_errors(store: IdempotencyStore) -> None:
         IdempotencyMiddleware(app, store=store, retention=0)
     with pytest.raises(ConfigurationError):
         IdempotencyMiddleware(app, store=store, scope="not callable")  # type: ignore[arg-type]
+
+
+async def test_unreachable_store_is_503_without_running(framework: str) -> None:
+    from idemstore.backends.memory import MemoryStore
+    from idemstore.errors import StoreUnavailableError
+
+    class DownStore(MemoryStore):
+        async def reserve(self, *args: Any, **kwargs: Any) -> Any:
+            raise StoreUnavailableError("engine down")
+
+    app = create_app(framework, DownStore())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        response = await client.post("/orders", json={}, headers=keyed("k-down"))
+        problem(response, 503)
+        assert response.headers["retry-after"] == "1"
+    assert calls(app, "create_order") == 0

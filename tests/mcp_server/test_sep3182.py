@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
 from idemstore.backends.memory import MemoryStore
+from idemstore.errors import StoreUnavailableError
 from idemstore.mcp.server import CONFLICT, IN_PROGRESS, INVALID_KEY, ServerIdempotency
 from tests.mcp_server.conftest import Harness, call, connect, error_of
 from tests.mcp_server.servers import Tools, build
@@ -328,3 +329,21 @@ def test_mrtr_continuation_is_not_read_as_keyed() -> None:
     sep = ServerIdempotency(MemoryStore())._sep
     params = {"name": "t", "arguments": {}, "idempotencyKey": "k", "inputResponses": {}}
     assert sep.read(params) is None
+
+
+class _DownStore(MemoryStore):
+    """A store whose engine is unreachable."""
+
+    async def reserve(self, *args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailableError("engine down")
+
+
+async def test_unreachable_store_fails_the_call_without_running(adapter: str, era: str) -> None:
+    tools = Tools()
+    async with connect(build(adapter, tools, _DownStore()), era) as client:
+        error = error_of(await call(client, "charge", {"amount": 5}, key="k-down"))
+        assert error["code"] == types.INTERNAL_ERROR
+        assert error["data"]["type"] == "idempotency_store_unavailable"
+        # Calls without a key do not touch the store.
+        assert isinstance(await call(client, "charge", {"amount": 5}), dict)
+    assert tools.count("charge") == 1
