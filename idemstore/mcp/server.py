@@ -1,0 +1,665 @@
+"""SEP-3182 request idempotency for MCP servers: ``tools/call`` with ``params.idempotencyKey``.
+
+One behaviour, two adapters:
+
+- ``ServerIdempotency(store, **options)``: a ``ServerMiddleware`` for the official ``mcp`` SDK's
+  low-level ``Server``; append it to ``server.middleware``.
+- ``FastMCPIdempotency(store, **options)``: a FastMCP 4.x ``Middleware``; add it with
+  ``mcp.add_middleware(...)``.
+
+Both advertise ``tools.idempotency`` in ``initialize`` and ``server/discover`` results and
+answer a keyed ``tools/call`` exactly as the SEP says: run it once and record the outcome
+(results and errors alike), replay that outcome to a retry with equivalent arguments, reject a
+retry with other arguments (``data.type = "idempotency_key_conflict"``) and reject at once,
+without waiting, a retry while the original still runs (``"idempotency_key_in_progress"``).
+The rules live in ``_Sep3182``; the adapters only translate between it and their framework.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from hashlib import sha256
+from typing import TYPE_CHECKING, Any, Literal
+
+from idemstore.errors import (
+    CanonicalizationError,
+    ConflictError,
+    IdemstoreError,
+    InProgressError,
+    InvalidKeyError,
+    MissingDependencyError,
+)
+from idemstore.hashing import fingerprint
+from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
+from idemstore.runner import Idempotency
+
+try:
+    import mcp_types
+    from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
+    from fastmcp.server.dependencies import fastmcp_request_ctx
+    from fastmcp.server.dependencies import get_access_token as _fastmcp_access_token
+    from fastmcp.server.middleware import Middleware
+    from fastmcp.tools.base import InputRequiredToolResult, RawStructuredToolResult, ToolResult
+    from mcp.server.auth.provider import principal_components
+    from mcp.server.request_state import authenticated_principal
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import (
+        INTERNAL_ERROR,
+        INVALID_PARAMS,
+        INVALID_REQUEST,
+        METHOD_NOT_FOUND,
+        PARSE_ERROR,
+    )
+    from mcp_types.methods import is_input_required
+    from pydantic import BaseModel, ValidationError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError(
+        f"idemstore.mcp.server needs the MCP SDK and FastMCP ({exc.name} is missing): "
+        "pip install 'idemstore[mcp]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from fastmcp.server.auth import AccessToken as _FastMCPAccessToken
+    from fastmcp.server.middleware import CallNext as FastMCPCallNext
+    from fastmcp.server.middleware import MiddlewareContext
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = [
+    "CONFLICT",
+    "IN_PROGRESS",
+    "INVALID_KEY",
+    "KEY_FIELD",
+    "FastMCPIdempotency",
+    "ReplayedToolError",
+    "ServerIdempotency",
+]
+
+logger = logging.getLogger("idemstore.mcp.server")
+
+KEY_FIELD = "idempotencyKey"
+IN_PROGRESS = "idempotency_key_in_progress"
+CONFLICT = "idempotency_key_conflict"
+INVALID_KEY = "idempotency_key_invalid"
+STORE_UNAVAILABLE = "idempotency_store_unavailable"
+
+# JSON-RPC codes for the SEP's two rejections. The SEP defines no code of its own (clients
+# key off error.data.type); a key reused with other arguments is a client error in the
+# arguments, a duplicate in flight is a request that cannot be served as sent.
+CONFLICT_CODE = INVALID_PARAMS
+IN_PROGRESS_CODE = INVALID_REQUEST
+
+# JSON-RPC errors that mean the request was refused before any tool ran (unknown method,
+# malformed or invalid params, the handshake gate). They are not recorded: nothing happened
+# that a retry could duplicate, and a retry is refused again for the same reason.
+_REFUSAL_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
+
+# MRTR (SEP-2322) continuation fields: such a request resumes an operation the server said is
+# unfinished; the SEP leaves it outside idempotency, so it passes straight through.
+_CONTINUATION_FIELDS = ("requestState", "inputResponses")
+
+# Without an authenticated principal or a scope= option, records are scoped to this process:
+# no two processes (and so no two stdio clients sharing a store file) ever match each
+# other's keys by accident. Servers whose callers span processes pass scope=.
+_PROCESS_SCOPE = f"process:{secrets.token_hex(16)}"
+
+_FORMAT_VERSION = 1
+
+# FastMCP: a tool calling a tool inside one wire request must not be deduplicated again
+# under the wire request's key.
+_executing: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "idemstore_mcp_executing", default=None
+)
+
+
+class ReplayedToolError(Exception):
+    """Raised on replay of a call whose tool raised an unexpected exception the first time.
+
+    Its message is the original exception's, so the SDK puts the same error on the wire.
+    """
+
+
+class _NotRecorded(Exception):
+    """Internal: the outcome must not be stored (the key is released), only returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolCall:
+    key: str
+    name: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a tool call produced, in a form both adapters can record and replay.
+
+    ``kind`` is ``result`` (``body`` is the wire ``CallToolResult``, ``isError`` ones
+    included), ``error`` (``body`` is a JSON-RPC error object) or ``raise`` (``body`` names the
+    kind of exception the tool raised and its message). ``original`` is the adapter's own
+    object for the execution that produced it; a replay has none and rebuilds from ``body``.
+    """
+
+    kind: Literal["result", "error", "raise"]
+    body: dict[str, Any]
+    record: bool = True
+    original: object = field(default=None, compare=False)
+    replayed: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"v": _FORMAT_VERSION, "kind": self.kind, "body": self.body},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode("utf-8")
+
+    @classmethod
+    def decode(cls, data: bytes) -> _Outcome:
+        try:
+            loaded = json.loads(data)
+            kind, body = loaded["kind"], loaded["body"]
+            if loaded.get("v") != _FORMAT_VERSION or kind not in ("result", "error", "raise"):
+                raise ValueError(f"unknown record format {loaded.get('v')!r}/{kind!r}")
+            if not isinstance(body, dict):
+                raise ValueError("record body is not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _RecordUnreadable(str(exc)) from exc
+        return cls(kind, body, replayed=True)
+
+
+class _RecordUnreadable(Exception):
+    """Internal: a stored record is not one this module wrote."""
+
+
+def _rpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> MCPError:
+    return MCPError(code=code, message=message, data=data)
+
+
+def _error_outcome(exc: MCPError) -> _Outcome:
+    error = exc.error
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.data is not None:
+        body["data"] = error.data
+    return _Outcome("error", body, record=error.code not in _REFUSAL_CODES, original=exc)
+
+
+def _raise_outcome(kind: str, exc: BaseException) -> _Outcome:
+    return _Outcome("raise", {"class": kind, "message": str(exc)}, original=exc)
+
+
+def _dump(result: object) -> dict[str, Any]:
+    if isinstance(result, BaseModel):
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if isinstance(result, Mapping):
+        return dict(result)
+    return {}
+
+
+def _principal_scope(principal: str) -> str:
+    scope = f"principal:{principal}"
+    if len(scope) > MAX_SCOPE_LENGTH:
+        # A long principal (rich claims) still names one boundary: hash it to fit every backend.
+        scope = "principal-sha256:" + sha256(principal.encode("utf-8")).hexdigest()
+    return scope
+
+
+class _Sep3182:
+    """The SEP-3182 rules over any store; the adapters supply execution and delivery."""
+
+    __slots__ = ("_max_key_length", "_max_response_bytes", "_runner", "_scope", "capability")
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        *,
+        retention: float,
+        lease_ttl: float,
+        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None,
+        advertise_retention: bool,
+        max_key_length: int,
+        max_response_bytes: int | None,
+    ) -> None:
+        # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
+        self._runner = Idempotency(
+            store, lease_ttl=lease_ttl, retention=retention, in_flight="reject"
+        )
+        if scope is not None and not isinstance(scope, str) and not callable(scope):
+            raise TypeError(f"scope must be a str, a callable or None, not {scope!r}")
+        if isinstance(scope, str):
+            check_identity("k", scope)
+        self._scope = scope
+        self._max_key_length = max_key_length
+        self._max_response_bytes = max_response_bytes
+        retention = self._runner.retention
+        self.capability: dict[str, Any] = {}
+        if advertise_retention:
+            self.capability["retentionSeconds"] = (
+                int(retention) if retention.is_integer() else retention
+            )
+
+    @property
+    def retention(self) -> float:
+        return self._runner.retention
+
+    # -- capability --------------------------------------------------------------------------
+
+    def advertise(self, result: object) -> object:
+        """An ``initialize``/``server/discover`` result with ``tools.idempotency`` added."""
+        if isinstance(result, BaseModel | Mapping):
+            wire = _dump(result)
+        else:
+            return result
+        capabilities = dict(wire.get("capabilities") or {})
+        tools = capabilities.get("tools")
+        capabilities["tools"] = {
+            **(tools if isinstance(tools, Mapping) else {}),
+            "idempotency": dict(self.capability),
+        }
+        wire["capabilities"] = capabilities
+        return wire
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def read(self, params: Mapping[str, Any] | None) -> _ToolCall | None:
+        """The keyed call in ``params``, or ``None`` when the SEP does not apply to it.
+
+        Raises ``MCPError`` (invalid params) for a key that is not a non-empty string within
+        the key limit, or arguments that are not JSON values.
+        """
+        if not isinstance(params, Mapping):
+            return None
+        key = params.get(KEY_FIELD)
+        # An explicit null is the same as no key: dropping the field is in any client's power.
+        if key is None:
+            return None
+        if any(params.get(name) is not None for name in _CONTINUATION_FIELDS):
+            return None
+        try:
+            check_identity(key, "", max_key_length=self._max_key_length)
+        except InvalidKeyError as exc:
+            raise _rpc_error(
+                INVALID_PARAMS,
+                f"Invalid {KEY_FIELD}: {exc}; send a non-empty string of at most "
+                f"{self._max_key_length} characters",
+                {"type": INVALID_KEY, KEY_FIELD: key if isinstance(key, str) else None},
+            ) from None
+        name = params.get("name")
+        arguments = params.get("arguments")
+        # Absent and null arguments both mean "no arguments", as for the tool itself.
+        if arguments is None:
+            arguments = {}
+        try:
+            print_ = fingerprint({"name": name, "arguments": arguments})
+        except CanonicalizationError as exc:
+            raise _rpc_error(INVALID_PARAMS, f"Invalid tool arguments: {exc}") from None
+        return _ToolCall(key=key, name=str(name), fingerprint=print_)
+
+    def scope_of(self, ctx: ServerRequestContext[Any, Any], principal: str | None) -> str:
+        """The authorization boundary records are kept in: principal, else option, else process."""
+        if principal is not None:
+            return _principal_scope(principal)
+        scope = self._scope
+        if callable(scope):
+            scope = scope(ctx)
+        if scope is None:
+            return _PROCESS_SCOPE
+        if not isinstance(scope, str):
+            raise TypeError(f"the scope callable returned {type(scope).__name__}, not str")
+        if len(scope) > MAX_SCOPE_LENGTH or "\x00" in scope:
+            scope = "sha256:" + sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()
+        return scope
+
+    async def call(
+        self,
+        call: _ToolCall,
+        scope: str,
+        execute: Callable[[], Awaitable[_Outcome]],
+    ) -> _Outcome:
+        """Run ``execute`` at most once for ``(scope, call.key)`` and return its outcome.
+
+        A duplicate gets the recorded outcome (``replayed=True``). Raises ``MCPError`` for a
+        duplicate in flight, a conflicting reuse, or a store that cannot be reached before the
+        tool ran.
+        """
+        fresh: _Outcome | None = None
+
+        async def work() -> bytes:
+            nonlocal fresh
+            fresh = await execute()
+            if not fresh.record:
+                raise _NotRecorded
+            encoded = fresh.encode()
+            limit = self._max_response_bytes
+            if limit is not None and len(encoded) > limit:
+                logger.warning(
+                    "outcome of tool %r under idempotency key %r is %d bytes, over the %d-byte "
+                    "limit: returned but not recorded, key released",
+                    call.name,
+                    call.key,
+                    len(encoded),
+                    limit,
+                )
+                raise _NotRecorded
+            return encoded
+
+        try:
+            result = await self._runner.run(call.key, call.fingerprint, work, scope=scope)
+        except _NotRecorded:
+            assert fresh is not None
+            return fresh
+        except InProgressError:
+            raise _rpc_error(
+                IN_PROGRESS_CODE,
+                f"A request with {KEY_FIELD} {call.key!r} is already in progress; "
+                "retry after a short delay",
+                {"type": IN_PROGRESS, KEY_FIELD: call.key},
+            ) from None
+        except ConflictError:
+            raise _rpc_error(
+                CONFLICT_CODE,
+                f"{KEY_FIELD} {call.key!r} was already used with different arguments; "
+                "use a new key for a different call",
+                {"type": CONFLICT, KEY_FIELD: call.key},
+            ) from None
+        except IdemstoreError as exc:
+            if fresh is not None:
+                # The tool ran; its caller gets what it produced even though the store failed.
+                logger.warning(
+                    "outcome of tool %r under idempotency key %r could not be recorded: %s",
+                    call.name,
+                    call.key,
+                    exc,
+                )
+                return fresh
+            logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
+            raise _rpc_error(
+                INTERNAL_ERROR,
+                "The idempotency store is unavailable; the tool was not run. Retry later.",
+                {"type": STORE_UNAVAILABLE, KEY_FIELD: call.key},
+            ) from exc
+        if not result.replayed:
+            assert fresh is not None
+            return fresh
+        try:
+            return _Outcome.decode(result.value)
+        except _RecordUnreadable as exc:
+            logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
+            raise _rpc_error(
+                INTERNAL_ERROR, f"The record for {KEY_FIELD} {call.key!r} is unreadable"
+            ) from None
+
+
+def _core(
+    store: IdempotencyStore,
+    retention: float,
+    lease_ttl: float,
+    scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None,
+    advertise_retention: bool,
+    max_key_length: int,
+    max_response_bytes: int | None,
+) -> _Sep3182:
+    return _Sep3182(
+        store,
+        retention=retention,
+        lease_ttl=lease_ttl,
+        scope=scope,
+        advertise_retention=advertise_retention,
+        max_key_length=max_key_length,
+        max_response_bytes=max_response_bytes,
+    )
+
+
+# -- the low-level SDK adapter -------------------------------------------------------------------
+
+
+class ServerIdempotency:
+    """SEP-3182 for the ``mcp`` SDK's low-level ``Server``: ``server.middleware.append(...)``.
+
+    Args:
+        store: any ``IdempotencyStore``. Servers with more than one process (stateless HTTP
+            behind a load balancer) need one every process shares (SQLite file, Postgres,
+            Redis, DynamoDB), not ``memory://``.
+        retention: seconds an outcome is replayed (default 24 hours). State it in your docs.
+        lease_ttl: seconds a call holds its key without a heartbeat (heartbeats extend it
+            while the tool runs); after a crash, a retry takes the key over once it lapses.
+        scope: records are scoped to the authenticated principal (the SDK's auth context)
+            when there is one. Otherwise to ``scope``: a string, or a callable given the
+            ``ServerRequestContext`` that returns the caller's authorization boundary (or
+            ``None`` for the default). Default: this process (see docs/mcp-server.md).
+        advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability.
+        max_key_length: longest key accepted (longer ones are invalid params).
+        max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.
+    """
+
+    __slots__ = ("_sep",)
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        *,
+        retention: float = 86400.0,
+        lease_ttl: float = 30.0,
+        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
+        advertise_retention: bool = False,
+        max_key_length: int = MAX_KEY_LENGTH,
+        max_response_bytes: int | None = None,
+    ) -> None:
+        self._sep = _core(
+            store,
+            retention,
+            lease_ttl,
+            scope,
+            advertise_retention,
+            max_key_length,
+            max_response_bytes,
+        )
+
+    @property
+    def capability(self) -> dict[str, Any]:
+        """The ``tools.idempotency`` object this middleware advertises."""
+        return dict(self._sep.capability)
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.request_id is None:
+            return await call_next(ctx)
+        method = ctx.method
+        if method in ("initialize", "server/discover"):
+            return self._sep.advertise(await call_next(ctx))  # type: ignore[return-value]
+        if method != "tools/call":
+            return await call_next(ctx)
+        call = self._sep.read(ctx.params)
+        if call is None:
+            return await call_next(ctx)
+        scope = self._sep.scope_of(ctx, authenticated_principal(ctx))
+
+        async def execute() -> _Outcome:
+            try:
+                result = await call_next(ctx)
+            except MCPError as exc:
+                return _error_outcome(exc)
+            except ValidationError as exc:
+                # The SDK's params validation: the request never reached the tool.
+                return _Outcome("error", {}, record=False, original=exc)
+            except Exception as exc:
+                return _raise_outcome("exception", exc)
+            wire = _dump(result)
+            return _Outcome("result", wire, record=not is_input_required(wire), original=result)
+
+        outcome = await self._sep.call(call, scope, execute)
+        return _deliver_lowlevel(outcome)
+
+
+def _deliver_lowlevel(outcome: _Outcome) -> HandlerResult:
+    original = outcome.original
+    if not outcome.replayed:
+        if isinstance(original, BaseException):
+            raise original
+        return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
+    body = outcome.body
+    if outcome.kind == "result":
+        return dict(body)
+    if outcome.kind == "error":
+        raise _rpc_error(body["code"], body["message"], body.get("data"))
+    raise ReplayedToolError(body.get("message", ""))
+
+
+# -- the FastMCP adapter -------------------------------------------------------------------------
+
+
+def _fastmcp_principal() -> str | None:
+    token: _FastMCPAccessToken | None = _fastmcp_access_token()
+    if token is None:
+        return None
+    return json.dumps(list(principal_components(token)), separators=(",", ":"))
+
+
+class FastMCPIdempotency(Middleware):
+    """SEP-3182 for FastMCP 4.x servers: ``mcp.add_middleware(FastMCPIdempotency(store))``.
+
+    Options are those of ``ServerIdempotency``; a ``scope`` callable is given the SDK's
+    ``ServerRequestContext`` of the wire request. Middleware added before this one wraps it
+    and runs again on every replay; middleware added after it (and the tool) runs once per
+    key, and its effect on the result is what is recorded.
+    """
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        *,
+        retention: float = 86400.0,
+        lease_ttl: float = 30.0,
+        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
+        advertise_retention: bool = False,
+        max_key_length: int = MAX_KEY_LENGTH,
+        max_response_bytes: int | None = None,
+    ) -> None:
+        self._sep = _core(
+            store,
+            retention,
+            lease_ttl,
+            scope,
+            advertise_retention,
+            max_key_length,
+            max_response_bytes,
+        )
+
+    @property
+    def capability(self) -> dict[str, Any]:
+        """The ``tools.idempotency`` object this middleware advertises."""
+        return dict(self._sep.capability)
+
+    async def on_initialize(
+        self,
+        context: MiddlewareContext[mcp_types.InitializeRequest],
+        call_next: FastMCPCallNext[mcp_types.InitializeRequest, mcp_types.InitializeResult | None],
+    ) -> mcp_types.InitializeResult | None:
+        result = await call_next(context)
+        # The typed capability models drop unknown members, so the wire dict goes up instead;
+        # the SDK serializes a dict as it is.
+        return self._sep.advertise(result)  # type: ignore[return-value]
+
+    async def on_discover(
+        self,
+        context: MiddlewareContext[mcp_types.DiscoverRequest],
+        call_next: FastMCPCallNext[
+            mcp_types.DiscoverRequest, mcp_types.DiscoverResult | dict[str, Any]
+        ],
+    ) -> mcp_types.DiscoverResult | dict[str, Any]:
+        return self._sep.advertise(await call_next(context))  # type: ignore[return-value]
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mcp_types.CallToolRequestParams],
+        call_next: FastMCPCallNext[mcp_types.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        request = fastmcp_request_ctx.get()
+        # The typed message has no idempotencyKey: read the raw wire params through FastMCP's
+        # escape hatch to the SDK request context. Programmatic calls (no wire request), other
+        # methods, and tools called by a tool inside an executing keyed call pass through.
+        srctx = request._srctx if request is not None else None
+        if (
+            srctx is None
+            or srctx.method != "tools/call"
+            or _executing.get() is srctx
+            or not isinstance(srctx.params, Mapping)
+            or srctx.params.get("name") != context.message.name
+        ):
+            return await call_next(context)
+        call = self._sep.read(srctx.params)
+        if call is None:
+            return await call_next(context)
+        scope = self._sep.scope_of(srctx, _fastmcp_principal())
+
+        async def execute() -> _Outcome:
+            token = _executing.set(srctx)
+            try:
+                result = await call_next(context)
+            except (NotFoundError, DisabledError) as exc:
+                return _raise_outcome("not_found", exc)
+            except FastMCPError as exc:
+                return _raise_outcome("tool_error", exc)
+            except MCPError as exc:
+                return _error_outcome(exc)
+            except Exception as exc:
+                return _raise_outcome("exception", exc)
+            finally:
+                _executing.reset(token)
+            if isinstance(result, InputRequiredToolResult) or not isinstance(result, ToolResult):
+                # An MRTR ask is not an outcome; an extension's own result shape (a task
+                # handle) is not one this module can rebuild: neither is recorded.
+                return _Outcome("result", {}, record=False, original=result)
+            return _Outcome("result", _tool_result_wire(result), original=result)
+
+        outcome = await self._sep.call(call, scope, execute)
+        return _deliver_fastmcp(outcome)
+
+
+def _tool_result_wire(result: ToolResult) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "content": [block.model_dump(by_alias=True, mode="json") for block in result.content],
+        "isError": result.is_error,
+    }
+    if result.structured_content is not None:
+        wire["structuredContent"] = result.structured_content
+    if result.meta is not None:
+        wire["_meta"] = result.meta
+    return wire
+
+
+def _deliver_fastmcp(outcome: _Outcome) -> ToolResult:
+    original = outcome.original
+    if not outcome.replayed:
+        if isinstance(original, BaseException):
+            raise original
+        return original  # type: ignore[return-value]
+    body = outcome.body
+    if outcome.kind == "result":
+        wire = mcp_types.CallToolResult.model_validate(body)
+        structured = body.get("structuredContent")
+        if structured is None or isinstance(structured, dict):
+            return ToolResult.from_mcp_result(wire)
+        return RawStructuredToolResult(
+            content=wire.content,
+            structured_content=structured,
+            meta=wire.meta,
+            is_error=wire.is_error,
+        )
+    if outcome.kind == "error":
+        raise _rpc_error(body["code"], body["message"], body.get("data"))
+    message = body.get("message", "")
+    if body.get("class") == "not_found":
+        raise NotFoundError(message)
+    if body.get("class") == "tool_error":
+        # FastMCP turns a ToolError into the isError result the client saw the first time.
+        raise ToolError(message)
+    raise ReplayedToolError(message)

@@ -1,0 +1,159 @@
+"""The same small HTTP API as a Starlette app and as a FastAPI app, behind the middleware.
+
+``app.state.calls`` records every execution of a handler, so a test sees how often it ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.requests import Request  # noqa: TC002 (FastAPI resolves it at runtime)
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from idemstore import open_store
+from idemstore.asgi import IdempotencyMiddleware
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from idemstore.protocol import IdempotencyStore
+
+FRAMEWORKS = ("starlette", "fastapi")
+
+
+def _record(request: Request, name: str) -> int:
+    calls: list[str] = request.app.state.calls
+    calls.append(name)
+    return len(calls)
+
+
+async def create_order(request: Request) -> Response:
+    order = await request.json()
+    n = _record(request, "create_order")
+    return JSONResponse(
+        {"id": n, "order": order, "query": dict(request.query_params)},
+        status_code=201,
+        headers={"Location": f"/orders/{n}"},
+    )
+
+
+async def update_order(request: Request) -> Response:
+    n = _record(request, "update_order")
+    return JSONResponse({"updated": request.path_params["order_id"], "execution": n})
+
+
+async def list_orders(request: Request) -> Response:
+    n = _record(request, "list_orders")
+    return JSONResponse({"execution": n})
+
+
+async def upload(request: Request) -> Response:
+    body = await request.body()
+    n = _record(request, "upload")
+    return PlainTextResponse(f"{len(body)} bytes (execution {n})")
+
+
+async def server_error(request: Request) -> Response:
+    n = _record(request, "server_error")
+    return JSONResponse({"error": "database down", "execution": n}, status_code=503)
+
+
+async def declined(request: Request) -> Response:
+    n = _record(request, "declined")
+    return JSONResponse({"error": "card declined", "execution": n}, status_code=402)
+
+
+async def crash(request: Request) -> Response:
+    _record(request, "crash")
+    raise RuntimeError("handler crashed")
+
+
+async def big(request: Request) -> Response:
+    n = _record(request, "big")
+    size = int(request.query_params.get("size", "100"))
+    return PlainTextResponse(str(n) + "x" * size)
+
+
+async def stream(request: Request) -> Response:
+    n = _record(request, "stream")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(5):
+            yield f"chunk {i} of execution {n}\n".encode()
+
+    return StreamingResponse(chunks(), media_type="text/plain")
+
+
+async def events(request: Request) -> Response:
+    n = _record(request, "events")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield f"data: execution {n}\n\n".encode()
+
+    return StreamingResponse(chunks(), media_type="text/event-stream")
+
+
+async def slow(request: Request) -> Response:
+    n = _record(request, "slow")
+    state = request.app.state
+    state.started.set()
+    seconds = float(request.query_params.get("seconds", "0"))
+    if seconds:
+        await asyncio.sleep(seconds)
+    else:
+        await state.gate.wait()
+    return JSONResponse({"execution": n})
+
+
+ROUTES = [
+    Route("/orders", create_order, methods=["POST"]),
+    Route("/orders", list_orders, methods=["GET"]),
+    Route("/orders/{order_id}", update_order, methods=["PATCH", "PUT"]),
+    Route("/required/orders", create_order, methods=["POST"]),
+    Route("/upload", upload, methods=["POST"]),
+    Route("/server-error", server_error, methods=["POST"]),
+    Route("/crash", crash, methods=["POST"]),
+    Route("/declined", declined, methods=["POST"]),
+    Route("/big", big, methods=["POST"]),
+    Route("/stream", stream, methods=["POST"]),
+    Route("/events", events, methods=["POST"]),
+    Route("/slow", slow, methods=["POST"]),
+]
+
+
+def _fastapi_app() -> FastAPI:
+    app = FastAPI()
+
+    # The order routes as FastAPI declares them (body parsed by FastAPI); the rest reuse the
+    # Starlette endpoints.
+    @app.post("/orders", status_code=201)
+    async def fastapi_create_order(order: dict[str, Any], request: Request) -> Response:
+        n = _record(request, "create_order")
+        return JSONResponse(
+            {"id": n, "order": order, "query": dict(request.query_params)},
+            status_code=201,
+            headers={"Location": f"/orders/{n}"},
+        )
+
+    for route in ROUTES[1:]:
+        app.add_route(route.path, route.endpoint, methods=sorted(route.methods or ()))
+    return app
+
+
+def create_app(framework: str, store: IdempotencyStore, **options: Any) -> Starlette:
+    app = _fastapi_app() if framework == "fastapi" else Starlette(routes=ROUTES)
+    app.state.calls = []
+    app.state.started = asyncio.Event()
+    app.state.gate = asyncio.Event()
+    options.setdefault("required", ["/required/*"])
+    app.add_middleware(IdempotencyMiddleware, store=store, **options)
+    return app
+
+
+def uvicorn_app() -> Starlette:
+    """Factory for ``uvicorn --factory``: the Starlette app over a memory store."""
+    return create_app("starlette", open_store("memory://"), max_response_bytes=4096)

@@ -1,0 +1,434 @@
+"""The Idempotency-Key rules (IETF draft) through httpx, on a Starlette and a FastAPI app."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from idemstore.asgi import IdempotencyMiddleware, parse_idempotency_key
+from tests.http.apps import create_app
+from tests.http.conftest import ALICE, BOB, keyed
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from starlette.applications import Starlette
+
+    from idemstore.protocol import IdempotencyStore
+
+AppClient = tuple["Starlette", httpx.AsyncClient]
+
+
+def problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    document: dict[str, Any] = response.json()
+    assert document["status"] == status
+    assert document["detail"]
+    return document
+
+
+def calls(app: Starlette, name: str) -> int:
+    return sum(1 for called in app.state.calls if called == name)
+
+
+async def test_retry_replays_status_headers_and_body(app_client: AppClient) -> None:
+    app, client = app_client
+    first = await client.post("/orders", json={"sku": "A1", "qty": 2}, headers=keyed("k-1"))
+    again = await client.post("/orders", json={"sku": "A1", "qty": 2}, headers=keyed("k-1"))
+    assert first.status_code == again.status_code == 201
+    assert again.content == first.content
+    assert again.headers["location"] == first.headers["location"]
+    assert again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert calls(app, "create_order") == 1
+
+
+async def test_equivalent_json_bodies_replay(app_client: AppClient) -> None:
+    app, client = app_client
+    first = await client.post(
+        "/orders",
+        content=b'{"sku": "caf\\u00e9", "qty": 1, "meta": {"a": 1, "b": 2}}',
+        headers={**keyed("k-json"), "Content-Type": "application/json"},
+    )
+    again = await client.post(
+        "/orders",
+        content='{"meta":{"b":2.0,"a":1},"qty":1.0,"sku":"café"}'.encode(),
+        headers={**keyed("k-json"), "Content-Type": "application/json; charset=utf-8"},
+    )
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == first.content
+    assert calls(app, "create_order") == 1
+
+
+async def test_raw_bodies_compare_byte_for_byte(app_client: AppClient) -> None:
+    app, client = app_client
+    first = await client.post("/upload", content=b"\x00\x01payload", headers=keyed("k-raw"))
+    again = await client.post("/upload", content=b"\x00\x01payload", headers=keyed("k-raw"))
+    assert again.text == first.text
+    changed = await client.post("/upload", content=b"\x00\x02payload", headers=keyed("k-raw"))
+    problem(changed, 422)
+    assert calls(app, "upload") == 1
+
+
+async def test_request_without_key_runs_every_time(app_client: AppClient) -> None:
+    app, client = app_client
+    await client.post("/orders", json={"sku": "A1"}, headers=ALICE)
+    await client.post("/orders", json={"sku": "A1"}, headers=ALICE)
+    assert calls(app, "create_order") == 2
+
+
+async def test_missing_key_where_required_is_400(app_client: AppClient) -> None:
+    app, client = app_client
+    document = problem(
+        await client.post("/required/orders", json={"sku": "A1"}, headers=ALICE), 400
+    )
+    assert "Idempotency-Key" in document["detail"]
+    assert calls(app, "create_order") == 0
+    ok = await client.post("/required/orders", json={"sku": "A1"}, headers=keyed("k-req"))
+    assert ok.status_code == 201
+
+
+@pytest.mark.parametrize(
+    "required",
+    [True, lambda scope: scope["path"].startswith("/orders")],
+    ids=["everywhere", "predicate"],
+)
+async def test_required_accepts_a_flag_or_a_predicate(
+    make_client: Callable[..., Any], required: Any
+) -> None:
+    app, client = make_client(required=required)
+    async with client:
+        problem(await client.post("/orders", json={}, headers=ALICE), 400)
+    assert calls(app, "create_order") == 0
+
+
+async def test_reused_key_with_other_payload_is_422_and_does_not_run(app_client: AppClient) -> None:
+    app, client = app_client
+    await client.post("/orders", json={"sku": "A1", "qty": 2}, headers=keyed("k-2"))
+    document = problem(
+        await client.post("/orders", json={"sku": "A1", "qty": 3}, headers=keyed("k-2")), 422
+    )
+    assert document["idempotencyKey"] == "k-2"
+    assert calls(app, "create_order") == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/orders?coupon=X"), ("PATCH", "/orders/7"), ("POST", "/upload")],
+    ids=["query", "method-and-path", "path"],
+)
+async def test_reused_key_on_another_request_is_422(
+    app_client: AppClient, method: str, path: str
+) -> None:
+    _app, client = app_client
+    await client.post("/orders", json={"sku": "A1"}, headers=keyed("k-3"))
+    response = await client.request(method, path, json={"sku": "A1"}, headers=keyed("k-3"))
+    problem(response, 422)
+
+
+async def test_concurrent_duplicate_is_409_without_running(app_client: AppClient) -> None:
+    app, client = app_client
+    original = asyncio.create_task(client.post("/slow", headers=keyed("k-slow")))
+    await asyncio.wait_for(app.state.started.wait(), 10)
+    duplicate = await asyncio.wait_for(client.post("/slow", headers=keyed("k-slow")), 5)
+    assert not original.done()
+    document = problem(duplicate, 409)
+    assert duplicate.headers["retry-after"] == "1"
+    assert document["idempotencyKey"] == "k-slow"
+    app.state.gate.set()
+    first = await original
+    assert first.status_code == 200
+    again = await client.post("/slow", headers=keyed("k-slow"))
+    assert again.content == first.content
+    assert calls(app, "slow") == 1
+
+
+async def test_patch_is_covered_and_put_is_not_by_default(app_client: AppClient) -> None:
+    app, client = app_client
+    await client.patch("/orders/7", json={"qty": 1}, headers=keyed("k-patch"))
+    replay = await client.patch("/orders/7", json={"qty": 1}, headers=keyed("k-patch"))
+    assert replay.headers["idempotent-replayed"] == "true"
+    await client.put("/orders/7", json={"qty": 1}, headers=keyed("k-put"))
+    await client.put("/orders/7", json={"qty": 1}, headers=keyed("k-put"))
+    assert calls(app, "update_order") == 3
+
+
+async def test_methods_option_selects_the_methods(make_client: Callable[..., Any]) -> None:
+    app, client = make_client(methods=["PUT"])
+    async with client:
+        await client.put("/orders/7", json={}, headers=keyed("k-m"))
+        await client.put("/orders/7", json={}, headers=keyed("k-m"))
+        await client.post("/orders", json={}, headers=keyed("k-m"))
+        await client.post("/orders", json={}, headers=keyed("k-m"))
+    assert calls(app, "update_order") == 1
+    assert calls(app, "create_order") == 2
+
+
+async def test_safe_methods_pass_through_with_a_key(app_client: AppClient) -> None:
+    app, client = app_client
+    await client.get("/orders", headers=keyed("k-get"))
+    await client.get("/orders", headers=keyed("k-get"))
+    assert calls(app, "list_orders") == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ('"8e03978e-40d5-43e8-bc93-6894a57f9324"', "8e03978e-40d5-43e8-bc93-6894a57f9324"),
+        ("8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324"),
+        ('"with \\"quotes\\" and \\\\ slash"', 'with "quotes" and \\ slash'),
+        ('  "padded"  ', "padded"),
+        ('"key";v=1', "key"),
+        ("token:with/chars", "token:with/chars"),
+    ],
+)
+def test_key_is_parsed_as_sf_string_or_bare_token(value: str, key: str) -> None:
+    assert parse_idempotency_key(value) == key
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['"unterminated', '"bad \\n escape"', '"tab\tinside"', "", "two words", '"a" junk', "a,b"],
+)
+def test_malformed_key_is_rejected(value: str) -> None:
+    with pytest.raises(ValueError):
+        parse_idempotency_key(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['"unterminated', '""', '"' + "x" * 256 + '"', "a b"],
+    ids=["syntax", "empty", "long", "space"],
+)
+async def test_invalid_key_is_400_and_does_not_run(app_client: AppClient, value: str) -> None:
+    app, client = app_client
+    response = await client.post("/orders", json={}, headers={**ALICE, "Idempotency-Key": value})
+    problem(response, 400)
+    assert calls(app, "create_order") == 0
+
+
+async def test_two_key_fields_are_400(app_client: AppClient) -> None:
+    app, client = app_client
+    headers = [
+        ("Authorization", ALICE["Authorization"]),
+        ("Idempotency-Key", '"a"'),
+        ("Idempotency-Key", '"b"'),
+    ]
+    problem(await client.post("/orders", json={}, headers=headers), 400)
+    assert calls(app, "create_order") == 0
+
+
+async def test_bare_token_key_replays_like_the_quoted_one(app_client: AppClient) -> None:
+    app, client = app_client
+    await client.post("/orders", json={}, headers={**ALICE, "Idempotency-Key": "bare-1"})
+    again = await client.post("/orders", json={}, headers={**ALICE, "Idempotency-Key": '"bare-1"'})
+    assert again.headers["idempotent-replayed"] == "true"
+    assert calls(app, "create_order") == 1
+
+
+async def test_callers_with_other_credentials_never_share_records(app_client: AppClient) -> None:
+    app, client = app_client
+    alice = await client.post("/orders", json={"sku": "A1"}, headers=keyed("same", ALICE))
+    bob = await client.post("/orders", json={"sku": "A1"}, headers=keyed("same", BOB))
+    assert "idempotent-replayed" not in bob.headers
+    assert alice.json()["id"] != bob.json()["id"]
+    # Bob reusing "his" key with another body is a conflict only within his own records.
+    problem(await client.post("/orders", json={"sku": "B"}, headers=keyed("same", BOB)), 422)
+    assert calls(app, "create_order") == 2
+
+
+async def test_keyed_request_without_credentials_is_refused_by_default(
+    app_client: AppClient,
+) -> None:
+    app, client = app_client
+    document = problem(
+        await client.post("/orders", json={}, headers={"Idempotency-Key": '"anon"'}), 400
+    )
+    assert "caller" in document["detail"]
+    assert calls(app, "create_order") == 0
+
+
+async def test_scope_callable_decides_the_caller(make_client: Callable[..., Any]) -> None:
+    async def tenant(scope: Any) -> str | None:
+        for name, value in scope["headers"]:
+            if name == b"x-tenant":
+                return str(value.decode())
+        return None
+
+    app, client = make_client(scope=tenant)
+    async with client:
+        one = await client.post(
+            "/orders", json={}, headers={"X-Tenant": "t1", "Idempotency-Key": "k"}
+        )
+        two = await client.post(
+            "/orders", json={}, headers={"X-Tenant": "t2", "Idempotency-Key": "k"}
+        )
+        again = await client.post(
+            "/orders", json={}, headers={"X-Tenant": "t1", "Idempotency-Key": "k"}
+        )
+    assert again.content == one.content != two.content
+    assert calls(app, "create_order") == 2
+
+
+async def test_authenticated_user_is_the_default_scope(store: IdempotencyStore) -> None:
+    from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+    from starlette.middleware.authentication import AuthenticationMiddleware
+
+    class HeaderAuth(AuthenticationBackend):
+        async def authenticate(self, conn: Any) -> Any:
+            user = conn.headers.get("x-user")
+            return (AuthCredentials(["authenticated"]), SimpleUser(user)) if user else None
+
+    app = create_app("starlette", store)
+    # Added last, so it runs first and the idempotency middleware sees scope["user"].
+    app.add_middleware(AuthenticationMiddleware, backend=HeaderAuth())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        first = await client.post(
+            "/orders", json={}, headers={"X-User": "carol", "Idempotency-Key": "k"}
+        )
+        again = await client.post(
+            "/orders", json={}, headers={"X-User": "carol", "Idempotency-Key": "k"}
+        )
+        other = await client.post(
+            "/orders", json={}, headers={"X-User": "dave", "Idempotency-Key": "k"}
+        )
+    assert again.content == first.content != other.content
+    assert calls(app, "create_order") == 2
+
+
+async def test_server_errors_are_not_recorded_by_default(app_client: AppClient) -> None:
+    app, client = app_client
+    first = await client.post("/server-error", headers=keyed("k-5xx"))
+    again = await client.post("/server-error", headers=keyed("k-5xx"))
+    assert first.status_code == again.status_code == 503
+    assert "idempotent-replayed" not in again.headers
+    assert calls(app, "server_error") == 2
+
+
+async def test_server_errors_are_recorded_when_asked(make_client: Callable[..., Any]) -> None:
+    app, client = make_client(record_server_errors=True)
+    async with client:
+        first = await client.post("/server-error", headers=keyed("k-5xx"))
+        again = await client.post("/server-error", headers=keyed("k-5xx"))
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == first.content
+    assert calls(app, "server_error") == 1
+
+
+async def test_client_errors_are_recorded(app_client: AppClient) -> None:
+    app, client = app_client
+    first = await client.post("/declined", headers=keyed("k-4xx"))
+    again = await client.post("/declined", headers=keyed("k-4xx"))
+    assert first.status_code == again.status_code == 402
+    assert again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert calls(app, "declined") == 1
+
+
+async def test_crash_releases_the_key(framework: str, store: IdempotencyStore) -> None:
+    app = create_app(framework, store)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        first = await client.post("/crash", headers=keyed("k-crash"))
+        again = await client.post("/crash", headers=keyed("k-crash"))
+    assert first.status_code == again.status_code == 500
+    assert calls(app, "crash") == 2
+
+
+async def test_large_response_is_sent_but_not_recorded(
+    make_client: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    app, client = make_client(max_response_bytes=1000)
+    async with client:
+        with caplog.at_level(logging.WARNING, logger="idemstore.asgi"):
+            first = await client.post("/big?size=5000", headers=keyed("k-big"))
+        again = await client.post("/big?size=5000", headers=keyed("k-big"))
+        small = await client.post("/big?size=10", headers=keyed("k-small"))
+        small_again = await client.post("/big?size=10", headers=keyed("k-small"))
+    assert len(first.content) == 5001 and first.content.endswith(b"x" * 5000)
+    assert "idempotent-replayed" not in again.headers
+    assert any("not recorded" in record.getMessage() for record in caplog.records)
+    assert small_again.headers["idempotent-replayed"] == "true"
+    assert small_again.content == small.content
+    assert calls(app, "big") == 3
+
+
+async def test_streaming_response_within_the_limit_is_recorded(app_client: AppClient) -> None:
+    app, client = app_client
+    first = await client.post("/stream", headers=keyed("k-stream"))
+    again = await client.post("/stream", headers=keyed("k-stream"))
+    assert first.text.count("chunk") == 5
+    assert again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert calls(app, "stream") == 1
+
+
+async def test_event_stream_is_passed_through_and_not_recorded(app_client: AppClient) -> None:
+    _app, client = app_client
+    first = await client.post("/events", headers=keyed("k-sse"))
+    again = await client.post("/events", headers=keyed("k-sse"))
+    assert first.text == "data: execution 1\n\n"
+    assert again.text == "data: execution 2\n\n"
+
+
+async def test_request_body_over_the_limit_is_413(make_client: Callable[..., Any]) -> None:
+    app, client = make_client(max_body_bytes=100)
+    async with client:
+        problem(await client.post("/upload", content=b"x" * 101, headers=keyed("k-413")), 413)
+        ok = await client.post("/upload", content=b"x" * 100, headers=keyed("k-100"))
+    assert ok.text.startswith("100 bytes")
+    assert calls(app, "upload") == 1
+
+
+async def test_outcome_past_retention_runs_again(framework: str) -> None:
+    from idemstore.backends.memory import MemoryStore
+
+    now = [1_000_000.0]
+    app = create_app(framework, MemoryStore(clock=lambda: now[0]), retention=60)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        await client.post("/orders", json={}, headers=keyed("k-ret"))
+        now[0] += 61
+        again = await client.post("/orders", json={}, headers=keyed("k-ret"))
+    assert "idempotent-replayed" not in again.headers
+    assert calls(app, "create_order") == 2
+
+
+def test_bad_options_are_configuration_errors(store: IdempotencyStore) -> None:
+    from idemstore.errors import ConfigurationError
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError
+
+    with pytest.raises(ConfigurationError):
+        IdempotencyMiddleware(app, store=store, max_body_bytes=-1)
+    with pytest.raises(ConfigurationError):
+        IdempotencyMiddleware(app, store=store, retention=0)
+    with pytest.raises(ConfigurationError):
+        IdempotencyMiddleware(app, store=store, scope="not callable")  # type: ignore[arg-type]
+
+
+async def test_unreachable_store_is_503_without_running(framework: str) -> None:
+    from idemstore.backends.memory import MemoryStore
+    from idemstore.errors import StoreUnavailableError
+
+    class DownStore(MemoryStore):
+        async def reserve(self, *args: Any, **kwargs: Any) -> Any:
+            raise StoreUnavailableError("engine down")
+
+    app = create_app(framework, DownStore())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        response = await client.post("/orders", json={}, headers=keyed("k-down"))
+        problem(response, 503)
+        assert response.headers["retry-after"] == "1"
+    assert calls(app, "create_order") == 0

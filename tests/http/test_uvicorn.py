@@ -1,0 +1,92 @@
+"""The middleware under a real uvicorn on loopback, spoken to over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
+from tests.conftest import ROOT
+from tests.http.conftest import ALICE, keyed
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+@pytest.fixture
+def uvicorn_url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path / "uvicorn.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.http.apps:uvicorn_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        try:
+            wait_for_port(port, process=process, timeout=30, log=log)
+        except ServerUnavailableError as exc:
+            pytest.fail(f"uvicorn did not start: {exc}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+async def test_rules_hold_under_uvicorn(uvicorn_url: str) -> None:
+    async with httpx.AsyncClient(base_url=uvicorn_url, timeout=10) as client:
+        first = await client.post("/orders", json={"sku": "A1"}, headers=keyed("u-1"))
+        again = await client.post("/orders", json={"sku": "A1"}, headers=keyed("u-1"))
+        assert first.status_code == again.status_code == 201
+        assert again.content == first.content
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.headers["location"] == first.headers["location"]
+
+        other = await client.post("/orders", json={"sku": "B2"}, headers=keyed("u-1"))
+        assert other.status_code == 422
+        assert other.headers["content-type"] == "application/problem+json"
+
+        missing = await client.post("/required/orders", json={}, headers=ALICE)
+        assert missing.status_code == 400
+
+        original = asyncio.create_task(client.post("/slow?seconds=1", headers=keyed("u-slow")))
+        await asyncio.sleep(0.3)
+        duplicate = await client.post("/slow?seconds=1", headers=keyed("u-slow"))
+        assert duplicate.status_code == 409
+        done = await original
+        assert done.status_code == 200
+        replay = await client.post("/slow?seconds=1", headers=keyed("u-slow"))
+        assert replay.content == done.content
+
+        # The app's recording limit is 4096 bytes: a bigger response is sent whole, not kept.
+        big = await client.post("/big?size=10000", headers=keyed("u-big"))
+        big_again = await client.post("/big?size=10000", headers=keyed("u-big"))
+        assert len(big.content) == len(big_again.content) == 10001
+        assert "idempotent-replayed" not in big_again.headers
+        assert big.content != big_again.content

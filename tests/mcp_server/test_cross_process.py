@@ -1,0 +1,83 @@
+"""Two server processes sharing one store deduplicate between them (a stateless deployment)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import ROOT, backend_unavailable
+from tests.mcp_server.conftest import call, error_of
+from tests.mcp_server.servers import ADAPTERS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SHARED_STORE_FIXTURE = "sqlite_file_store_url"
+
+
+def shared_store_url(request: pytest.FixtureRequest) -> str:
+    try:
+        return str(request.getfixturevalue(SHARED_STORE_FIXTURE))
+    except pytest.FixtureLookupError:
+        backend_unavailable("sqlite", f"no {SHARED_STORE_FIXTURE} fixture on this branch")
+
+
+def server_process(adapter: str, url: str, log: Path) -> StdioServerParameters:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tests.mcp_server.servers", adapter, url, str(log), "--scope", "team-1"],
+        env=env,
+        cwd=str(ROOT),
+    )
+
+
+def executions(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_two_server_processes_on_one_store_run_a_key_once(
+    request: pytest.FixtureRequest, tmp_path: Path, adapter: str
+) -> None:
+    url = shared_store_url(request)
+    log = tmp_path / "executions.log"
+    async with (
+        Client(server_process(adapter, url, log)) as one,
+        Client(server_process(adapter, url, log)) as two,
+    ):
+        first = await call(one, "charge", {"amount": 5}, key="order-1")
+        # The retry lands on the other process: it replays, it does not run.
+        assert await call(two, "charge", {"amount": 5}, key="order-1") == first
+        assert executions(log) == ["charge"]
+        error = error_of(await call(two, "charge", {"amount": 6}, key="order-1"))
+        assert error["data"]["type"] == "idempotency_key_conflict"
+
+        # Concurrent duplicates on both processes: one runs, the other is told it is in
+        # progress (or, if it came second, gets the replay).
+        outcomes: dict[str, Any] = {}
+
+        async def send(name: str, client: Client) -> None:
+            outcomes[name] = await call(
+                client, "slow", {"amount": 1, "seconds": 1.0}, key="order-2"
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "one", one)
+            tg.start_soon(send, "two", two)
+        assert executions(log).count("slow") == 1
+        results = [o for o in outcomes.values() if isinstance(o, dict)]
+        assert results, outcomes
+        for outcome in outcomes.values():
+            if not isinstance(outcome, dict):
+                assert error_of(outcome)["data"]["type"] == "idempotency_key_in_progress"
+        replay_one = await call(one, "slow", {"amount": 1, "seconds": 1.0}, key="order-2")
+        replay_two = await call(two, "slow", {"amount": 1, "seconds": 1.0}, key="order-2")
+        assert replay_one == replay_two == results[0]
+    assert executions(log).count("slow") == 1
