@@ -11,7 +11,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
-from idemstore.errors import ConfigurationError, ConflictError, InProgressError
+from idemstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    InProgressError,
+    ResponseTooLargeError,
+)
 from idemstore.hashing import fingerprint as canonical_fingerprint
 from idemstore.protocol import Outcome
 from idemstore.records import check_duration
@@ -178,7 +183,17 @@ class Idempotency:
                 await _release_quietly(self.store, heartbeat.lease)
             raise
         await heartbeat.stop()
-        stored = False if heartbeat.lost else await self.store.complete(heartbeat.lease, value)
+        try:
+            stored = False if heartbeat.lost else await self.store.complete(heartbeat.lease, value)
+        except ResponseTooLargeError:
+            # The work ran and its caller gets the value; a key left locked would only turn
+            # every retry into a wait for the lease to lapse, so give it up at once.
+            logger.warning(
+                "result for key %r is too large for the store; returned but not recorded",
+                lease.key,
+            )
+            await _release_quietly(self.store, heartbeat.lease)
+            return Result(value, replayed=False, fence=lease.fence)
         if not stored:
             logger.warning(
                 "lease on key %r (scope %r, fence %d) was lost while the work ran; "

@@ -239,3 +239,30 @@ async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> 
     with pytest.raises(ConflictError):
         await charge(order, 43)
     assert await store.get(order, scope="shop") is not None
+
+
+async def test_a_result_too_large_to_store_is_returned_and_the_key_released(
+    store: IdempotencyStore,
+) -> None:
+    from idemstore import ResponseTooLargeError
+
+    class RefusingStore:
+        """The store under test, except that it refuses every response as too large."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(store, name)
+
+        async def complete(self, lease: object, response: bytes, **kw: object) -> bool:
+            raise ResponseTooLargeError("over the item limit")
+
+    idem = Idempotency(RefusingStore())  # type: ignore[arg-type]
+    key = new_key()
+
+    async def big() -> bytes:
+        return b"x" * 1000
+
+    result = await idem.run(key, "fp", big)
+    assert result.value == b"x" * 1000 and not result.replayed
+    assert await store.get(key) is None
+    again = await store.reserve(key, "fp", lease_ttl=5, retention=5)
+    assert again.outcome is Outcome.ACQUIRED
