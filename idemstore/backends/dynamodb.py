@@ -101,8 +101,10 @@ RESERVE_UPDATE = (
     " #fence = if_not_exists(#fence, :zero) + :one"
     " REMOVE #response, #compressed, #op"
 )
-RESERVE_NAMES = ("#pk", "#scope", "#key", "#fp", "#status", "#token", "#fence", "#created")
-RESERVE_NAMES += ("#exp", "#lease", "#ttl", "#response", "#compressed", "#op")
+RESERVE_NAMES = (
+    *("#pk", "#scope", "#key", "#fp", "#status", "#token", "#fence", "#created"),
+    *("#exp", "#lease", "#ttl", "#response", "#compressed", "#op"),
+)
 
 # Only the current holder may finish: its token AND fence (a stale owner's lease carries an
 # older pair once a takeover or re-claim happened), still in progress (a completed record is
@@ -228,9 +230,7 @@ class DynamoDBStore:
         if not math.isfinite(clock_skew) or clock_skew < 0:
             raise ConfigurationError(f"clock_skew must be >= 0 seconds, not {clock_skew!r}")
         if compress_min_bytes < 0:
-            raise ConfigurationError(
-                f"compress_min_bytes must be >= 0, not {compress_min_bytes!r}"
-            )
+            raise ConfigurationError(f"compress_min_bytes must be >= 0, not {compress_min_bytes!r}")
         if max_attempts < 1 or max_pool_connections < 1:
             raise ConfigurationError("max_attempts and max_pool_connections must be at least 1")
         for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
@@ -518,9 +518,7 @@ class DynamoDBStore:
         lease = Lease(scope, key, token, fence, lease_expires_at, retention)
         return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover)
 
-    async def _failed_item(
-        self, exc: Exception, scope: str, key: str
-    ) -> Mapping[str, Any] | None:
+    async def _failed_item(self, exc: Exception, scope: str, key: str) -> Mapping[str, Any] | None:
         """The item a conditional write failed on (``ALL_OLD``); re-raise anything else.
 
         Endpoints that ignore ``ReturnValuesOnConditionCheckFailure`` (older DynamoDB Local)
@@ -530,9 +528,7 @@ class DynamoDBStore:
             raise exc
         item: Mapping[str, Any] | None = getattr(exc, "response", {}).get("Item")
         if item is None:
-            read = await self._call(
-                "get_item", Key=_partition_key(scope, key), ConsistentRead=True
-            )
+            read = await self._call("get_item", Key=_partition_key(scope, key), ConsistentRead=True)
             item = read.get("Item")
         return item
 
@@ -637,9 +633,7 @@ class DynamoDBStore:
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
-        response = await self._call(
-            "get_item", Key=_partition_key(scope, key), ConsistentRead=True
-        )
+        response = await self._call("get_item", Key=_partition_key(scope, key), ConsistentRead=True)
         item = response.get("Item")
         if item is None or not self._live(item, self._clock()):
             return None
@@ -737,8 +731,14 @@ class DynamoDBStore:
                 await stack.aclose()
 
     async def __aenter__(self) -> Self:
-        await self._connect()
-        await self.ping()
+        # Fail at startup, not on the first request, when the endpoint, the credentials or
+        # the table are wrong (``__aexit__`` will not run then: close here).
+        try:
+            await self._connect()
+            await self.ping()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(
@@ -787,9 +787,7 @@ class DynamoDBStore:
             exists=True,
             status=described.get("TableStatus"),
             key_schema_ok=_key_schema_ok(described),
-            billing_mode=described.get("BillingModeSummary", {}).get(
-                "BillingMode", "PROVISIONED"
-            ),
+            billing_mode=described.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED"),
         )
         try:
             ttl = (await client.describe_time_to_live(TableName=self._table))[
@@ -868,9 +866,10 @@ class DynamoDBStore:
 
 def _key_schema_ok(described: Mapping[str, Any]) -> bool:
     types = {a["AttributeName"]: a["AttributeType"] for a in described["AttributeDefinitions"]}
-    return described.get("KeySchema") == [
-        {"AttributeName": "pk", "KeyType": "HASH"}
-    ] and types.get("pk") == "S"
+    return (
+        described.get("KeySchema") == [{"AttributeName": "pk", "KeyType": "HASH"}]
+        and types.get("pk") == "S"
+    )
 
 
 def _confirmed_retry(exc: BaseException, op: str) -> bool:

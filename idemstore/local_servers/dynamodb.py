@@ -114,7 +114,7 @@ def serve(port: int, host: str = "127.0.0.1") -> None:
     )
     from werkzeug.serving import make_server
 
-    class QuietHandler(MotoRequestHandler):  # type: ignore[misc]
+    class QuietHandler(MotoRequestHandler):
         # One log line per request would grow the log by megabytes in a test session.
         def log_request(self, *args: Any, **kwargs: Any) -> None:
             pass
