@@ -227,6 +227,10 @@ class DynamoDBStore:
                 f"DynamoDB table name {table!r} is invalid: 3 to 255 characters of "
                 "A-Z a-z 0-9 _ . -"
             )
+        if not callable(clock):
+            raise ConfigurationError(
+                f"clock must be a callable returning epoch seconds, not {clock!r}"
+            )
         if not math.isfinite(clock_skew) or clock_skew < 0:
             raise ConfigurationError(f"clock_skew must be >= 0 seconds, not {clock_skew!r}")
         if compress_min_bytes < 0:
