@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from idemstore import IdempotencyStore
 
 STORE_URL_FIXTURES: dict[str, str] = {
+    "dynamodb": "dynamodb_store_url",
     "memory": "memory_store_url",
 }
 

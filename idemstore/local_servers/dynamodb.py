@@ -1,0 +1,146 @@
+"""A DynamoDB-compatible endpoint on a free loopback port: moto's server, in a child process.
+
+moto's own server answers requests on several threads and checks a ``ConditionExpression``
+and applies the write as two separate steps with no lock between them, so two concurrent
+conditional writes to one item can both succeed there. Real DynamoDB applies each
+single-item write atomically, and idemstore's correctness rests on that. This module
+therefore serves moto's WSGI application behind a lock (one request at a time, keep-alive
+connections on threads), which gives the endpoint DynamoDB's per-item atomicity.
+
+Run as ``python -m idemstore.local_servers.dynamodb --port N`` to serve in the foreground.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+__all__ = ["DynamoDBServer", "serve", "start_dynamodb"]
+
+
+@dataclass(slots=True)
+class DynamoDBServer:
+    """A running moto server: ``url`` is its endpoint (``http://127.0.0.1:PORT``)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        """Stop the server and wait for it to exit (idempotent)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_dynamodb(directory: Path | None = None, *, attempts: int = 3) -> DynamoDBServer:
+    """Start moto's server on a free loopback port; ``ServerUnavailableError`` if it cannot."""
+    try:
+        import moto.server  # noqa: F401
+    except ImportError as exc:
+        raise ServerUnavailableError(
+            "moto is not installed: pip install 'moto[server]' (it is in idemstore's test extra)"
+        ) from exc
+    where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="moto-"))
+    last: ServerUnavailableError | None = None
+    for _ in range(attempts):
+        # Another process may take the free port before the child binds it: try again.
+        port = free_port()
+        log = where / f"moto-{port}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "idemstore.local_servers.dynamodb", "--port", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": _package_root()},
+            )
+        server = DynamoDBServer(f"http://127.0.0.1:{port}", process, log)
+        try:
+            wait_for_port(port, process=process, timeout=30, log=log)
+        except ServerUnavailableError as exc:
+            server.stop()
+            last = exc
+            continue
+        return server
+    assert last is not None
+    raise last
+
+
+def _package_root() -> str:
+    root = str(Path(__file__).resolve().parent.parent.parent)
+    existing = os.environ.get("PYTHONPATH")
+    return f"{root}{os.pathsep}{existing}" if existing else root
+
+
+class _OneRequestAtATime:
+    """WSGI middleware: run the wrapped application for one request at a time."""
+
+    __slots__ = ("_app", "_lock")
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        with self._lock:
+            # Drain the body inside the lock: moto builds it while it touches its state.
+            return list(self._app(environ, start_response))
+
+
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    """Serve moto's DynamoDB (and the rest of moto) on ``host:port`` until interrupted."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    class QuietHandler(MotoRequestHandler):
+        # One log line per request would grow the log by megabytes in a test session.
+        def log_request(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    app = _OneRequestAtATime(DomainDispatcherApplication(create_backend_app))
+    server = make_server(host, port, app, threaded=True, request_handler=QuietHandler)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    # terminate() sends SIGTERM: leave serve_forever cleanly instead of dying mid-request.
+    signal.signal(signal.SIGTERM, _interrupt)
+    serve(args.port)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    main()
