@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import unquote
@@ -191,6 +192,17 @@ def _statements_of(migration: Migration) -> list[str]:
     ]
 
 
+async def _stopped(conn: aiosqlite.Connection) -> None:
+    """Wait for the worker thread of a connection that failed to open.
+
+    aiosqlite stops that thread without waiting for it; if the event loop closes first (a CLI
+    run ends), the thread dies printing a traceback. Joining it keeps failures to our one line.
+    """
+    thread = getattr(conn, "_thread", None)
+    if isinstance(thread, threading.Thread) and thread.is_alive():
+        await asyncio.to_thread(thread.join, 5.0)
+
+
 def _record(row: Sequence[Any]) -> Record:
     status = Status(row[3])
     return Record(
@@ -357,9 +369,14 @@ class SQLiteStore:
             self._check_open()
             if self._conn is None:
                 with self._errors():
-                    conn = await aiosqlite.connect(
+                    conn = aiosqlite.connect(
                         self._database, isolation_level=None, timeout=self._busy_timeout
                     )
+                    try:
+                        await conn
+                    except BaseException:
+                        await _stopped(conn)
+                        raise
                     try:
                         await conn.execute(
                             f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}"
@@ -608,7 +625,13 @@ class SQLiteStore:
                 await conn.close()
 
     async def __aenter__(self) -> Self:
-        await self._connected()
+        try:
+            await self._connected()
+        except BaseException:
+            # __aexit__ will not run: close here, or the connection's thread keeps the
+            # process alive.
+            await self.close()
+            raise
         return self
 
     async def __aexit__(
