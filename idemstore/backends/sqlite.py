@@ -333,6 +333,11 @@ class SQLiteStore:
             raise
         except sqlite3.Error as exc:
             raise self._mapped(exc) from exc
+        except ValueError as exc:
+            # aiosqlite's "Connection closed": close() ran while this operation was under way.
+            if not self._closed:
+                raise
+            raise RuntimeError("this SQLiteStore was closed during the operation") from exc
 
     def _mapped(self, exc: sqlite3.Error) -> IdemstoreError:
         message = str(exc)

@@ -514,3 +514,18 @@ def test_sweep_loop_stops_cleanly_on_sigterm(sqlite_file_store_url: str) -> None
     assert proc.returncode == 0, err
     assert "stopped; 0 record(s) swept in all" in out
     assert err == ""
+
+
+async def test_closing_during_operations_fails_them_as_closed_not_with_driver_errors(
+    sqlite_file_store_url: str,
+) -> None:
+    store = open_store(sqlite_file_store_url)
+    await store.ping()
+    calls = [store.reserve(f"k-{i}", "fp", lease_ttl=LONG, retention=LONG) for i in range(20)]
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    await asyncio.sleep(0)
+    await store.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert failures, "close() did not overtake any operation: the test proves nothing"
+    assert all(isinstance(f, RuntimeError) and "closed" in str(f) for f in failures), failures
