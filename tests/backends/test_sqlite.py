@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+pytest.importorskip("aiosqlite", reason="the sqlite backend needs aiosqlite")
+
 from idemstore import (
     ConfigurationError,
     Outcome,
