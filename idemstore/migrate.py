@@ -2,6 +2,8 @@
 own transaction, recorded in a versions table with a checksum so an edited file is caught.
 
 The runner is engine-neutral; a store that has a schema implements ``SupportsMigrations``.
+``run_migrations(url)`` is what ``idemstore migrate URL`` runs: it opens any store, drives it
+through that protocol, and reports what it found and did.
 """
 
 from __future__ import annotations
@@ -14,19 +16,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from idemstore.errors import SchemaError
+from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 __all__ = [
     "AppliedMigration",
     "Migration",
+    "MigrationRun",
     "MigrationState",
     "SupportsMigrations",
     "load_migrations",
+    "migration_engine",
     "migration_states",
+    "migrations_dir",
     "pending_migrations",
+    "run_migrations",
 ]
+
+# Which migrations/<engine>/ folder a URL scheme's store uses.
+MIGRATION_ENGINES: dict[str, str] = {
+    "sqlite": "sqlite",
+    "postgresql": "postgres",
+    "postgres": "postgres",
+}
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -64,7 +79,12 @@ class MigrationState:
 
 @runtime_checkable
 class SupportsMigrations(Protocol):
-    """What a store with a schema offers the migration runner and the CLI."""
+    """What a store with a schema offers the migration runner and the CLI.
+
+    The runner calls these on a store it has not entered (no ``async with``, which may check
+    or migrate the schema): each method connects by itself if it must, works whether or not
+    the schema exists, and never migrates as a side effect. The runner calls ``close()`` after.
+    """
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         """The versions table, in order; empty when it does not exist yet."""
@@ -90,21 +110,37 @@ def _migrations_root() -> Path:
     return Path(__file__).resolve().parent.parent / "migrations"
 
 
+def migrations_dir(engine: str) -> Path:
+    """The folder ``engine``'s migration files are read from (inside the wheel when installed)."""
+    return _migrations_root() / engine
+
+
+def migration_engine(url: str) -> str | None:
+    """The migrations folder a store URL's engine uses, or ``None`` for engines without one."""
+    return MIGRATION_ENGINES.get(url.split("://", 1)[0].lower())
+
+
 def load_migrations(engine: str) -> list[Migration]:
     """Every migration of ``engine`` ("sqlite", "postgres"), in version order."""
-    folder = _migrations_root() / engine
+    folder = migrations_dir(engine)
     if not folder.is_dir():
         raise SchemaError(f"no migrations for {engine!r} found at {folder}")
-    migrations = []
+    migrations: list[Migration] = []
     for path in sorted(folder.iterdir()):
         if path.suffix != ".sql":
             continue
         if not MIGRATION_NAME.match(path.name):
             raise SchemaError(f"migration file {path.name!r} is not named NNNN_description.sql")
         data = path.read_bytes()
-        migrations.append(
-            Migration(path.name, data.decode("utf-8"), hashlib.sha256(data).hexdigest())
-        )
+        migration = Migration(path.name, data.decode("utf-8"), hashlib.sha256(data).hexdigest())
+        if migrations and migrations[-1].version == migration.version:
+            # Two files with one number would apply in name order on one database and could
+            # apply in another order elsewhere; refuse rather than guess.
+            raise SchemaError(
+                f"migrations {migrations[-1].name!r} and {migration.name!r} share version "
+                f"{migration.version:04d}; renumber one"
+            )
+        migrations.append(migration)
     return migrations
 
 
@@ -136,3 +172,55 @@ def migration_states(
     """Every known migration with its applied time, for ``idemstore migrate --status``."""
     when = {row.name: row.applied_at for row in applied}
     return [MigrationState(m.name, m.checksum, when.get(m.name)) for m in available]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRun:
+    """What ``run_migrations`` found and did.
+
+    ``engine`` is ``None`` when the store keeps no schema (memory, Redis): nothing to do.
+    ``states`` lists every known migration as it stands after the run; ``applied`` what this
+    run applied; ``planned`` the pending migrations with the SQL a dry run would execute.
+    """
+
+    url: str
+    engine: str | None
+    source: Path | None = None
+    states: tuple[MigrationState, ...] = ()
+    applied: tuple[Migration, ...] = ()
+    planned: tuple[tuple[Migration, str], ...] = ()
+
+    @property
+    def pending(self) -> list[MigrationState]:
+        return [state for state in self.states if state.applied_at is None]
+
+
+async def run_migrations(
+    url: str, *, dry_run: bool = False, status: bool = False, **options: Any
+) -> MigrationRun:
+    """Bring the schema of the store at ``url`` up to date, or only report on it.
+
+    ``dry_run`` plans (returns each pending migration's SQL) and ``status`` reads the versions
+    table; neither writes. A second run applies nothing. Stores without a schema return a run
+    whose ``engine`` is ``None``.
+    """
+    store = open_store(url, **options)
+    try:
+        # The seam for stores whose schema is not SQL files (a DynamoDB table and its TTL
+        # setting): they would be recognised here, by a protocol of their own, before this.
+        engine = migration_engine(url)
+        if engine is None or not isinstance(store, SupportsMigrations):
+            return MigrationRun(redact_url(url), None)
+        available = load_migrations(engine)
+        source = migrations_dir(engine)
+        if status or dry_run:
+            applied_rows = await store.applied_migrations()
+            pending = pending_migrations(available, applied_rows)
+            planned = tuple((m, store.migration_sql(m)) for m in pending) if dry_run else ()
+            states = migration_states(available, applied_rows)
+            return MigrationRun(redact_url(url), engine, source, tuple(states), (), planned)
+        applied = await store.apply_migrations(available)
+        states = migration_states(available, await store.applied_migrations())
+        return MigrationRun(redact_url(url), engine, source, tuple(states), tuple(applied))
+    finally:
+        await store.close()

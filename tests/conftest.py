@@ -19,7 +19,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins: list[str] = ["tests.fixtures.dynamodb"]
+pytest_plugins: list[str] = [
+    "tests.fixtures.dynamodb",
+    "tests.fixtures.sqlite",
+]
 
 
 def backend_unavailable(backend: str, why: str) -> NoReturn:

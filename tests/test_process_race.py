@@ -11,6 +11,7 @@ from tests.process_race import race
 # Backends whose engine several processes can share: id -> fresh-store-URL fixture.
 SHARED_STORE_URL_FIXTURES: dict[str, str] = {
     "dynamodb": "dynamodb_store_url",
+    "sqlite-file": "sqlite_file_store_url",
 }
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 STORE_URL_FIXTURES: dict[str, str] = {
     "dynamodb": "dynamodb_store_url",
     "memory": "memory_store_url",
+    "sqlite-file": "sqlite_file_store_url",
+    "sqlite-memory": "sqlite_memory_store_url",
 }
 
 

@@ -1,0 +1,648 @@
+"""``sqlite:///path/to/file.db``: records in one SQLite file that several processes on one host
+may share (WAL mode), or ``sqlite:///:memory:`` for one store object in one process.
+
+Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock up front (waiting
+up to ``busy_timeout`` for another process), so a transaction never has to upgrade a stale read
+snapshot and never fails half-way for lock reasons. The local clock decides leases and is read
+only once the write lock is held, so deadlines are written in commit order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import unquote
+
+import aiosqlite
+
+from idemstore.errors import (
+    ConfigurationError,
+    IdemstoreError,
+    SchemaError,
+    StoreUnavailableError,
+)
+from idemstore.migrate import (
+    AppliedMigration,
+    Migration,
+    load_migrations,
+    pending_migrations,
+)
+from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
+from idemstore.records import (
+    MAX_KEY_LENGTH,
+    check_duration,
+    check_identity,
+    check_response,
+    new_token,
+)
+from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+    from types import TracebackType
+
+__all__ = ["SQLiteStore"]
+
+ENGINE = "sqlite"
+SYNCHRONOUS_MODES = ("full", "normal")
+# sweep deletes at most this many rows per write transaction, so other writers (and other
+# processes) get the lock between batches however large the backlog.
+SWEEP_BATCH = 500
+# wait() polls: first after 5 ms, doubling up to 100 ms between reads.
+POLL_FIRST = 0.005
+POLL_MAX = 0.1
+
+_COLUMNS = (
+    "scope, key, fingerprint, status, token, fence, response, "
+    "created_at, expires_at, lease_expires_at"
+)
+
+# One statement decides reserve. It inserts a first record, or overwrites the existing row only
+# when the key is free for the caller:
+# - expires_at <= :now: past retention, the record is gone for every read, so a new one starts
+#   (continuing the fence, which must keep rising for as long as any trace of the key is kept);
+# - status = 'released': a tombstone, the holder gave the key up;
+# - in progress with an expired lease and the SAME fingerprint: a takeover. A different
+#   fingerprint never takes over (that is a mismatch, whatever the lease).
+# Otherwise the row is left alone, RETURNING yields nothing and the caller reads the row in the
+# same transaction, under the same write lock, so what it reports is what blocked it.
+_RESERVE = """
+INSERT INTO idemstore_records (
+    scope, key, fingerprint, status, token, fence, takeover, response,
+    created_at, expires_at, lease_expires_at
+) VALUES (
+    :scope, :key, :fingerprint, 'in_progress', :token, 1, 0, NULL,
+    :now, :now + :retention, :now + :lease_ttl
+)
+ON CONFLICT (scope, key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    status = 'in_progress',
+    token = excluded.token,
+    fence = idemstore_records.fence + 1,
+    takeover = (idemstore_records.status = 'in_progress'
+                AND idemstore_records.expires_at > :now),
+    response = NULL,
+    created_at = excluded.created_at,
+    expires_at = excluded.expires_at,
+    lease_expires_at = excluded.lease_expires_at
+WHERE idemstore_records.expires_at <= :now
+   OR idemstore_records.status = 'released'
+   OR (idemstore_records.status = 'in_progress'
+       AND idemstore_records.lease_expires_at <= :now
+       AND idemstore_records.fingerprint = excluded.fingerprint)
+RETURNING fence, takeover, lease_expires_at
+"""
+
+_SELECT_ROW = f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ?"
+
+# Reads never see a tombstone or a record past retention, swept or not.
+_SELECT_LIVE = (
+    f"SELECT {_COLUMNS} FROM idemstore_records "
+    "WHERE scope = ? AND key = ? AND status != 'released' AND expires_at > ?"
+)
+
+# The owner check complete/release/extend share: token AND fence (the fence is what orders
+# owners; a lease whose fence was superseded must fail even if it presents a valid token), still
+# in progress (a completed or released record has no owner any more), and not past retention
+# (such a record is gone for every read even before the sweeper removes it). The lease deadline
+# is deliberately not checked: a lapsed lease nobody took over may still complete.
+_HOLDER = (
+    "scope = :scope AND key = :key AND token = :token AND fence = :fence "
+    "AND status = 'in_progress' AND expires_at > :now"
+)
+
+_COMPLETE = f"""
+UPDATE idemstore_records
+SET status = 'completed', response = :response, lease_expires_at = NULL,
+    expires_at = :now + :retention
+WHERE {_HOLDER}
+RETURNING fence
+"""
+
+# The row stays as a tombstone so the next acquisition's fence is higher than this one.
+_RELEASE = f"""
+UPDATE idemstore_records
+SET status = 'released', lease_expires_at = NULL, response = NULL
+WHERE {_HOLDER}
+RETURNING fence
+"""
+
+# A lapsed lease is lost even if nobody has taken it over yet: extending it would let a holder
+# keep a key others were already entitled to.
+_EXTEND = f"""
+UPDATE idemstore_records
+SET lease_expires_at = :now + :lease_ttl
+WHERE {_HOLDER} AND lease_expires_at > :now
+RETURNING lease_expires_at
+"""
+
+_DELETE = "DELETE FROM idemstore_records WHERE scope = ? AND key = ? RETURNING status, expires_at"
+
+_SWEEP = """
+DELETE FROM idemstore_records WHERE rowid IN (
+    SELECT rowid FROM idemstore_records WHERE expires_at <= ? LIMIT ?
+)
+RETURNING 1
+"""
+
+_VERSIONS_EXISTS = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idemstore_migrations'"
+)
+_SELECT_VERSIONS = "SELECT name, checksum, applied_at FROM idemstore_migrations ORDER BY name"
+_CREATE_VERSIONS = """CREATE TABLE IF NOT EXISTS idemstore_migrations (
+    name       TEXT PRIMARY KEY,
+    checksum   TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)"""
+# applied_at from SQLite's clock, so the dry run can show the exact statement.
+_INSERT_VERSION = (
+    "INSERT INTO idemstore_migrations (name, checksum, applied_at) "
+    "VALUES ('{name}', '{checksum}', (julianday('now') - 2440587.5) * 86400.0)"
+)
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a SQL script, each ending with ``;`` (comments kept with them).
+
+    ``sqlite3.complete_statement`` decides where a statement ends, so semicolons inside
+    strings, comments and ``CREATE TRIGGER ... BEGIN ... END`` bodies do not split it.
+    """
+    statements: list[str] = []
+    start = 0
+    for index, char in enumerate(sql):
+        if char == ";" and sqlite3.complete_statement(sql[start : index + 1]):
+            statements.append(sql[start : index + 1].strip())
+            start = index + 1
+    rest = "\n".join(line for line in sql[start:].splitlines() if not line.strip().startswith("--"))
+    if rest.strip():
+        raise SchemaError(f"SQL script ends with an unterminated statement: {rest.strip()!r}")
+    return statements
+
+
+def _statements_of(migration: Migration) -> list[str]:
+    """What applying ``migration`` executes inside its transaction, in order."""
+    return [
+        _CREATE_VERSIONS,
+        *split_statements(migration.sql),
+        _INSERT_VERSION.format(name=migration.name, checksum=migration.checksum),
+    ]
+
+
+async def _stopped(conn: aiosqlite.Connection) -> None:
+    """Wait for the worker thread of a connection that failed to open.
+
+    aiosqlite stops that thread without waiting for it; if the event loop closes first (a CLI
+    run ends), the thread dies printing a traceback. Joining it keeps failures to our one line.
+    """
+    thread = getattr(conn, "_thread", None)
+    if isinstance(thread, threading.Thread) and thread.is_alive():
+        await asyncio.to_thread(thread.join, 5.0)
+
+
+def _record(row: Sequence[Any]) -> Record:
+    status = Status(row[3])
+    return Record(
+        scope=row[0],
+        key=row[1],
+        fingerprint=row[2],
+        status=status,
+        token=row[4],
+        fence=row[5],
+        response=bytes(row[6]) if status is Status.COMPLETED and row[6] is not None else None,
+        created_at=row[7],
+        expires_at=row[8],
+        lease_expires_at=row[9] if status is Status.IN_PROGRESS else None,
+    )
+
+
+class SQLiteStore:
+    """A store in one SQLite database file, shared safely by the processes of one host.
+
+    Args:
+        database: a file path, or ``":memory:"`` for a private in-memory database.
+        synchronous: ``"full"`` (default: an acknowledged write survives power loss) or
+            ``"normal"`` (faster; in WAL mode a power loss may undo the last transactions,
+            never corrupt the file).
+        busy_timeout: seconds to wait for another process's write lock before
+            ``StoreUnavailableError``.
+        auto_migrate: bring the schema up to date on first use (default); when false, a
+            missing or older schema raises ``SchemaError``.
+        max_key_length: the longest key accepted.
+        clock: the time source (epoch seconds) that decides leases; injectable for tests.
+    """
+
+    __slots__ = (
+        "_auto_migrate",
+        "_busy_timeout",
+        "_clock",
+        "_closed",
+        "_conn",
+        "_database",
+        "_lock",
+        "_max_key_length",
+        "_open_lock",
+        "_ready",
+        "_synchronous",
+    )
+
+    def __init__(
+        self,
+        database: str,
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 5.0,
+        auto_migrate: bool = True,
+        max_key_length: int = MAX_KEY_LENGTH,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(database, str) or not database:
+            raise ConfigurationError("database must be a file path or ':memory:'")
+        mode = synchronous.lower() if isinstance(synchronous, str) else synchronous
+        if mode not in SYNCHRONOUS_MODES:
+            raise ConfigurationError(
+                f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
+            )
+        if not callable(clock):
+            raise ConfigurationError(f"clock must be a callable returning epoch seconds: {clock!r}")
+        self._database = database
+        self._synchronous = mode
+        self._busy_timeout = check_duration("busy_timeout", busy_timeout)
+        self._auto_migrate = auto_migrate
+        self._max_key_length = max_key_length
+        self._clock = clock
+        self._conn: aiosqlite.Connection | None = None
+        self._ready = False
+        self._closed = False
+        # One connection serves every task of the store; a transaction must not interleave with
+        # another task's statements on it, so each transaction (and each read) holds this lock.
+        self._lock = asyncio.Lock()
+        self._open_lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``.
+
+        Options: ``synchronous`` (full|normal), ``busy_timeout`` (seconds), ``auto_migrate``,
+        ``max_key_length``; ``clock`` as a keyword only.
+        """
+        parsed = parse_store_url(url, options)
+        if parsed.netloc:
+            raise ConfigurationError(
+                "a sqlite:// URL takes no host: use sqlite:///relative/path.db, "
+                "sqlite:////absolute/path.db or sqlite:///:memory:"
+            )
+        # SQLAlchemy's convention: the path is what follows the third slash.
+        database = unquote(parsed.path[1:]) if parsed.path.startswith("/") else ""
+        if not database:
+            raise ConfigurationError(
+                "a sqlite:// URL needs a database: sqlite:///relative/path.db, "
+                "sqlite:////absolute/path.db or sqlite:///:memory:"
+            )
+        synchronous = pop_str(parsed.options, "synchronous", "full")
+        busy_timeout = pop_float(parsed.options, "busy_timeout", 5.0)
+        auto_migrate = pop_bool(parsed.options, "auto_migrate", True)
+        max_key_length = pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH)
+        clock = parsed.options.pop("clock", time.time)
+        parsed.reject_unknown()
+        return cls(
+            database,
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+            auto_migrate=auto_migrate,
+            max_key_length=max_key_length,
+            clock=clock,
+        )
+
+    @property
+    def database(self) -> str:
+        """The database file path (or ``":memory:"``)."""
+        return self._database
+
+    # -- connection, errors, transactions ---------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Map every sqlite3 error to the idemstore family (the one place that does)."""
+        try:
+            yield
+        except IdemstoreError:
+            raise
+        except sqlite3.Error as exc:
+            raise self._mapped(exc) from exc
+        except ValueError as exc:
+            # aiosqlite's "Connection closed": close() ran while this operation was under way.
+            if not self._closed:
+                raise
+            raise RuntimeError("this SQLiteStore was closed during the operation") from exc
+
+    def _mapped(self, exc: sqlite3.Error) -> IdemstoreError:
+        message = str(exc)
+        where = f"SQLite database {self._database!r}"
+        if "no such table" in message:
+            return SchemaError(
+                f"the {where} has no idemstore schema ({message}); "
+                f"run `idemstore migrate sqlite:///{self._database}`"
+            )
+        if "unable to open" in message:
+            return StoreUnavailableError(
+                f"cannot open the {where}: {message} "
+                "(does its directory exist, and may this process write there?)"
+            )
+        if "locked" in message or "busy" in message:
+            return StoreUnavailableError(
+                f"the {where} stayed locked by another connection for longer than "
+                f"busy_timeout={self._busy_timeout:g}s: {message}"
+            )
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
+            return StoreUnavailableError(f"{self._database!r} is not an SQLite database: {message}")
+        return StoreUnavailableError(f"{where} failed: {message}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this SQLiteStore is closed")
+
+    async def _connection(self) -> aiosqlite.Connection:
+        """The open connection with its pragmas set; no schema check (migrations use this)."""
+        self._check_open()
+        if self._conn is not None:
+            return self._conn
+        async with self._open_lock:
+            self._check_open()
+            if self._conn is None:
+                with self._errors():
+                    conn = aiosqlite.connect(
+                        self._database, isolation_level=None, timeout=self._busy_timeout
+                    )
+                    try:
+                        await conn
+                    except BaseException:
+                        await _stopped(conn)
+                        raise
+                    try:
+                        await conn.execute(
+                            f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}"
+                        )
+                        # WAL: readers never block the writer and vice versa, and processes share
+                        # the file safely. An in-memory database answers "memory": fine.
+                        await conn.execute("PRAGMA journal_mode = WAL")
+                        await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+                    except BaseException:
+                        await conn.close()
+                        raise
+                if self._closed:
+                    # close() ran while we connected: do not leave a connection behind.
+                    await conn.close()
+                    self._check_open()
+                self._conn = conn
+            return self._conn
+
+    async def _connected(self) -> aiosqlite.Connection:
+        """The connection, once the schema is known to be current (migrating it if allowed)."""
+        if self._ready and self._conn is not None:
+            return self._conn
+        conn = await self._connection()
+        if not self._ready:
+            available = load_migrations(ENGINE)
+            if self._auto_migrate:
+                await self.apply_migrations(available)
+            else:
+                pending = pending_migrations(available, await self.applied_migrations())
+                if pending:
+                    names = ", ".join(m.name for m in pending)
+                    raise SchemaError(
+                        f"the SQLite database {self._database!r} lacks migrations {names}; "
+                        f"run `idemstore migrate sqlite:///{self._database}` "
+                        "(or drop auto_migrate=false)"
+                    )
+            self._ready = True
+        return conn
+
+    @contextlib.asynccontextmanager
+    async def _write(self, conn: aiosqlite.Connection) -> AsyncIterator[float]:
+        """A ``BEGIN IMMEDIATE`` transaction; yields the clock read once the lock is held.
+
+        Commits when the block ends, rolls back on any exception including cancellation.
+        """
+        async with self._lock:
+            try:
+                # Inside the try: if we are cancelled while BEGIN waits for the lock, the
+                # ROLLBACK below is queued behind it, so the connection never stays in a
+                # transaction nobody will finish.
+                await conn.execute("BEGIN IMMEDIATE")
+                yield self._clock()
+                await conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error, ValueError):
+                    await conn.execute("ROLLBACK")
+                raise
+
+    async def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
+        conn = await self._connected()
+        with self._errors():
+            async with self._lock:
+                return list(await conn.execute_fetchall(sql, parameters))
+
+    # -- migrations (SupportsMigrations) ----------------------------------------------------
+
+    async def applied_migrations(self) -> list[AppliedMigration]:
+        """The versions table, in order; empty when it does not exist yet."""
+        conn = await self._connection()
+        with self._errors():
+            async with self._lock:
+                return await self._versions(conn)
+
+    @staticmethod
+    async def _versions(conn: aiosqlite.Connection) -> list[AppliedMigration]:
+        if not list(await conn.execute_fetchall(_VERSIONS_EXISTS)):
+            return []
+        rows = await conn.execute_fetchall(_SELECT_VERSIONS)
+        return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
+
+    async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
+        """Apply each pending migration in its own ``BEGIN IMMEDIATE`` transaction.
+
+        The write lock is held from re-reading the versions table to the commit, so processes
+        that open a fresh file at once apply each migration exactly once between them.
+        """
+        conn = await self._connection()
+        done: list[Migration] = []
+        with self._errors():
+            while True:
+                async with self._write(conn):
+                    pending = pending_migrations(available, await self._versions(conn))
+                    if not pending:
+                        break
+                    for statement in _statements_of(pending[0]):
+                        await conn.execute(statement)
+                done.append(pending[0])
+        return done
+
+    def migration_sql(self, migration: Migration) -> str:
+        """The statements ``apply_migrations`` runs for ``migration``, as one script."""
+        body = ";\n\n".join(s.rstrip(";") for s in _statements_of(migration))
+        return f"BEGIN IMMEDIATE;\n\n{body};\n\nCOMMIT;\n"
+
+    # -- the contract -------------------------------------------------------------------------
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        retention = check_duration("retention", retention)
+        conn = await self._connected()
+        token = new_token()
+        with self._errors():
+            async with self._write(conn) as now:
+                params = {
+                    "scope": scope,
+                    "key": key,
+                    "fingerprint": fingerprint,
+                    "token": token,
+                    "now": now,
+                    "lease_ttl": lease_ttl,
+                    "retention": retention,
+                }
+                won = list(await conn.execute_fetchall(_RESERVE, params))
+                row = None if won else list(await conn.execute_fetchall(_SELECT_ROW, (scope, key)))
+        if won:
+            fence, takeover, deadline = won[0]
+            lease = Lease(scope, key, token, fence, deadline, retention)
+            return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
+        assert row, "reserve left a row alone, so the row exists"
+        record = _record(row[0])
+        if record.fingerprint != fingerprint:
+            return Reservation(Outcome.MISMATCH, record=record)
+        if record.status is Status.COMPLETED:
+            return Reservation(Outcome.COMPLETED, record=record)
+        return Reservation(Outcome.IN_PROGRESS, record=record)
+
+    def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
+        return {
+            "scope": lease.scope,
+            "key": lease.key,
+            "token": lease.token,
+            "fence": lease.fence,
+            "now": now,
+        }
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        response = check_response(response)
+        keep = check_duration("retention", retention if retention is not None else lease.retention)
+        conn = await self._connected()
+        with self._errors():
+            async with self._write(conn) as now:
+                params = self._holder_params(lease, now)
+                params.update(response=response, retention=keep)
+                rows = list(await conn.execute_fetchall(_COMPLETE, params))
+        return bool(rows)
+
+    async def release(self, lease: Lease) -> bool:
+        conn = await self._connected()
+        with self._errors():
+            async with self._write(conn) as now:
+                rows = list(await conn.execute_fetchall(_RELEASE, self._holder_params(lease, now)))
+        return bool(rows)
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        conn = await self._connected()
+        with self._errors():
+            async with self._write(conn) as now:
+                params = self._holder_params(lease, now)
+                params["lease_ttl"] = lease_ttl
+                rows = list(await conn.execute_fetchall(_EXTEND, params))
+        if not rows:
+            return None
+        return Lease(lease.scope, lease.key, lease.token, lease.fence, rows[0][0], lease.retention)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        check_identity(key, scope, max_key_length=self._max_key_length)
+        rows = await self._read(_SELECT_LIVE, (scope, key, self._clock()))
+        return _record(rows[0]) if rows else None
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        check_identity(key, scope, max_key_length=self._max_key_length)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, float(timeout))
+        delay = POLL_FIRST
+        while True:
+            now = self._clock()
+            rows = await self._read(_SELECT_LIVE, (scope, key, now))
+            record = _record(rows[0]) if rows else None
+            if record is None or record.status is Status.COMPLETED:
+                return record
+            assert record.lease_expires_at is not None
+            if record.lease_expires_at <= now:
+                return record
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return record
+            # Also look again when the lease lapses: that frees the key without any write.
+            await asyncio.sleep(min(delay, remaining, max(record.lease_expires_at - now, 0.0)))
+            delay = min(delay * 2, POLL_MAX)
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        check_identity(key, scope, max_key_length=self._max_key_length)
+        conn = await self._connected()
+        with self._errors():
+            async with self._write(conn) as now:
+                rows = list(await conn.execute_fetchall(_DELETE, (scope, key)))
+        # True only if a live record went: a tombstone or an expired row was already absent.
+        return any(status != "released" and expires_at > now for status, expires_at in rows)
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"limit must be at least 1, not {limit!r}")
+        conn = await self._connected()
+        removed = 0
+        with self._errors():
+            while removed < limit:
+                batch = min(SWEEP_BATCH, limit - removed)
+                async with self._write(conn) as now:
+                    count = len(list(await conn.execute_fetchall(_SWEEP, (now, batch))))
+                removed += count
+                if count < batch:
+                    break
+        return removed
+
+    async def ping(self) -> None:
+        await self._read("SELECT 1", ())
+
+    async def close(self) -> None:
+        """Close the connection; idempotent. The store is unusable afterwards."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with self._errors():
+                await conn.close()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._connected()
+        except BaseException:
+            # __aexit__ will not run: close here, or the connection's thread keeps the
+            # process alive.
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
