@@ -9,7 +9,10 @@ import pytest
 from tests.process_race import race
 
 # Backends whose engine several processes can share: id -> fresh-store-URL fixture.
-SHARED_STORE_URL_FIXTURES: dict[str, str] = {}
+SHARED_STORE_URL_FIXTURES: dict[str, str] = {
+    "redis": "redis_store_url",
+    "redis-cluster": "redis_cluster_store_url",
+}
 
 
 @pytest.mark.slow

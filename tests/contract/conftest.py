@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 STORE_URL_FIXTURES: dict[str, str] = {
     "memory": "memory_store_url",
+    "redis": "redis_store_url",
+    "redis-cluster": "redis_cluster_store_url",
 }
 
 
