@@ -384,6 +384,11 @@ class _Notifier:
                     first.set_result(True)
                 if not pending:
                     del self._confirmations[channel]
+            else:
+                # Nobody asked: redis-py reconnected and resubscribed by itself. A message
+                # may have been lost in between, so the waiters must look again.
+                for event in self._events.get(channel, ()):
+                    event.set()
 
     def _fail_all(self) -> None:
         for pending in self._confirmations.values():
