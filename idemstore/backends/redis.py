@@ -52,13 +52,12 @@ DEFAULT_PREFIX = "idem:"
 # The key expires by itself at ea + grace; until then the scripts treat it as gone once ea has
 # passed, so no read ever returns an expired record, yet the fence still continues.
 
+# Lua numbers passed to redis.call are written with 17 significant digits, so microsecond
+# timestamps (16 digits) are stored exactly without string.format (which costs more than the
+# HSET itself).
 _PRELUDE = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function fmt(n) return string.format('%.0f', n) end
-local function expire_at(ea, grace_ms)
-  redis.call('PEXPIREAT', KEYS[1], fmt(math.ceil(ea / 1000) + tonumber(grace_ms)))
-end
+local now = t[1] * 1000000 + t[2]
 """
 
 # ARGV: fingerprint, token, lease_us, retention_us, grace_ms.
@@ -88,12 +87,12 @@ end
 -- The fence continues from whatever trace is left (tombstone, expired record), so it rises
 -- strictly with every acquisition for as long as the key exists.
 fence = fence + 1
-local ea = now + tonumber(ARGV[4])
-local la = now + tonumber(ARGV[3])
+local ea = now + ARGV[4]
+local la = now + ARGV[3]
 if h[8] then redis.call('HDEL', KEYS[1], 'res') end
-redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', fmt(fence),
-  'ca', fmt(now), 'ea', fmt(ea), 'la', fmt(la), 'tk', takeover)
-expire_at(ea, ARGV[5])
+redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', fence,
+  'ca', now, 'ea', ea, 'la', la, 'tk', takeover)
+redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
 return {'a', now, fence, takeover, la}
 """
 )
@@ -114,10 +113,10 @@ _COMPLETE = (
     _PRELUDE
     + _HOLDER_CHECK
     + """
-local ea = now + tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', fmt(ea))
+local ea = now + ARGV[4]
+redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', ea)
 redis.call('HDEL', KEYS[1], 'la')
-expire_at(ea, ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
 redis.call('PUBLISH', KEYS[1], 'c')
 return 1
 """
@@ -143,8 +142,8 @@ _EXTEND = (
     + _HOLDER_CHECK
     + """
 if tonumber(h[5]) <= now then return false end
-local la = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'la', fmt(la))
+local la = now + ARGV[3]
+redis.call('HSET', KEYS[1], 'la', la)
 return la
 """
 )
@@ -440,9 +439,11 @@ class RedisStore:
     """A store in Redis or Redis Cluster. Build it with ``open_store(url)`` or ``from_url``.
 
     Options (URL query parameters or keyword arguments): ``prefix`` (``idem:``), ``db``,
-    ``socket_timeout`` (5 s), ``socket_connect_timeout`` (5 s), ``operation_timeout`` (10 s:
-    no call takes longer, retries included), ``retries`` (3), ``max_connections`` (100),
-    ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
+    ``socket_timeout`` (5 s), ``socket_connect_timeout`` (5 s), ``retries`` (2),
+    ``operation_timeout`` (none: a hard cap on one call, retries included; without it a call
+    gives up after ``retries + 1`` attempts, each bounded by the socket timeouts),
+    ``max_connections`` (100 in-flight operations; more wait at most ``socket_timeout`` for a
+    free one), ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
     ``max_key_length``, and for ``rediss://`` ``ssl_ca_certs``, ``ssl_certfile``,
     ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``.
     """
@@ -461,6 +462,7 @@ class RedisStore:
         "_notifier",
         "_operation_timeout",
         "_prefix",
+        "_queue_timeout",
         "_where",
     )
 
@@ -476,8 +478,8 @@ class RedisStore:
         prefix: str = DEFAULT_PREFIX,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
-        operation_timeout: float = 10.0,
-        retries: int = 3,
+        operation_timeout: float | None = None,
+        retries: int = 2,
         max_connections: int = 100,
         expiry_grace: float = 60.0,
         max_key_length: int = MAX_KEY_LENGTH,
@@ -496,9 +498,10 @@ class RedisStore:
         for name, value in (
             ("socket_timeout", socket_timeout),
             ("socket_connect_timeout", socket_connect_timeout),
-            ("operation_timeout", operation_timeout),
         ):
             check_duration(name, value)
+        if operation_timeout is not None:
+            check_duration("operation_timeout", operation_timeout)
         if retries < 0:
             raise ConfigurationError(f"retries must be 0 or more, not {retries}")
         if max_connections < 1:
@@ -511,6 +514,7 @@ class RedisStore:
         self._cluster = cluster
         self._prefix = prefix
         self._operation_timeout = operation_timeout
+        self._queue_timeout = operation_timeout or socket_timeout
         self._grace_ms = str(math.ceil(expiry_grace * 1000))
         self._max_key_length = max_key_length
         self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
@@ -585,8 +589,12 @@ class RedisStore:
             prefix=pop_str(parsed.options, "prefix", DEFAULT_PREFIX),
             socket_timeout=pop_float(parsed.options, "socket_timeout", 5.0),
             socket_connect_timeout=pop_float(parsed.options, "socket_connect_timeout", 5.0),
-            operation_timeout=pop_float(parsed.options, "operation_timeout", 10.0),
-            retries=pop_int(parsed.options, "retries", 3),
+            operation_timeout=(
+                pop_float(parsed.options, "operation_timeout", 0.0)
+                if "operation_timeout" in parsed.options
+                else None
+            ),
+            retries=pop_int(parsed.options, "retries", 2),
             max_connections=pop_int(parsed.options, "max_connections", 100),
             expiry_grace=pop_float(parsed.options, "expiry_grace", 60.0),
             max_key_length=pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH),
@@ -651,19 +659,43 @@ class RedisStore:
         )
 
     async def _run(self, name: str, key: bytes, *args: str | bytes) -> Any:
-        """Run one script on ``key``: EVALSHA, or EVAL when the node does not know it yet."""
-        script = _SCRIPTS[name]
+        """Run one script on ``key``; with ``operation_timeout``, within that time."""
+        if self._operation_timeout is None:
+            # The hot path: no timer of our own; the socket timeouts bound every wait.
+            return await self._call(_SCRIPTS[name], key, args)
         try:
             async with asyncio.timeout(self._operation_timeout):
-                client = await self._ready()
-                async with self._limit:
-                    try:
-                        return await client.evalsha(script.sha, 1, key, *args)
-                    except NoScriptError:
-                        # This node restarted or was flushed: EVAL runs and caches it again.
-                        return await client.eval(script.source, 1, key, *args)
+                return await self._call(_SCRIPTS[name], key, args)
+        except TimeoutError as exc:
+            raise self._unavailable(exc) from exc
+
+    async def _call(self, script: _Script, key: bytes, args: tuple[str | bytes, ...]) -> Any:
+        """EVALSHA, or EVAL when the node does not know the script (yet, or any more)."""
+        try:
+            client = self._client if self._client is not None else await self._ready()
+            await self._acquire_slot()
+            try:
+                try:
+                    return await client.evalsha(script.sha, 1, key, *args)
+                except NoScriptError:
+                    # This node restarted or was flushed: EVAL runs and caches it again.
+                    return await client.eval(script.source, 1, key, *args)
+            finally:
+                self._limit.release()
         except _DRIVER_ERRORS as exc:
             raise self._unavailable(exc) from exc
+
+    async def _acquire_slot(self) -> None:
+        if not self._limit.locked():
+            await self._limit.acquire()  # free: returns at once, no timer
+            return
+        try:
+            await asyncio.wait_for(self._limit.acquire(), self._queue_timeout)
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"redis store {self._where}: all {self._max_connections} connections stayed "
+                f"busy for {self._queue_timeout}s (raise max_connections?)"
+            ) from None
 
     def _key(self, scope: str, key: str) -> bytes:
         return record_key(self._prefix, scope, key)
@@ -765,7 +797,7 @@ class RedisStore:
             return record
         # Subscribe first, then read again: a PUBLISH after that read cannot be missed.
         event, confirmed = await self._notifier.subscribe(
-            name, min(self._operation_timeout, max(0.05, deadline - loop.time()))
+            name, min(self._queue_timeout, max(0.05, deadline - loop.time()))
         )
         poll = 0.01
         try:
@@ -825,11 +857,14 @@ class RedisStore:
     async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
         # A key past retention has at most the grace period (plus rounding) left to live;
         # only those are worth a script call, which checks the retention deadline itself.
-        async with self._limit:
+        await self._acquire_slot()
+        try:
             pipe = client.pipeline(transaction=False) if not self._cluster else client.pipeline()
             for name in names:
                 pipe.pttl(name)
             ttls = await pipe.execute()
+        finally:
+            self._limit.release()
         removed = 0
         for name, ttl in zip(names, ttls, strict=True):
             if removed >= room:
@@ -840,7 +875,7 @@ class RedisStore:
 
     async def ping(self) -> None:
         try:
-            async with asyncio.timeout(self._operation_timeout):
+            async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
                 client = await self._ready()
                 await client.ping()
         except _DRIVER_ERRORS as exc:
