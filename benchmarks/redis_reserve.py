@@ -204,7 +204,7 @@ async def main() -> None:
             )
     finally:
         for server in servers:
-            (server.close if hasattr(server, "close") else server.stop)()
+            server.stop()
 
 
 if __name__ == "__main__":

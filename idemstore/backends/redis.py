@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import math
 import random
@@ -225,6 +226,7 @@ def record_key(prefix: str, scope: str, key: str) -> bytes:
     return f"{prefix}{{{scope.translate(_SCOPE_ESCAPES)}:{key.translate(_KEY_ESCAPES)}}}".encode()
 
 
+@functools.lru_cache(maxsize=256)  # callers reuse a handful of lease/retention durations
 def _micros(seconds: float) -> str:
     return str(max(1, round(seconds * 1_000_000)))
 
@@ -673,13 +675,15 @@ class RedisStore:
         """EVALSHA, or EVAL when the node does not know the script (yet, or any more)."""
         try:
             client = self._client if self._client is not None else await self._ready()
-            await self._acquire_slot()
+            if self._limit.locked():
+                await self._wait_for_slot()
+            else:
+                await self._limit.acquire()  # free: returns at once
             try:
-                try:
-                    return await client.evalsha(script.sha, 1, key, *args)
-                except NoScriptError:
-                    # This node restarted or was flushed: EVAL runs and caches it again.
-                    return await client.eval(script.source, 1, key, *args)
+                return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
+            except NoScriptError:
+                # This node restarted or was flushed: EVAL runs and caches it again.
+                return await client.execute_command("EVAL", script.source, 1, key, *args)
             finally:
                 self._limit.release()
         except _DRIVER_ERRORS as exc:
@@ -689,6 +693,9 @@ class RedisStore:
         if not self._limit.locked():
             await self._limit.acquire()  # free: returns at once, no timer
             return
+        await self._wait_for_slot()
+
+    async def _wait_for_slot(self) -> None:
         try:
             await asyncio.wait_for(self._limit.acquire(), self._queue_timeout)
         except TimeoutError:

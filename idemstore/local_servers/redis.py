@@ -1,8 +1,9 @@
 """Start ``redis-server`` on loopback: one node, or a 3-node Redis Cluster.
 
-Each node runs in its own temporary directory on a free 127.0.0.1 port and can be stopped
-(gracefully or with SIGKILL), paused (SIGSTOP, to look like a hung server) and restarted on the
-same port and directory, which is what the fault and durability tests need.
+Each node runs in its own temporary directory on a free 127.0.0.1 port. Besides ``stop`` (for
+good), a node can be shut down (gracefully or with SIGKILL) and started again on the same port
+and directory, or paused (SIGSTOP, to look like a hung server): what the fault and durability
+tests need.
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ class LocalRedis:
             raise ServerUnavailableError(f"redis-cli {' '.join(args)} failed: {done.stderr}")
         return done.stdout
 
-    def stop(self, *, kill: bool = False) -> None:
-        """Stop the server: SIGTERM (a clean shutdown) or, with ``kill``, SIGKILL (a crash)."""
+    def shutdown(self, *, kill: bool = False) -> None:
+        """Stop the process but keep its data: SIGTERM (a clean shutdown) or, with ``kill``,
+        SIGKILL (a crash). ``start`` brings it back on the same port."""
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
@@ -140,7 +142,7 @@ class LocalRedis:
 
     def restart(self, *, kill: bool = False) -> None:
         """Stop (or crash, with ``kill``) and start again with the same data directory."""
-        self.stop(kill=kill)
+        self.shutdown(kill=kill)
         self.start()
 
     def pause(self) -> None:
@@ -152,9 +154,9 @@ class LocalRedis:
         if self.process is not None:
             self.process.send_signal(signal.SIGCONT)
 
-    def close(self) -> None:
-        """Stop the server and remove its directory."""
-        self.stop()
+    def stop(self) -> None:
+        """Stop the server for good and remove its directory (when it made one)."""
+        self.shutdown()
         if self.owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -184,7 +186,7 @@ def start_redis(
     try:
         server.start()
     except BaseException:
-        server.close()
+        server.stop()
         raise
     return server
 
@@ -215,8 +217,9 @@ class LocalRedisCluster:
             time.sleep(0.1)
 
     def stop(self) -> None:
+        """Stop every node for good and remove their directories."""
         for node in self.nodes:
-            node.stop()
+            node.shutdown()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -338,7 +338,7 @@ def own_redis() -> Iterator[LocalRedis]:
     except ServerUnavailableError as exc:
         backend_unavailable("redis", str(exc))
     yield server
-    server.close()
+    server.stop()
 
 
 async def test_an_unreachable_server_is_store_unavailable_without_the_password() -> None:
@@ -375,7 +375,7 @@ async def test_the_store_recovers_when_the_server_comes_back(own_redis: LocalRed
     async with open_store(f"{own_redis.url}?retries=1&socket_timeout=1") as store:
         key = new_key()
         await acquire(store, key)
-        own_redis.stop()
+        own_redis.shutdown()
         with pytest.raises(StoreUnavailableError):
             await store.get(key)
         own_redis.start()
@@ -420,7 +420,7 @@ async def test_a_read_only_replica_is_store_unavailable_for_writes(
             assert isinstance(caught.value.__cause__, ReadOnlyError)
             assert "read only replica" in str(caught.value)
     finally:
-        replica.close()
+        replica.stop()
 
 
 # -- Redis Cluster ----------------------------------------------------------------------------
@@ -496,7 +496,7 @@ async def test_a_cluster_node_down_is_store_unavailable_then_recovers(
         key = new_key()
         lease = await acquire(store, key)
         victim = owner_of(own_cluster, record_key(prefix_of(url), "", key))
-        victim.stop()
+        victim.shutdown()
         try:
             started = time.monotonic()
             with pytest.raises(StoreUnavailableError):
