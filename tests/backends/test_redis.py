@@ -15,9 +15,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import redis.asyncio as aioredis
-from redis.asyncio.connection import SSLConnection
-from redis.exceptions import ReadOnlyError
 
 from idemstore import (
     ConfigurationError,
@@ -26,9 +23,16 @@ from idemstore import (
     StoreUnavailableError,
     open_store,
 )
-from idemstore.backends.redis import _SCRIPTS, RedisStore, record_key
 from idemstore.local_servers import ServerUnavailableError, free_port
 from tests.conftest import backend_unavailable
+
+pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
+from redis.exceptions import ReadOnlyError
+
+from idemstore.backends.redis import _SCRIPTS, RedisStore, record_key
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Iterator
