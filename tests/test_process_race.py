@@ -12,6 +12,8 @@ from tests.process_race import race
 SHARED_STORE_URL_FIXTURES: dict[str, str] = {
     "dynamodb": "dynamodb_store_url",
     "sqlite-file": "sqlite_file_store_url",
+    "redis": "redis_store_url",
+    "redis-cluster": "redis_cluster_store_url",
 }
 
 

@@ -22,6 +22,8 @@ STORE_URL_FIXTURES: dict[str, str] = {
     "memory": "memory_store_url",
     "sqlite-file": "sqlite_file_store_url",
     "sqlite-memory": "sqlite_memory_store_url",
+    "redis": "redis_store_url",
+    "redis-cluster": "redis_cluster_store_url",
 }
 
 

@@ -1,0 +1,268 @@
+"""Start ``redis-server`` on loopback: one node, or a 3-node Redis Cluster.
+
+Each node runs in its own temporary directory on a free 127.0.0.1 port. Besides ``stop`` (for
+good), a node can be shut down (gracefully or with SIGKILL) and started again on the same port
+and directory, or paused (SIGSTOP, to look like a hung server): what the fault and durability
+tests need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from idemstore.local_servers import ServerUnavailableError, find_binary, free_port, wait_for_port
+
+__all__ = [
+    "LocalRedis",
+    "LocalRedisCluster",
+    "start_redis",
+    "start_redis_cluster",
+]
+
+
+def _binary(name: str) -> str:
+    found = find_binary(name)
+    if found is None:
+        raise ServerUnavailableError(f"{name} is not on PATH (apt-get install redis-server)")
+    return found
+
+
+@dataclass
+class LocalRedis:
+    """One ``redis-server`` process on 127.0.0.1:``port`` with its data in ``directory``."""
+
+    port: int
+    directory: Path
+    appendonly: bool = False
+    appendfsync: str = "everysec"
+    cluster: bool = False
+    cluster_port: int | None = None
+    process: subprocess.Popen[bytes] | None = None
+    owns_directory: bool = True
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "redis.log"
+
+    def _argv(self) -> list[str]:
+        argv = [
+            _binary("redis-server"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--logfile",
+            str(self.log),
+            "--daemonize",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,
+        ]
+        if self.cluster:
+            assert self.cluster_port is not None
+            argv += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                str(self.cluster_port),
+                "--cluster-node-timeout",
+                "2000",
+            ]
+        return argv
+
+    def start(self) -> None:
+        """Start (or restart) the server on the same port and directory; wait until it answers."""
+        if self.running:
+            return
+        self.process = subprocess.Popen(
+            self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for_port(self.port, process=self.process, timeout=20, log=self.log)
+        # A port that accepts connections may still be loading the AOF: wait for PONG.
+        deadline = time.monotonic() + 20
+        while self.cli("PING", check=False).strip() != "PONG":
+            if time.monotonic() > deadline:
+                raise ServerUnavailableError(f"redis on port {self.port} never answered PING")
+            time.sleep(0.05)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def cli(self, *args: str, check: bool = True) -> str:
+        """Run ``redis-cli -p PORT ARGS...`` and return its output."""
+        done = subprocess.run(
+            [_binary("redis-cli"), "-h", "127.0.0.1", "-p", str(self.port), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if check and done.returncode != 0:
+            raise ServerUnavailableError(f"redis-cli {' '.join(args)} failed: {done.stderr}")
+        return done.stdout
+
+    def shutdown(self, *, kill: bool = False) -> None:
+        """Stop the process but keep its data: SIGTERM (a clean shutdown) or, with ``kill``,
+        SIGKILL (a crash). ``start`` brings it back on the same port."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGCONT)  # a paused server cannot shut down
+            process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop (or crash, with ``kill``) and start again with the same data directory."""
+        self.shutdown(kill=kill)
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets open but answers nothing (a hung server)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the server for good and remove its directory (when it made one)."""
+        self.shutdown()
+        if self.owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_redis(
+    *,
+    appendonly: bool = False,
+    appendfsync: str = "everysec",
+    directory: Path | None = None,
+) -> LocalRedis:
+    """A running single ``redis-server`` on a free loopback port.
+
+    ``appendonly=True, appendfsync="always"`` makes every acknowledged write survive a crash
+    of the server process (the durability tests use that).
+    """
+    if appendfsync not in ("always", "everysec", "no"):
+        raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
+    owns = directory is None
+    where = Path(tempfile.mkdtemp(prefix="idemstore-redis-")) if directory is None else directory
+    server = LocalRedis(
+        port=free_port(),
+        directory=where,
+        appendonly=appendonly,
+        appendfsync=appendfsync,
+        owns_directory=owns,
+    )
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@dataclass
+class LocalRedisCluster:
+    """Several cluster-enabled ``redis-server`` nodes joined into one cluster, no replicas."""
+
+    nodes: list[LocalRedis] = field(default_factory=list)
+    directory: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(node.address for node in self.nodes)
+
+    def state_ok(self) -> bool:
+        """Whether every running node reports ``cluster_state:ok``."""
+        for node in self.nodes:
+            if not node.running or "cluster_state:ok" not in node.cli("CLUSTER", "INFO"):
+                return False
+        return True
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.state_ok():
+            if time.monotonic() > deadline:
+                raise ServerUnavailableError(f"cluster state not ok within {timeout}s")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop every node for good and remove their directories."""
+        for node in self.nodes:
+            node.shutdown()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_redis_cluster(*, nodes: int = 3, appendonly: bool = False) -> LocalRedisCluster:
+    """A running Redis Cluster of ``nodes`` primaries (``redis-cli --cluster create``)."""
+    if nodes < 3:
+        raise ValueError("a Redis Cluster needs at least 3 primaries")
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-cluster-"))
+    cluster = LocalRedisCluster(directory=root)
+    try:
+        for index in range(nodes):
+            where = root / f"node{index}"
+            where.mkdir()
+            node = LocalRedis(
+                port=free_port(),
+                directory=where,
+                appendonly=appendonly,
+                cluster=True,
+                # The bus port defaults to port + 10000, which may be taken or out of range.
+                cluster_port=free_port(),
+                owns_directory=False,
+            )
+            cluster.nodes.append(node)
+            node.start()
+        created = subprocess.run(
+            [
+                _binary("redis-cli"),
+                "--cluster",
+                "create",
+                *(node.address for node in cluster.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if created.returncode != 0:
+            raise ServerUnavailableError(f"redis-cli --cluster create failed: {created.stdout}")
+        cluster.wait_ok()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

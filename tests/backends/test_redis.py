@@ -1,0 +1,520 @@
+"""Redis-specific behaviour: the key layout, one script per operation, pub/sub, faults.
+
+The contract suite already runs on Redis and Redis Cluster; these tests cover what only Redis
+promises (see docs/backends/redis.md). They use real servers: the session ones from
+tests/fixtures/redis.py, or dedicated ones when a test stops, pauses or crashes a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from idemstore import (
+    ConfigurationError,
+    Outcome,
+    Status,
+    StoreUnavailableError,
+    open_store,
+)
+from idemstore.local_servers import ServerUnavailableError, free_port
+from tests.conftest import backend_unavailable
+
+pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
+from redis.exceptions import ReadOnlyError
+
+from idemstore.backends.redis import _SCRIPTS, RedisStore, record_key
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Iterator
+
+    from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster
+
+LONG = 60.0
+FP = "fp"
+
+BOTH = pytest.mark.parametrize("url_fixture", ["redis_store_url", "redis_cluster_store_url"])
+
+
+def new_key() -> str:
+    return f"k-{uuid.uuid4().hex}"
+
+
+def nodes_of(url: str) -> list[tuple[str, int]]:
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    return [(h.rpartition(":")[0], int(h.rpartition(":")[2])) for h in hosts.split(",")]
+
+
+def prefix_of(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["prefix"][0]
+
+
+@pytest.fixture
+async def admin(request: pytest.FixtureRequest) -> AsyncIterator[list[aioredis.Redis]]:
+    """A plain client per node of the server behind the test's store URL."""
+    url = request.getfixturevalue(request.node.callspec.params["url_fixture"])
+    clients = [aioredis.Redis(host=h, port=p) for h, p in nodes_of(url)]
+    yield clients
+    for client in clients:
+        await client.aclose()
+
+
+# Sent by redis-py once per new connection, not per operation.
+HANDSHAKE = {"CLIENT", "HELLO", "PING", "CLUSTER", "COMMAND"}
+
+
+async def sent_commands(nodes: list[aioredis.Redis], operation: Awaitable[Any]) -> list[str]:
+    """The commands clients sent to ``nodes`` while ``operation`` ran, as MONITOR saw them:
+    not the ones a script ran inside the server, nor connection handshakes."""
+    marker = uuid.uuid4().hex
+    seen: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        monitors = [await stack.enter_async_context(node.monitor()) for node in nodes]
+        await operation
+        for node, monitor in zip(nodes, monitors, strict=True):
+            await node.echo(marker)
+            while True:
+                info = await monitor.next_command()
+                if marker in info["command"]:
+                    break
+                name = info["command"].split(" ")[0].upper()
+                if info["client_type"] != "lua" and name not in HANDSHAKE:
+                    seen.append(name)
+    return seen
+
+
+async def holder(admin: list[aioredis.Redis], url: str, name: bytes) -> aioredis.Redis:
+    """The node that holds key ``name`` (KEYS, unlike EXISTS, is never redirected)."""
+    for node in admin:
+        if name in await node.keys(prefix_of(url) + "*"):
+            return node
+    raise AssertionError(f"no node holds {name!r}")
+
+
+# -- the key layout ---------------------------------------------------------------------------
+
+
+def test_scope_and_key_map_to_distinct_keys_whatever_their_colons() -> None:
+    assert record_key("p:", "a:b", "c") != record_key("p:", "a", "b:c")
+    assert record_key("p:", "a:b", "c") == b"p:{a%3Ab:c}"
+    assert record_key("p:", "a", "b:c") == b"p:{a:b:c}"
+
+
+def test_braces_in_keys_cannot_end_the_hash_tag() -> None:
+    name = record_key("idem:", "{t}", "x}{y%")
+    assert name == b"idem:{%7Bt%7D:x%7D%7By%25}"
+    assert name.count(b"{") == 1 and name.endswith(b"}")
+
+
+@BOTH
+async def test_a_record_is_one_hash_with_raw_bytes_and_ttl_of_retention_plus_grace(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    response = bytes(range(256))
+    async with open_store(url, expiry_grace=5) as store:
+        lease = (await store.reserve("k", FP, scope="a:b", lease_ttl=LONG, retention=100)).lease
+        assert lease is not None
+        assert await store.complete(lease, response)
+    name = record_key(prefix_of(url), "a:b", "k")
+    found = [n for node in admin for n in await node.keys(prefix_of(url) + "*")]
+    assert found == [name]
+    owner = await holder(admin, url, name)
+    assert await owner.type(name) == b"hash"
+    assert await owner.hget(name, "res") == response
+    assert 100_000 <= await owner.pttl(name) <= 105_001
+
+
+@BOTH
+async def test_redis_expires_a_record_by_itself_after_retention(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    async with open_store(url, expiry_grace=0) as store:
+        lease = (await store.reserve("k", FP, lease_ttl=LONG, retention=0.2)).lease
+        assert lease is not None
+        await asyncio.sleep(0.5)
+    name = record_key(prefix_of(url), "", "k")
+    for node in admin:  # KEYS expires what it meets, like any read
+        assert await node.keys(prefix_of(url) + "*") == []
+    assert name not in {n for node in admin for n in await node.keys("*")}
+
+
+# -- one round trip per operation -------------------------------------------------------------
+
+
+@BOTH
+async def test_every_operation_is_exactly_one_evalsha(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    key = new_key()
+    async with open_store(url) as store:
+        # Warm up: load every script on the node that owns the key, then start afresh.
+        warm = await acquire(store, key)
+        await store.extend(warm, lease_ttl=LONG)
+        await store.complete(warm, b"x")
+        await store.release(warm)
+        await store.get(key)
+        await store.delete(key)
+
+        one = ["EVALSHA"]
+        reservation: list[Any] = []
+
+        async def reserve() -> None:
+            reservation.append(await store.reserve(key, FP, lease_ttl=LONG, retention=LONG))
+
+        assert await sent_commands(admin, reserve()) == one
+        lease = reservation[-1].lease
+        assert lease is not None
+        assert await sent_commands(admin, reserve()) == one
+        assert reservation[-1].outcome is Outcome.IN_PROGRESS
+        assert await sent_commands(admin, store.get(key)) == one
+        assert await sent_commands(admin, store.extend(lease, lease_ttl=LONG)) == one
+        assert await sent_commands(admin, store.complete(lease, b"done")) == one
+        assert await sent_commands(admin, reserve()) == one
+        assert reservation[-1].outcome is Outcome.COMPLETED
+        assert await sent_commands(admin, store.delete(key)) == one
+        lease = await acquire(store, key)
+        assert await sent_commands(admin, store.release(lease)) == one
+
+
+@BOTH
+async def test_a_node_without_the_script_runs_it_with_eval(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    async with open_store(url) as store:
+        await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+        for node in admin:
+            await node.script_flush()
+        key = new_key()
+        used = await sent_commands(admin, store.reserve(key, FP, lease_ttl=LONG, retention=LONG))
+        assert used == ["EVALSHA", "EVAL"]
+        assert (await store.get(key)) is not None
+        owner = await holder(admin, url, record_key(prefix_of(url), "", key))
+        assert await owner.script_exists(_SCRIPTS["reserve"].sha) == [True]
+
+
+# -- wait -------------------------------------------------------------------------------------
+
+
+async def pubsub_clients(node: aioredis.Redis) -> int:
+    return len(await node.client_list(_type="pubsub"))
+
+
+@pytest.mark.parametrize("url_fixture", ["redis_store_url"])
+async def test_one_pubsub_connection_serves_every_waiter(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    (node,) = admin
+    before = await pubsub_clients(node)
+    async with open_store(url) as store:
+        keys = [new_key() for _ in range(20)]
+        leases = [await acquire(store, k) for k in keys]
+        waits = [asyncio.create_task(store.wait(k, timeout=30)) for k in keys]
+        channels = [record_key(prefix_of(url), "", k) for k in keys]
+        for _ in range(1000):
+            if all(count for _, count in await node.pubsub_numsub(*channels)):
+                break
+            await asyncio.sleep(0.01)
+        assert await pubsub_clients(node) == before + 1
+        for lease in leases:
+            assert await store.complete(lease, b"done")
+        records = await asyncio.gather(*waits)
+        assert all(r is not None and r.status is Status.COMPLETED for r in records)
+    assert await pubsub_clients(node) == before
+
+
+@BOTH
+async def test_wait_still_returns_when_the_pubsub_connection_is_killed(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        waiter = asyncio.create_task(store.wait(key, timeout=30))
+        await asyncio.sleep(0.2)
+        for node in admin:
+            await node.client_kill_filter(_type="pubsub")
+        assert await store.complete(lease, b"done")
+        record = await asyncio.wait_for(waiter, 10)
+        assert record is not None and record.status is Status.COMPLETED
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+async def acquire(store: Any, key: str, *, lease_ttl: float = LONG) -> Any:
+    reservation = await store.reserve(key, FP, lease_ttl=lease_ttl, retention=LONG)
+    assert reservation.outcome is Outcome.ACQUIRED
+    return reservation.lease
+
+
+@BOTH
+async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
+    request: pytest.FixtureRequest, url_fixture: str
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    stores = [open_store(url) for _ in range(4)]
+    try:
+        key = new_key()
+        first = await acquire(stores[0], key, lease_ttl=0.2)
+        await asyncio.sleep(0.4)
+        results = await asyncio.gather(
+            *(
+                store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+                for store in stores
+                for _ in range(25)
+            )
+        )
+        winners = [r for r in results if r.outcome is Outcome.ACQUIRED]
+        assert len(winners) == 1
+        assert winners[0].takeover and winners[0].lease is not None
+        assert winners[0].lease.fence == first.fence + 1
+        assert await stores[1].complete(first, b"stale") is False
+    finally:
+        for store in stores:
+            await store.close()
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def test_cluster_url_names_every_startup_node() -> None:
+    store = RedisStore.from_url("redis+cluster://a:7000,b:7001,[::1]:7002/?prefix=x:")
+    assert store._nodes == [("a", 7000), ("b", 7001), ("::1", 7002)]
+    assert store._cluster
+
+
+def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
+    store = RedisStore.from_url(
+        "rediss://user:s3cret@cache.example:6380/2?ssl_cert_reqs=none&ssl_check_hostname=false"
+    )
+    client = store._new_client()
+    kwargs = client.connection_pool.connection_kwargs
+    assert client.connection_pool.connection_class is SSLConnection
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("cache.example", 6380, 2)
+    assert (kwargs["username"], kwargs["password"]) == ("user", "s3cret")
+    assert kwargs["ssl_cert_reqs"] == "none" and kwargs["ssl_check_hostname"] is False
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost/?colour=blue",
+        "redis://localhost/?prefix={tag}",
+        "redis://a:1,b:2/",
+        "redis://localhost:99999/",
+        "redis://localhost/notadb",
+        "redis+cluster://a:1,b:2/3",
+        "redis://localhost/?ssl_ca_certs=/x.pem",
+        "redis://localhost/?expiry_grace=-1",
+        "redis://localhost/?socket_timeout=0",
+    ],
+)
+def test_bad_urls_are_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        open_store(url)
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_redis() -> Iterator[LocalRedis]:
+    """A server of this test's own, which it may stop, pause or crash."""
+    from idemstore.local_servers.redis import start_redis
+
+    try:
+        server = start_redis(appendonly=True, appendfsync="always")
+    except ServerUnavailableError as exc:
+        backend_unavailable("redis", str(exc))
+    yield server
+    server.stop()
+
+
+async def test_an_unreachable_server_is_store_unavailable_without_the_password() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0?retries=1&socket_connect_timeout=1"
+    store = open_store(url)
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+    assert caught.value.__cause__ is not None
+    assert "hunter2" not in str(caught.value)
+    await store.close()
+
+
+@pytest.mark.slow
+async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
+    own_redis: LocalRedis,
+) -> None:
+    url = f"{own_redis.url}?socket_timeout=0.2&operation_timeout=1&retries=1"
+    async with open_store(url) as store:
+        own_redis.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError):
+                await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+            with pytest.raises(StoreUnavailableError):
+                await store.wait(new_key(), timeout=30)
+            assert time.monotonic() - started < 5
+        finally:
+            own_redis.resume()
+        await store.ping()
+
+
+@pytest.mark.slow
+async def test_the_store_recovers_when_the_server_comes_back(own_redis: LocalRedis) -> None:
+    async with open_store(f"{own_redis.url}?retries=1&socket_timeout=1") as store:
+        key = new_key()
+        await acquire(store, key)
+        own_redis.shutdown()
+        with pytest.raises(StoreUnavailableError):
+            await store.get(key)
+        own_redis.start()
+        record = await store.get(key)
+        assert record is not None and record.status is Status.IN_PROGRESS
+
+
+@pytest.mark.slow
+async def test_acknowledged_writes_survive_a_crash_with_appendfsync_always(
+    own_redis: LocalRedis,
+) -> None:
+    done, held, released = new_key(), new_key(), new_key()
+    async with open_store(own_redis.url) as store:
+        lease = await acquire(store, done)
+        assert await store.complete(lease, b"\x00paid")
+        holder = await acquire(store, held)
+        gone = await acquire(store, released)
+        assert await store.release(gone)
+    own_redis.restart(kill=True)  # SIGKILL: no chance to flush anything at shutdown
+    async with open_store(own_redis.url) as store:
+        record = await store.get(done)
+        assert record is not None and record.response == b"\x00paid"
+        again = await store.reserve(held, FP, lease_ttl=LONG, retention=LONG)
+        assert again.outcome is Outcome.IN_PROGRESS
+        assert again.record is not None and again.record.token == holder.token
+        fresh = await acquire(store, released)
+        assert fresh.fence == gone.fence + 1
+
+
+@pytest.mark.slow
+async def test_a_read_only_replica_is_store_unavailable_for_writes(
+    own_redis: LocalRedis,
+) -> None:
+    from idemstore.local_servers.redis import start_redis
+
+    replica = start_redis()
+    try:
+        replica.cli("REPLICAOF", "127.0.0.1", str(own_redis.port))
+        async with open_store(f"{replica.url}?retries=0") as store:
+            with pytest.raises(StoreUnavailableError) as caught:
+                await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+            assert isinstance(caught.value.__cause__, ReadOnlyError)
+            assert "read only replica" in str(caught.value)
+    finally:
+        replica.stop()
+
+
+# -- Redis Cluster ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url_fixture", ["redis_cluster_store_url"])
+async def test_cluster_spreads_records_over_every_node(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    async with open_store(url) as store:
+        for _ in range(40):
+            lease = await acquire(store, new_key())
+            assert await store.complete(lease, b"ok")
+    per_node = [len(await node.keys(prefix_of(url) + "*")) for node in admin]
+    assert sum(per_node) == 40
+    assert all(count > 0 for count in per_node)
+
+
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[LocalRedisCluster]:
+    """A cluster for tests that stop nodes or move slots; a stopped node keeps its data."""
+    from idemstore.local_servers.redis import start_redis_cluster
+
+    try:
+        cluster = start_redis_cluster(appendonly=True)
+    except ServerUnavailableError as exc:
+        backend_unavailable("redis+cluster", str(exc))
+    yield cluster
+    cluster.stop()
+
+
+def owner_of(cluster: LocalRedisCluster, name: bytes) -> LocalRedis:
+    slot = cluster.nodes[0].cli("CLUSTER", "KEYSLOT", name.decode()).strip()
+    for node in cluster.nodes:
+        if node.cli("CLUSTER", "COUNTKEYSINSLOT", slot).strip() != "0":
+            return node
+    raise AssertionError(f"no node holds {name!r}")
+
+
+@pytest.mark.slow
+async def test_cluster_follows_a_slot_moved_to_another_node(
+    own_cluster: LocalRedisCluster,
+) -> None:
+    url = f"{own_cluster.url}?prefix=moved-{uuid.uuid4().hex[:8]}:"
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        name = record_key(prefix_of(url), "", key)
+        source = owner_of(own_cluster, name)
+        target = next(node for node in own_cluster.nodes if node is not source)
+        slot = source.cli("CLUSTER", "KEYSLOT", name.decode()).strip()
+        source_id = source.cli("CLUSTER", "MYID").strip()
+        target_id = target.cli("CLUSTER", "MYID").strip()
+        target.cli("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.cli("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        source.cli("MIGRATE", "127.0.0.1", str(target.port), name.decode(), "0", "5000")
+        for node in own_cluster.nodes:
+            node.cli("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        # The store's slot map is stale now: it must follow the MOVED reply.
+        assert await store.complete(lease, b"after the move")
+        record = await store.get(key)
+        assert record is not None and record.response == b"after the move"
+        assert owner_of(own_cluster, name) is target
+
+
+@pytest.mark.slow
+async def test_a_cluster_node_down_is_store_unavailable_then_recovers(
+    own_cluster: LocalRedisCluster,
+) -> None:
+    url = f"{own_cluster.url}?prefix=down-{uuid.uuid4().hex[:8]}:&retries=2&operation_timeout=3"
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        victim = owner_of(own_cluster, record_key(prefix_of(url), "", key))
+        victim.shutdown()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError):
+                await store.complete(lease, b"while down")
+            assert time.monotonic() - started < 10
+        finally:
+            victim.start()
+            own_cluster.wait_ok()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert await store.complete(lease, b"after")
+                break
+            except StoreUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
