@@ -34,10 +34,43 @@ class Launcher:
     takes_dir: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """A started engine as the bench needs it: the store URL on it and how to stop it."""
+
+    url: str
+    server: Any
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start_redis_for_bench(where: Path) -> _Started:
+    from idemstore.local_servers.redis import start_redis
+
+    server = start_redis(directory=where)
+    return _Started(server.url, server)
+
+
+def start_dynamodb_for_bench(where: Path) -> _Started:
+    import os
+
+    from idemstore.local_servers.dynamodb import start_dynamodb
+
+    # moto accepts any credentials; the SDK still wants some before it signs a request.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    server = start_dynamodb(where)
+    return _Started(
+        f"dynamodb://idemstore_bench?region=us-east-1&auto_create=true&endpoint_url={server.url}",
+        server,
+    )
+
+
 LAUNCHERS: tuple[Launcher, ...] = (
-    Launcher("redis", "idemstore.local_servers.redis", "start_redis"),
+    Launcher("redis", __name__, "start_redis_for_bench"),
     Launcher("postgres", "idemstore.local_servers.postgres", "start_postgres"),
-    Launcher("dynamodb", "idemstore.local_servers.dynamodb", "start_dynamodb", takes_dir=False),
+    Launcher("dynamodb", __name__, "start_dynamodb_for_bench"),
 )
 
 

@@ -242,6 +242,9 @@ async def _migrate(store: IdempotencyStore, url: str) -> None:
     engine = _engine(url)
     if engine in MIGRATED_ENGINES and isinstance(store, SupportsMigrations):
         await store.apply_migrations(load_migrations(engine))
+    create_table = getattr(store, "create_table", None)
+    if create_table is not None:  # DynamoDB: the schema is a table
+        await create_table()
 
 
 async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor | None:
