@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import sys
 import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -51,12 +52,19 @@ __all__ = [
 
 logger = logging.getLogger("idemstore.mcp.proxy")
 
-# JSON-RPC error codes. SEP-3182 defines no code of its own (clients match error.data.type).
-CONFLICT_CODE = -32602  # invalid params: the key was used with other arguments
-IN_PROGRESS_CODE = -32000  # implementation-defined server error: retry after a short delay
-INVALID_PARAMS = -32602
+PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# SEP-3182 defines no code of its own (clients match error.data.type). The same codes as the
+# server middleware (idemstore.mcp.server): other arguments are a client error in the params;
+# a duplicate in flight is a request that cannot be served as sent.
+CONFLICT_CODE = INVALID_PARAMS
+IN_PROGRESS_CODE = INVALID_REQUEST
+# Errors that mean the server refused the request before any tool ran: even under a SEP key
+# they are not recorded, since nothing happened that a retry could duplicate.
+_REFUSAL_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
 
 SEP_KEY_FIELD = "idempotencyKey"
 META_KEY_FIELD = "idempotency-key"
@@ -232,7 +240,9 @@ def _outcome(message: dict[str, Any], kind: KeyKind) -> bytes | None:
     """The bytes to record for a server response, or ``None`` when the key must be released."""
     if "error" in message:
         # SEP-3182 replays errors too; a derived or _meta key lets the next retry run again.
-        return _dumps({"error": message["error"]}) if kind == "sep" else None
+        error = message["error"]
+        refused = isinstance(error, dict) and error.get("code") in _REFUSAL_CODES
+        return _dumps({"error": error}) if kind == "sep" and not refused else None
     if "result" not in message:
         return None
     result = message["result"]
@@ -704,7 +714,10 @@ class IdempotentProxy:
         await self._answer(
             call,
             _error_line(
-                call.id, INTERNAL_ERROR, message, {"type": "idempotency_store_unavailable"}
+                call.id,
+                INTERNAL_ERROR,
+                message,
+                {"type": "idempotency_store_unavailable", "idempotencyKey": call.key},
             ),
         )
 
@@ -801,25 +814,30 @@ class _FileWriter:
         pass
 
 
+def _pollable(fd: int) -> bool:
+    """Whether the event loop can watch ``fd``: pipes, sockets, terminals (not files, /dev/null)."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
+
+
 async def _stdio() -> tuple[ByteReader, ByteWriter]:
     loop = asyncio.get_running_loop()
     reader: ByteReader
     writer: ByteWriter
-    stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
-    stream = asyncio.StreamReader(limit=_CHUNK)
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), stdin)
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    if _pollable(stdin):
+        stream = asyncio.StreamReader(limit=_CHUNK)
+        pipe = os.fdopen(stdin, "rb", buffering=0, closefd=False)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), pipe)
         reader = stream
-    except (ValueError, OSError):  # a regular file or /dev/null: no event-loop support
-        reader = _FileReader(sys.stdin.fileno())
-    stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
-    try:
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, stdout
-        )
+    else:
+        reader = _FileReader(stdin)
+    if _pollable(stdout):
+        pipe = os.fdopen(stdout, "wb", buffering=0, closefd=False)
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, pipe)
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    except (ValueError, OSError):
-        writer = _FileWriter(sys.stdout.fileno())
+    else:
+        writer = _FileWriter(stdout)
     return reader, writer
 
 

@@ -198,6 +198,19 @@ async def test_sep_key_replays_an_error_outcome(spawn: Spawn, counter: Path) -> 
     assert len(executions(counter)) == 1
 
 
+async def test_sep_key_does_not_record_a_refusal(
+    spawn: Spawn, counter: Path, tmp_path: Path
+) -> None:
+    # A strict server refuses an unknown param before any tool runs: nothing to replay.
+    log = tmp_path / "received.log"
+    proxy = await _proxy(spawn, counter, server=("--strict", "--log", str(log)))
+    for request_id in (1, 2):
+        await proxy.call(request_id, "charge", arguments={}, idempotencyKey="k-r", extra=1)
+        assert (await proxy.response(request_id))["error"]["code"] == -32602
+    assert len(log.read_text().splitlines()) == 2
+    assert executions(counter) == []
+
+
 async def test_server_error_is_not_cached_for_meta_keys(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter)
     for request_id in (1, 2):
