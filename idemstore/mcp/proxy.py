@@ -32,10 +32,15 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from idemstore.errors import CanonicalizationError, ConfigurationError, IdemstoreError
+from idemstore.errors import (
+    CanonicalizationError,
+    ConfigurationError,
+    IdemstoreError,
+    InvalidKeyError,
+)
 from idemstore.hashing import fingerprint
 from idemstore.protocol import Outcome
-from idemstore.records import MAX_KEY_LENGTH, check_duration, check_identity
+from idemstore.records import check_duration, check_identity
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -420,6 +425,9 @@ class IdempotentProxy:
                 await self._on_client_line(line)
             except _ServerGone:
                 logger.debug("server input closed; dropped a client message")
+            except Exception:
+                # Whatever a message holds, the relay goes on.
+                logger.exception("could not handle a client message; it was dropped")
         pending = [c.task for c in list(self._calls.values()) if c.task and not c.task.done()]
         await asyncio.gather(*pending, return_exceptions=True)
         if self._server_writer is not None:
@@ -489,17 +497,18 @@ class IdempotentProxy:
             await self._reject_invalid(request_id, kind, key, f"arguments are not JSON: {exc}")
             return True
         if kind == "derived":
-            key = f"{name}:{print_}"
-            if len(key) > MAX_KEY_LENGTH:
-                key = f"sha256:{print_}"
-            scope = self._run_scope
+            key, scope = f"{name}:{print_}", self._run_scope
+            try:
+                check_identity(key, scope)
+            except IdemstoreError:
+                key = f"sha256:{print_}"  # a tool name too long (or odd) for a key
         else:
             scope = self._key_scope
-        try:
-            check_identity(key, scope, print_)
-        except IdemstoreError as exc:
-            await self._reject_invalid(request_id, kind, key, str(exc))
-            return True
+            try:
+                check_identity(key, scope)
+            except IdemstoreError as exc:
+                await self._reject_invalid(request_id, kind, key, str(exc))
+                return True
         id_key = _id_key(request_id)
         if id_key in self._calls:
             message_text = f"request id {request_id!r} is already in use by a pending call"
@@ -532,7 +541,7 @@ class IdempotentProxy:
                         lease_ttl=self._lease_ttl,
                         retention=self._retention,
                     )
-                except IdemstoreError as exc:
+                except Exception as exc:
                     await self._answer_store_error(call, exc)
                     return
                 if reservation.outcome is Outcome.ACQUIRED:
@@ -566,7 +575,7 @@ class IdempotentProxy:
                 # lapses; reserve again then decides (replay, run, or keep waiting).
                 try:
                     await self._store.wait(call.key, scope=call.scope, timeout=self._lease_ttl)
-                except IdemstoreError as exc:
+                except Exception as exc:
                     await self._answer_store_error(call, exc)
                     return
         finally:
@@ -644,7 +653,10 @@ class IdempotentProxy:
                 continue
             if not line:
                 return
-            await self._on_server_line(line)
+            try:
+                await self._on_server_line(line)
+            except Exception:
+                logger.exception("could not handle a server message; it was dropped")
 
     async def _on_server_line(self, line: bytes) -> None:
         if not self._calls and not self._capability_requests:
@@ -707,7 +719,15 @@ class IdempotentProxy:
         data: dict[str, object] = {"type": kind, "idempotencyKey": call.key}
         await self._answer(call, _error_line(call.id, code, message, data))
 
-    async def _answer_store_error(self, call: _Call, exc: IdemstoreError) -> None:
+    async def _answer_store_error(self, call: _Call, exc: Exception) -> None:
+        if isinstance(exc, InvalidKeyError):  # this store's own key limits are narrower
+            data: dict[str, object] = {
+                "type": "idempotency_key_invalid",
+                "idempotencyKey": call.key,
+            }
+            line = _error_line(call.id, INVALID_PARAMS, f"invalid idempotency key: {exc}", data)
+            await self._answer(call, line)
+            return
         # Fail closed: without the store the proxy cannot tell a retry from a first call.
         logger.error("idempotency store failed for %s key %r: %s", call.kind, call.key, exc)
         message = f"idempotency store unavailable, the call was not run: {exc}"
@@ -743,7 +763,7 @@ class IdempotentProxy:
             assert call.lease is not None
             try:
                 extended = await self._store.extend(call.lease, lease_ttl=self._lease_ttl)
-            except IdemstoreError:
+            except Exception:
                 # Keep the lease we have; if it lapses meanwhile, complete() is fenced out.
                 logger.warning("heartbeat for key %r failed", call.key, exc_info=True)
                 continue
@@ -765,14 +785,14 @@ class IdempotentProxy:
         try:
             if not await self._store.complete(lease, stored):
                 logger.warning("key %r was taken over; its outcome is not stored", lease.key)
-        except IdemstoreError:
+        except Exception:
             logger.warning("could not store the outcome of key %r", lease.key, exc_info=True)
 
     async def _release(self, lease: Lease) -> None:
         try:
             # Shielded: a cancelled caller must not leave the key locked until its lease lapses.
             await asyncio.shield(self._store.release(lease))
-        except IdemstoreError:
+        except Exception:
             logger.warning("could not release key %r", lease.key, exc_info=True)
 
 

@@ -127,6 +127,16 @@ async def test_meta_and_argument_order_do_not_change_the_derived_key(
     assert len(executions(counter)) == 1
 
 
+async def test_a_tool_name_too_long_for_a_key_is_still_deduplicated(
+    spawn: Spawn, counter: Path
+) -> None:
+    proxy = await _proxy(spawn, counter)
+    for request_id in (1, 2):
+        await proxy.call(request_id, "t" * 300, arguments={})
+        assert _text(await proxy.response(request_id)) == "t" * 300 + " (execution 1)"
+    assert len(executions(counter)) == 1
+
+
 async def test_sep_key_is_stripped_before_forwarding(
     spawn: Spawn, counter: Path, tmp_path: Path
 ) -> None:
