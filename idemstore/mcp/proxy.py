@@ -41,6 +41,7 @@ from idemstore.errors import (
 from idemstore.hashing import fingerprint
 from idemstore.protocol import Outcome
 from idemstore.records import check_duration, check_identity
+from idemstore.runner import _Heartbeat, _release_quietly
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -167,6 +168,7 @@ class _Call:
     __slots__ = (
         "answered",
         "cancelled",
+        "fingerprint",
         "forward",
         "forwarded",
         "heartbeat",
@@ -176,7 +178,6 @@ class _Call:
         "kind",
         "lease",
         "lost",
-        "print_",
         "scope",
         "task",
     )
@@ -188,7 +189,7 @@ class _Call:
         kind: KeyKind,
         key: str,
         scope: str,
-        print_: str,
+        fingerprint: str,
         forward: bytes,
     ) -> None:
         self.id = request_id
@@ -196,11 +197,11 @@ class _Call:
         self.kind = kind
         self.key = key
         self.scope = scope
-        self.print_ = print_
+        self.fingerprint = fingerprint
         self.forward = forward  # the bytes the server gets
         self.task: asyncio.Task[None] | None = None
         self.lease: Lease | None = None
-        self.heartbeat: asyncio.Task[None] | None = None
+        self.heartbeat: _Heartbeat | None = None
         self.forwarded = False
         self.answered = False
         self.cancelled = False
@@ -536,7 +537,7 @@ class IdempotentProxy:
                 try:
                     reservation = await self._store.reserve(
                         call.key,
-                        call.print_,
+                        call.fingerprint,
                         scope=call.scope,
                         lease_ttl=self._lease_ttl,
                         retention=self._retention,
@@ -584,14 +585,12 @@ class IdempotentProxy:
 
     async def _forward(self, call: _Call, lease: Lease) -> None:
         if self._server_closed:
-            await self._release(lease)
+            await _release_quietly(self._store, lease)
             await self._answer_server_gone(call)
             return
         call.lease = lease
         call.forwarded = True
-        call.heartbeat = asyncio.create_task(
-            self._heartbeat(call), name=f"mcp-proxy:heartbeat:{call.id_key}"
-        )
+        call.heartbeat = _Heartbeat(self._store, lease, self._lease_ttl)
         try:
             await self._send_server(call.forward)
         except _ServerGone:
@@ -623,7 +622,7 @@ class IdempotentProxy:
         else:
             del self._calls[call.id_key]
             if call.lease is not None and not call.lost:
-                await self._release(call.lease)
+                await _release_quietly(self._store, call.lease)
             logger.info("released %s key %r: the client cancelled the call", call.kind, call.key)
         return False
 
@@ -688,7 +687,7 @@ class IdempotentProxy:
                 call.key,
             )
         elif stored is None:
-            await self._release(lease)
+            await _release_quietly(self._store, lease)
         else:
             await self._complete(lease, stored)
         # The original's response goes out as the server wrote it (its id is the client's).
@@ -703,7 +702,7 @@ class IdempotentProxy:
         for call in calls:
             await self._stop_heartbeat(call)
             if call.forwarded and call.lease is not None and not call.lost:
-                await self._release(call.lease)
+                await _release_quietly(self._store, call.lease)
             if not call.cancelled:
                 await self._answer_server_gone(call)
 
@@ -757,29 +756,14 @@ class IdempotentProxy:
             except (ConnectionError, RuntimeError, ValueError):
                 logger.debug("client output closed; dropped %d bytes", len(data))
 
-    async def _heartbeat(self, call: _Call) -> None:
-        while True:
-            await asyncio.sleep(self._lease_ttl / 3)
-            assert call.lease is not None
-            try:
-                extended = await self._store.extend(call.lease, lease_ttl=self._lease_ttl)
-            except Exception:
-                # Keep the lease we have; if it lapses meanwhile, complete() is fenced out.
-                logger.warning("heartbeat for key %r failed", call.key, exc_info=True)
-                continue
-            if extended is None:
-                call.lost = True
-                logger.warning("lost the lease on key %r while the call runs", call.key)
-                return
-            call.lease = extended
-
     @staticmethod
     async def _stop_heartbeat(call: _Call) -> None:
-        task, call.heartbeat = call.heartbeat, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Stop extending the call's lease; ``call.lease`` is then the latest one."""
+        heartbeat, call.heartbeat = call.heartbeat, None
+        if heartbeat is not None:
+            await heartbeat.stop()
+            call.lease = heartbeat.lease
+            call.lost = heartbeat.lost
 
     async def _complete(self, lease: Lease, stored: bytes) -> None:
         try:
@@ -787,13 +771,6 @@ class IdempotentProxy:
                 logger.warning("key %r was taken over; its outcome is not stored", lease.key)
         except Exception:
             logger.warning("could not store the outcome of key %r", lease.key, exc_info=True)
-
-    async def _release(self, lease: Lease) -> None:
-        try:
-            # Shielded: a cancelled caller must not leave the key locked until its lease lapses.
-            await asyncio.shield(self._store.release(lease))
-        except Exception:
-            logger.warning("could not release key %r", lease.key, exc_info=True)
 
 
 # -- the stdio shell the CLI runs ------------------------------------------------------------
