@@ -92,21 +92,24 @@ async def main(calls: int, store: str) -> None:
 
         direct = await Peer.start(mock)
         proxied = await Peer.start([*proxy, *mock])
-        for i in range(200):  # warm up both paths (imports, allocator, page cache)
-            await direct.call("charge", {"amount": -i})
-            await proxied.call("charge", {"amount": -i})
+        relayed = await Peer.start([*proxy[:-1], "--no-implicit", "--", *mock])
+        for i in range(200):  # warm up every path (imports, allocator, page cache)
+            for peer in (direct, proxied, relayed):
+                await peer.call("charge", {"amount": -i})
         direct_times: list[float] = []
         proxied_times: list[float] = []
+        relayed_times: list[float] = []
         for i in range(calls):
             arguments = {"amount": i, "currency": "usd"}  # new arguments: never a replay
             direct_times.append((await direct.call("charge", arguments))[0])
             proxied_times.append((await proxied.call("charge", arguments))[0])
+            relayed_times.append((await relayed.call("charge", arguments))[0])
         replay_times = [
             (await proxied.call("charge", {"amount": i % 100, "currency": "usd"}))[0]
             for i in range(calls)
         ]
-        await direct.close()
-        await proxied.close()
+        for peer in (direct, proxied, relayed):
+            await peer.close()
 
         direct_runs = await _duplicates([*mock, "--counter", str(direct_counter)], direct_counter)
         proxied_runs = await _duplicates(
@@ -118,13 +121,19 @@ async def main(calls: int, store: str) -> None:
     added = [p - d for p, d in zip(proxied_times, direct_times, strict=True)]
     print(f"## MCP proxy: added latency and duplicates ({calls} calls each, store {store})\n")
     print(f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()},")
-    print(f"{os.cpu_count()} CPUs; stdio pipes; mock server tests/mcp/mock_server.py.\n")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs (load average {load}); stdio pipes; tests/mcp/mock_server.py.\n")
     print("| path | p50 | p99 | mean |")
     print("|---|---|---|---|")
     print(f"| direct | {_ms(d50)} | {_ms(d99)} | {_ms(statistics.fmean(direct_times))} |")
     print(
         f"| through the proxy (first call) | {_ms(p50)} | {_ms(p99)} |"
         f" {_ms(statistics.fmean(proxied_times))} |"
+    )
+    print(
+        f"| through the proxy, relayed without a key (`--no-implicit`) |"
+        f" {_ms(_quantile(relayed_times, 0.5))} | {_ms(_quantile(relayed_times, 0.99))} |"
+        f" {_ms(statistics.fmean(relayed_times))} |"
     )
     print(
         f"| through the proxy (replay) | {_ms(_quantile(replay_times, 0.5))} |"
