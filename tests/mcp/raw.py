@@ -30,6 +30,15 @@ def executions(counter: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in counter.read_text().splitlines()]
 
 
+async def until_executed(counter: Path, count: int = 1) -> None:
+    """Return once the mock server has executed ``count`` calls (within 5 s)."""
+    for _ in range(500):
+        if len(executions(counter)) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the server did not execute {count} call(s)")
+
+
 class RawPeer:
     """A process spoken to in newline-delimited JSON-RPC; every stdout line must be JSON."""
 

@@ -11,7 +11,7 @@ import pytest
 from idemstore import ConfigurationError, StoreUnavailableError, fingerprint
 from idemstore.backends.memory import MemoryStore
 from idemstore.mcp.proxy import IdempotentProxy
-from tests.mcp.raw import ENV, executions, mock_command
+from tests.mcp.raw import ENV, executions, mock_command, until_executed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -86,14 +86,6 @@ async def start(counter: Path) -> AsyncIterator[Any]:
         await asyncio.wait_for(harness.task, 20)
 
 
-async def _until_executed(counter: Path) -> None:
-    for _ in range(500):
-        if executions(counter):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the server did not execute the call")
-
-
 def _derived_key(name: str, arguments: dict[str, Any]) -> str:
     return f"{name}:{fingerprint({'name': name, 'arguments': arguments})}"
 
@@ -103,7 +95,7 @@ async def test_server_crash_releases_the_keys_of_pending_calls(start: Any, count
     harness = await start(IdempotentProxy(store, run_id="crash-run"))
     arguments = {"amount": 1, "seconds": 30}
     harness.call(1, "charge", arguments)
-    await _until_executed(counter)
+    await until_executed(counter)
     key, scope = _derived_key("charge", arguments), "mcp-proxy/run/crash-run"
     held = await store.get(key, scope=scope)
     assert held is not None and held.status == "in_progress"
@@ -123,7 +115,7 @@ async def test_a_call_longer_than_its_lease_keeps_its_key_by_heartbeat(
     second = await start(IdempotentProxy(store, run_id="shared", lease_ttl=0.3))
     arguments = {"amount": 7, "seconds": 1.2}  # four leases long
     first.call(1, "charge", arguments)
-    await _until_executed(counter)
+    await until_executed(counter)
     second.call(1, "charge", arguments)
     original, retry = await first.next_message(), await second.next_message()
     assert retry["result"] == original["result"]

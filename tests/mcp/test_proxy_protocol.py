@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from tests.mcp.raw import executions, mock_command, proxy_command
+from tests.mcp.raw import executions, mock_command, proxy_command, until_executed
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -27,14 +27,6 @@ async def _proxy(
     return await spawn(
         proxy_command(*options, server=mock_command("--counter", str(counter), *server))
     )
-
-
-async def _until_executed(counter: Path, count: int = 1) -> None:
-    for _ in range(500):
-        if len(executions(counter)) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"the server did not execute {count} call(s)")
 
 
 async def test_initialize_result_gains_the_idempotency_capability(
@@ -96,7 +88,7 @@ async def test_five_identical_calls_execute_once(
 async def test_retry_racing_an_in_flight_call_executes_once(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter, server=("--hold-first", "1"))
     await proxy.call("original", "charge", arguments={"amount": 5})
-    await _until_executed(counter)  # the side effect happened; its answer is held back
+    await until_executed(counter)  # the side effect happened; its answer is held back
     await proxy.call("retry", "charge", arguments={"amount": 5})
     retry = await proxy.response("retry")
     original = await proxy.response("original")
@@ -154,7 +146,7 @@ async def test_sep_duplicate_in_flight_is_rejected_at_once(spawn: Spawn, counter
     proxy = await _proxy(spawn, counter)  # --in-flight wait applies to other keys only
     arguments = {"amount": 9, "seconds": 1}
     await proxy.call(1, "charge", arguments=arguments, idempotencyKey="k-busy")
-    await _until_executed(counter)
+    await until_executed(counter)
     await proxy.call(2, "charge", arguments=arguments, idempotencyKey="k-busy")
     rejected = await proxy.response(2, timeout=0.9)  # long before the original answers
     assert rejected["error"]["data"] == {
@@ -242,7 +234,7 @@ async def test_waiting_duplicate_re_executes_after_a_server_error(
 ) -> None:
     proxy = await _proxy(spawn, counter)
     await proxy.call(1, "fail", arguments={"seconds": 0.5})
-    await _until_executed(counter)
+    await until_executed(counter)
     await proxy.call(2, "fail", arguments={"seconds": 0.5})  # waits for the original
     first, second = await proxy.response(1), await proxy.response(2)
     assert first["error"]["message"] == "the tool failed (execution 1)"
@@ -255,7 +247,7 @@ async def test_in_flight_reject_option_rejects_derived_duplicates(
 ) -> None:
     proxy = await _proxy(spawn, counter, "--in-flight", "reject")
     await proxy.call(1, "charge", arguments={"amount": 1, "seconds": 1})
-    await _until_executed(counter)
+    await until_executed(counter)
     await proxy.call(2, "charge", arguments={"amount": 1, "seconds": 1})
     assert (await proxy.response(2))["error"]["data"]["type"] == "idempotency_key_in_progress"
     assert "result" in await proxy.response(1)
@@ -264,7 +256,7 @@ async def test_in_flight_reject_option_rejects_derived_duplicates(
 async def test_cancelling_the_original_releases_its_key(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter, server=("--drop-first", "1"))
     await proxy.call(1, "charge", arguments={"amount": 1})
-    await _until_executed(counter)  # executed, but its answer never comes
+    await until_executed(counter)  # executed, but its answer never comes
     await proxy.send(
         {
             "jsonrpc": "2.0",
@@ -281,7 +273,7 @@ async def test_cancelling_a_sep_original_keeps_its_key_until_the_server_answers(
 ) -> None:
     proxy = await _proxy(spawn, counter, server=("--hold-first", "1"))
     await proxy.call(1, "charge", arguments={"amount": 1}, idempotencyKey="k-cancel")
-    await _until_executed(counter)
+    await until_executed(counter)
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
     await proxy.send(cancel)
     await proxy.call(2, "charge", arguments={"amount": 1}, idempotencyKey="k-cancel")
@@ -298,7 +290,7 @@ async def test_cancelling_a_waiting_duplicate_answers_nothing_and_forwards_nothi
     log = tmp_path / "received.log"
     proxy = await _proxy(spawn, counter, server=("--log", str(log)))
     await proxy.call(1, "charge", arguments={"amount": 1, "seconds": 0.5})
-    await _until_executed(counter)
+    await until_executed(counter)
     await proxy.call(2, "charge", arguments={"amount": 1, "seconds": 0.5})
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
     await proxy.send(cancel)
@@ -314,7 +306,7 @@ async def test_server_crash_answers_pending_calls_and_exits_with_its_status(
 ) -> None:
     proxy = await _proxy(spawn, counter)
     await proxy.call(1, "charge", arguments={"amount": 1, "seconds": 5})
-    await _until_executed(counter)
+    await until_executed(counter)
     await proxy.call(2, "charge", arguments={"amount": 1, "seconds": 5})  # waits for 1
     await proxy.call(3, "crash", arguments={})
     for request_id in (1, 2, 3):

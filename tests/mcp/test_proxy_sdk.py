@@ -10,7 +10,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.mcp.raw import ENV, executions, mock_command, proxy_command
+from tests.mcp.raw import ENV, executions, mock_command, proxy_command, until_executed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,14 +26,6 @@ def _through_proxy(counter: Path, *server_options: str) -> StdioServerParameters
 
 def _text(result: Any) -> str:
     return str(result.content[0].text)
-
-
-async def _until_executed(counter: Path) -> None:
-    for _ in range(500):
-        if executions(counter):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the server did not execute the call")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -60,7 +52,7 @@ async def test_retry_racing_an_in_flight_call_fires_the_handler_once(
     # The server holds the first answer back, as if it were lost; the client retries meanwhile.
     async with Client(_through_proxy(counter, "--hold-first", "1"), mode=mode) as client:
         original = asyncio.create_task(client.call_tool("charge", {"amount": 5}))
-        await _until_executed(counter)
+        await until_executed(counter)
         retry = await client.call_tool("charge", {"amount": 5})
         assert _text(retry) == _text(await original) == "charged 5 (execution 1)"
     assert len(executions(counter)) == 1
