@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import logging
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
 
 from idemstore import __version__
-from idemstore.errors import IdemstoreError
+from idemstore.errors import ConfigurationError, IdemstoreError
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
@@ -189,6 +191,54 @@ async def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _proxy_store_url(args: argparse.Namespace) -> str:
+    """``--store`` as a URL; mcp-idempotent's ``memory`` / ``redis`` words are accepted too."""
+    store: str = args.store
+    if store == "memory":
+        store = "memory://"
+    elif store == "redis":
+        store = args.redis_url or os.environ.get("REDIS_URL", "")
+        if not store:
+            raise ConfigurationError("--store redis needs --redis-url URL (or $REDIS_URL)")
+        return store
+    if args.redis_url is not None:
+        raise ConfigurationError("--redis-url goes with --store redis; or pass --store URL")
+    return store
+
+
+async def _proxy(args: argparse.Namespace) -> int:
+    from idemstore.mcp.proxy import IdempotentProxy, default_key_scope, run_stdio_proxy
+
+    command = list(args.server_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise ConfigurationError("no server command: idemstore proxy [options] -- CMD [ARGS ...]")
+    if args.retention is not None and args.ttl_ms is not None:
+        raise ConfigurationError("give --retention SECONDS or --ttl-ms MS, not both")
+    retention = args.retention
+    if args.ttl_ms is not None:
+        retention = args.ttl_ms / 1000
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="idemstore proxy: %(levelname)s %(name)s: %(message)s",
+    )
+    async with open_store(_proxy_store_url(args)) as store:
+        proxy = IdempotentProxy(
+            store,
+            run_id=args.run_id,
+            key_scope=args.key_scope or default_key_scope(command),
+            lease_ttl=args.lease,
+            retention=retention if retention is not None else 86400.0,
+            in_flight=args.in_flight,
+            implicit=not args.no_implicit,
+            tools=args.tools or ("*",),
+            exclude_tools=args.exclude_tools or (),
+        )
+        return await run_stdio_proxy(proxy, command)
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -224,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="idemstore",
         description="Idempotency records for retried operations: migrate, inspect and sweep"
-        " stores, and benchmark backends.",
+        " stores, benchmark backends, and deduplicate MCP tool calls.",
     )
     parser.add_argument("--version", action="version", version=f"idemstore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -314,6 +364,75 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
     bench.set_defaults(handler=_bench)
+
+    proxy = commands.add_parser(
+        "proxy",
+        help="deduplicate tools/call in front of an MCP server (stdio)",
+        usage="idemstore proxy [options] -- CMD [ARGS ...]",
+        description=(
+            "Start CMD as an MCP server and relay stdio to it, replaying the recorded result "
+            "to retried tools/call requests instead of running the tool again."
+        ),
+    )
+    proxy.add_argument(
+        "--store",
+        default="memory://",
+        metavar="URL",
+        help="store URL (default memory://); 'memory' and 'redis' are accepted too",
+    )
+    proxy.add_argument(
+        "--redis-url", metavar="URL", help="with --store redis (default: $REDIS_URL)"
+    )
+    proxy.add_argument(
+        "--retention",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="how long an outcome is replayed (default 86400)",
+    )
+    proxy.add_argument(
+        "--ttl-ms", type=_positive_float, metavar="MS", help="the same in milliseconds"
+    )
+    proxy.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease of a running call, heartbeated every third (default 30)",
+    )
+    proxy.add_argument(
+        "--run-id", metavar="ID", help="scope of derived keys (default: one per proxy process)"
+    )
+    proxy.add_argument(
+        "--key-scope",
+        metavar="SCOPE",
+        help="scope of explicit keys (default: this user and the server command)",
+    )
+    proxy.add_argument(
+        "--in-flight",
+        choices=("wait", "reject"),
+        default="wait",
+        help="a duplicate of a running call without a SEP-3182 key: wait for it (default) "
+        "or reject it",
+    )
+    proxy.add_argument(
+        "--no-implicit",
+        action="store_true",
+        help="deduplicate only calls that carry a key (no derived keys)",
+    )
+    proxy.add_argument(
+        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
+    )
+    proxy.add_argument(
+        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
+    )
+    proxy.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="logs go to stderr (default warning)",
+    )
+    proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    proxy.set_defaults(handler=_proxy)
     return parser
 
 
