@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.fixtures.postgres"]
 
 
 def backend_unavailable(backend: str, why: str) -> NoReturn:

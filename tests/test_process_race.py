@@ -9,7 +9,9 @@ import pytest
 from tests.process_race import race
 
 # Backends whose engine several processes can share: id -> fresh-store-URL fixture.
-SHARED_STORE_URL_FIXTURES: dict[str, str] = {}
+SHARED_STORE_URL_FIXTURES: dict[str, str] = {
+    "postgres": "postgres_store_url",
+}
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 STORE_URL_FIXTURES: dict[str, str] = {
     "memory": "memory_store_url",
+    "postgres": "postgres_store_url",
+    "pgbouncer": "pgbouncer_store_url",
 }
 
 
