@@ -12,6 +12,7 @@ store, and polls when that connection is down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Self
@@ -591,10 +592,8 @@ class PostgresStore:
                     pause, poll = poll, min(poll * 2, _POLL_MAX)
                     listening = await self._ensure_listener()
                 # Also wake when the lease lapses: nobody notifies that.
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(pause, remaining, lease_left))
-                except TimeoutError:
-                    pass
         finally:
             waiters = self._waiters.get(lock_key)
             if waiters is not None:

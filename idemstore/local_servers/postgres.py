@@ -7,6 +7,7 @@ loopback: these servers are for tests and benchmarks only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -59,22 +60,23 @@ def _check_user() -> None:
             raise ServerUnavailableError("running as root needs runuser (util-linux)")
 
 
-def _signal_and_wait(process: subprocess.Popen[bytes], pid: int | None, timeout: float) -> None:
+def _signal_and_wait(
+    process: subprocess.Popen[bytes],
+    pid: int | None,
+    timeout: float,
+    signum: signal.Signals = signal.SIGINT,
+) -> None:
     # The Popen child may be runuser, which does not forward every signal: signal the real
     # server process (its pid from the pid file) when we know it.
     target = pid if pid is not None else process.pid
-    try:
-        os.kill(target, signal.SIGINT)  # PostgreSQL: fast shutdown; PgBouncer: safe shutdown
-    except ProcessLookupError:
-        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(target, signum)
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         for victim in {target, process.pid}:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         process.wait(timeout=10)
 
 
@@ -165,12 +167,17 @@ class PostgresServer:
         tail = self._log.read_text(errors="replace")[-2000:] if self._log.exists() else ""
         raise ServerUnavailableError(f"PostgreSQL did not become ready:\n{tail}")
 
-    def stop_process(self, timeout: float = 30.0) -> None:
-        """Shut the server down (fast shutdown), keeping its data."""
+    def stop_process(self, *, mode: str = "fast", timeout: float = 30.0) -> None:
+        """Shut the server down, keeping its data.
+
+        ``mode`` is PostgreSQL's: ``"fast"`` (checkpoint, then exit) or ``"immediate"`` (exit
+        at once, as in a crash: the next start replays the WAL).
+        """
+        signum = {"fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode]
         if self._process is None:
             return
         if self._process.poll() is None:
-            _signal_and_wait(self._process, self._postmaster_pid(), timeout)
+            _signal_and_wait(self._process, self._postmaster_pid(), timeout, signum)
         self._process = None
 
     def restart(self) -> None:
@@ -250,10 +257,8 @@ class PgBouncerServer:
 
     def stop(self) -> None:
         pid = None
-        try:
+        with contextlib.suppress(OSError, ValueError):
             pid = int((self.base / "pgbouncer.pid").read_text().strip())
-        except (OSError, ValueError):
-            pass
         if self._process.poll() is None:
             _signal_and_wait(self._process, pid, 30.0)
         shutil.rmtree(self.base, ignore_errors=True)
