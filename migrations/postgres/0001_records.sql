@@ -92,25 +92,24 @@ BEGIN
     PERFORM pg_advisory_xact_lock(p_lock);
     LOOP
         v_now := clock_timestamp();
+        -- Every acquirer holds the advisory lock, so when the key is absent this insert cannot
+        -- race another one; when a row exists it finds it and writes nothing.
+        INSERT INTO {{schema}}.idemstore_records
+               (scope, key, fingerprint, status, released, token, fence, response,
+                created_at, expires_at, lease_expires_at)
+        VALUES (p_scope, p_key, p_fingerprint, 'in_progress', false, p_token, 1, NULL,
+                v_now, v_now + make_interval(secs => p_retention),
+                v_now + make_interval(secs => p_lease_ttl))
+        ON CONFLICT (scope, key) DO NOTHING
+        RETURNING * INTO r;
+        EXIT WHEN FOUND;
         -- FOR UPDATE: complete/release/extend/delete do not take the advisory lock; the row
         -- lock makes us see their outcome and keeps them out until we commit.
         SELECT * INTO r FROM {{schema}}.idemstore_records
          WHERE scope = p_scope AND key = p_key
            FOR UPDATE;
-        IF NOT FOUND THEN
-            -- Every inserter holds the advisory lock, so no conflict is possible here unless
-            -- a row appeared without it; DO NOTHING + retry keeps even that case correct.
-            INSERT INTO {{schema}}.idemstore_records AS t
-                   (scope, key, fingerprint, status, released, token, fence, response,
-                    created_at, expires_at, lease_expires_at)
-            VALUES (p_scope, p_key, p_fingerprint, 'in_progress', false, p_token, 1, NULL,
-                    v_now, v_now + make_interval(secs => p_retention),
-                    v_now + make_interval(secs => p_lease_ttl))
-            ON CONFLICT (scope, key) DO NOTHING
-            RETURNING * INTO r;
-            EXIT WHEN FOUND;
-            CONTINUE;
-        END IF;
+        -- Deleted (by delete or sweep) since the insert looked: try the insert again.
+        CONTINUE WHEN NOT FOUND;
         IF NOT r.released AND r.expires_at > v_now THEN
             -- Re-check what the fast path saw: another acquirer may have won meanwhile.
             IF r.fingerprint <> p_fingerprint THEN
@@ -147,7 +146,8 @@ BEGIN
         RETURNING * INTO r;
         EXIT;
     END LOOP;
-    RETURN ROW('acquired'::text, v_takeover, r.fingerprint, r.status, r.token, r.fence, NULL::bytea,
+    RETURN ROW('acquired'::text, v_takeover, r.fingerprint, r.status, r.token, r.fence,
+               NULL::bytea,
                extract(epoch FROM r.created_at)::float8,
                extract(epoch FROM r.expires_at)::float8,
                extract(epoch FROM r.lease_expires_at)::float8);
