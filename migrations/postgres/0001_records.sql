@@ -45,10 +45,11 @@ CREATE TYPE {{schema}}.idemstore_reservation AS (
 -- reserve: one atomic step, one round trip.
 --
 -- p_lock is a 64-bit hash of (schema, scope, key) computed by the client. The primary key stays
--- the authority on identity; the transaction-level advisory lock only serialises acquisitions
--- of one key (first insert, takeover, re-claim after release or expiry), so two of them never
--- both decide from the same old row. It is released at commit: nothing outlives the
--- transaction, which is what keeps PgBouncer transaction pooling safe.
+-- the authority on identity and arbitrates first claims of an absent key; the
+-- transaction-level advisory lock only serialises the check-then-take-over path (lapsed lease,
+-- released tombstone, row past retention), so two acquirers never both decide from the same
+-- old row. It is released at commit: nothing outlives the transaction, which is what keeps
+-- PgBouncer transaction pooling safe.
 CREATE FUNCTION {{schema}}.idemstore_reserve(
     p_lock bigint,
     p_scope text,
@@ -66,9 +67,27 @@ DECLARE
     v_takeover boolean := false;
     v_verdict text;
 BEGIN
-    -- Fast path, lock-free and write-free: a live record that this request may not take (a
-    -- replay, a duplicate of running work, a mismatch) is answered from a plain read. This is
-    -- why a replay writes nothing.
+    -- First claim of an absent key: the primary key arbitrates racing inserts (a loser waits
+    -- for the winner's commit, then inserts nothing). On an existing row this writes nothing.
+    INSERT INTO {{schema}}.idemstore_records
+           (scope, key, fingerprint, status, released, token, fence, response,
+            created_at, expires_at, lease_expires_at)
+    VALUES (p_scope, p_key, p_fingerprint, 'in_progress', false, p_token, 1, NULL,
+            v_now, v_now + make_interval(secs => p_retention),
+            v_now + make_interval(secs => p_lease_ttl))
+    ON CONFLICT (scope, key) DO NOTHING
+    RETURNING * INTO r;
+    IF FOUND THEN
+        RETURN ROW('acquired'::text, false, r.fingerprint, r.status, r.token, r.fence,
+                   NULL::bytea,
+                   extract(epoch FROM r.created_at)::float8,
+                   extract(epoch FROM r.expires_at)::float8,
+                   extract(epoch FROM r.lease_expires_at)::float8);
+    END IF;
+
+    -- The key exists. A live record this request may not take (a replay, a duplicate of
+    -- running work, a mismatch) is answered from a plain read: no lock, no write. This is why
+    -- a replay writes nothing.
     SELECT * INTO r FROM {{schema}}.idemstore_records
      WHERE scope = p_scope AND key = p_key;
     IF FOUND AND NOT r.released AND r.expires_at > v_now THEN
@@ -88,28 +107,30 @@ BEGIN
         END IF;
     END IF;
 
-    -- Acquisition path: whoever holds the lock decides from the newest committed row.
+    -- Check-then-take-over path (lapsed lease, released tombstone, row past retention):
+    -- whoever holds the lock decides from the newest committed row.
     PERFORM pg_advisory_xact_lock(p_lock);
     LOOP
         v_now := clock_timestamp();
-        -- Every acquirer holds the advisory lock, so when the key is absent this insert cannot
-        -- race another one; when a row exists it finds it and writes nothing.
-        INSERT INTO {{schema}}.idemstore_records
-               (scope, key, fingerprint, status, released, token, fence, response,
-                created_at, expires_at, lease_expires_at)
-        VALUES (p_scope, p_key, p_fingerprint, 'in_progress', false, p_token, 1, NULL,
-                v_now, v_now + make_interval(secs => p_retention),
-                v_now + make_interval(secs => p_lease_ttl))
-        ON CONFLICT (scope, key) DO NOTHING
-        RETURNING * INTO r;
-        EXIT WHEN FOUND;
         -- FOR UPDATE: complete/release/extend/delete do not take the advisory lock; the row
         -- lock makes us see their outcome and keeps them out until we commit.
         SELECT * INTO r FROM {{schema}}.idemstore_records
          WHERE scope = p_scope AND key = p_key
            FOR UPDATE;
-        -- Deleted (by delete or sweep) since the insert looked: try the insert again.
-        CONTINUE WHEN NOT FOUND;
+        IF NOT FOUND THEN
+            -- Deleted (by delete or sweep) since we looked: claim it afresh; should a
+            -- first-claim insert win meanwhile, look again.
+            INSERT INTO {{schema}}.idemstore_records
+                   (scope, key, fingerprint, status, released, token, fence, response,
+                    created_at, expires_at, lease_expires_at)
+            VALUES (p_scope, p_key, p_fingerprint, 'in_progress', false, p_token, 1, NULL,
+                    v_now, v_now + make_interval(secs => p_retention),
+                    v_now + make_interval(secs => p_lease_ttl))
+            ON CONFLICT (scope, key) DO NOTHING
+            RETURNING * INTO r;
+            EXIT WHEN FOUND;
+            CONTINUE;
+        END IF;
         IF NOT r.released AND r.expires_at > v_now THEN
             -- Re-check what the fast path saw: another acquirer may have won meanwhile.
             IF r.fingerprint <> p_fingerprint THEN
