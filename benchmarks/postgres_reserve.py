@@ -104,8 +104,13 @@ async def bench_concurrency(dsn: str, schema: str, concurrency: int, ops: int, r
             async def reserve(i: int, prefix: str = prefix) -> None:
                 await store.reserve(f"{prefix}-{i}", "fp", lease_ttl=30, retention=60)
 
-            f = summary(*await drive(floor, ops, concurrency))
-            s = summary(*await drive(reserve, ops, concurrency))
+            # Alternate which goes first, so a drift in machine load does not favour one.
+            if r % 2 == 0:
+                f = summary(*await drive(floor, ops, concurrency))
+                s = summary(*await drive(reserve, ops, concurrency))
+            else:
+                s = summary(*await drive(reserve, ops, concurrency))
+                f = summary(*await drive(floor, ops, concurrency))
             rows.append((r + 1, f, s))
 
         # Paired: every worker alternates floor and reserve, so both see the same load at the
@@ -302,6 +307,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--dsn", help="an existing server (default: start a throwaway one)")
     parser.add_argument("--ops", type=int, default=1000, help="operations per run")
-    parser.add_argument("--rounds", type=int, default=5, help="floor/reserve rounds")
+    parser.add_argument("--rounds", type=int, default=6, help="floor/reserve rounds")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     asyncio.run(main(parser.parse_args()))
