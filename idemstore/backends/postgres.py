@@ -252,7 +252,11 @@ class PostgresStore:
         listen_dsn: str | None = None,
         sweep_batch_size: int = 500,
         max_key_length: int = MAX_KEY_LENGTH,
+        url: str | None = None,
     ) -> None:
+        """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
+        wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
+        same schema."""
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
                 f"schema must be an identifier of letters, digits and underscores "
@@ -268,7 +272,7 @@ class PostgresStore:
         if sweep_batch_size < 1:
             raise ConfigurationError("sweep_batch_size must be at least 1")
         self._dsn = dsn
-        self._redacted = redact_url(dsn)
+        self._redacted = redact_url(url or dsn)
         self._schema = schema
         quoted = _quote_ident(schema)
         self._sql = {
@@ -335,7 +339,7 @@ class PostgresStore:
         connection.setdefault("application_name", "idemstore")
         # asyncpg reads the connection parameters from the DSN; our options never reach it.
         dsn = urlunsplit(("postgresql", parsed.netloc, parsed.path, urlencode(connection), ""))
-        return cls(dsn, **kwargs)
+        return cls(dsn, url=url, **kwargs)
 
     # -- connections ----------------------------------------------------------------------
 
@@ -708,7 +712,9 @@ class PostgresStore:
                 pool.terminate()
 
     async def __aenter__(self) -> Self:
-        await self._ensure_ready()
+        # Connect, but leave the schema check to the first operation: `async with` must also
+        # work for the migration runner on a database that has no schema yet.
+        await self._connect()
         return self
 
     async def __aexit__(

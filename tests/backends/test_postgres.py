@@ -122,10 +122,21 @@ async def test_an_unmigrated_schema_raises_schema_error_naming_migrate(
     url = with_options(postgres_server, schema=postgres_schema)
     store = open_pg(url)
     try:
-        with pytest.raises(SchemaError, match="idemstore migrate"):
+        with pytest.raises(SchemaError, match="idemstore migrate") as caught:
             await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
     finally:
         await store.close()
+    # The command it suggests names the same schema.
+    assert f"schema={postgres_schema}" in str(caught.value)
+
+
+async def test_a_store_opens_on_an_unmigrated_schema_so_it_can_be_migrated(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    async with open_pg(with_options(postgres_server, schema=postgres_schema)) as store:
+        applied = await store.apply_migrations(load_migrations("postgres"))
+        assert applied == load_migrations("postgres")
+        assert await store.get(new_key()) is None
 
 
 async def test_auto_migrate_applies_the_schema_on_first_use(
