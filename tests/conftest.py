@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytest_plugins: list[str] = [
     "tests.fixtures.dynamodb",
+    "tests.fixtures.postgres",
     "tests.fixtures.redis",
     "tests.fixtures.sqlite",
 ]

@@ -14,6 +14,7 @@ SHARED_STORE_URL_FIXTURES: dict[str, str] = {
     "sqlite-file": "sqlite_file_store_url",
     "redis": "redis_store_url",
     "redis-cluster": "redis_cluster_store_url",
+    "postgres": "postgres_store_url",
 }
 
 

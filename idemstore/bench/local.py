@@ -67,9 +67,16 @@ def start_dynamodb_for_bench(where: Path) -> _Started:
     )
 
 
+def start_postgres_for_bench(where: Path) -> _Started:
+    from idemstore.local_servers.postgres import start_postgres
+
+    server = start_postgres()
+    return _Started(server.url, server)
+
+
 LAUNCHERS: tuple[Launcher, ...] = (
     Launcher("redis", __name__, "start_redis_for_bench"),
-    Launcher("postgres", "idemstore.local_servers.postgres", "start_postgres"),
+    Launcher("postgres", __name__, "start_postgres_for_bench"),
     Launcher("dynamodb", __name__, "start_dynamodb_for_bench"),
 )
 

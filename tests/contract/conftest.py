@@ -24,6 +24,8 @@ STORE_URL_FIXTURES: dict[str, str] = {
     "sqlite-memory": "sqlite_memory_store_url",
     "redis": "redis_store_url",
     "redis-cluster": "redis_cluster_store_url",
+    "postgres": "postgres_store_url",
+    "pgbouncer": "pgbouncer_store_url",
 }
 
 

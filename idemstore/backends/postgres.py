@@ -1,0 +1,726 @@
+"""``postgresql://`` (also ``postgres://``): records in a PostgreSQL table, through asyncpg.
+
+Every operation is one round trip: ``reserve``, ``complete``, ``release`` and ``delete`` call
+server-side functions installed by ``migrations/postgres``; the rest are single statements. The
+database clock decides leases and retention. Acquisitions of a key are serialised by a
+*transaction-level* advisory lock on a 64-bit hash of (schema, scope, key), so nothing outlives
+a transaction and the store works behind PgBouncer in transaction pooling mode. ``wait`` listens
+for the ``NOTIFY`` sent by ``complete``/``release``/``delete`` on one dedicated connection per
+store, and polls when that connection is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import re
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlencode, urlunsplit
+
+import asyncpg
+
+from idemstore.errors import (
+    ConfigurationError,
+    IdemstoreError,
+    SchemaError,
+    StoreUnavailableError,
+)
+from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
+from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
+from idemstore.records import (
+    MAX_KEY_LENGTH,
+    check_duration,
+    check_identity,
+    check_response,
+    new_token,
+)
+from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import TracebackType
+
+__all__ = ["PostgresStore"]
+
+# Durations past this many seconds (about 100 years) are clamped: PostgreSQL's timestamps end
+# in the year 294276 and an overflowing interval would be an error, not "forever".
+_MAX_SECONDS = 3.2e9
+
+# A schema name we can quote safely and that fits PostgreSQL's 63-byte identifiers.
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+# libpq-style connection parameters asyncpg understands; every other query parameter is ours.
+_CONNECTION_PARAMETERS = frozenset(
+    {
+        "host",
+        "port",
+        "user",
+        "password",
+        "dbname",
+        "database",
+        "passfile",
+        "service",
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "application_name",
+    }
+)
+
+_RECORD_COLUMNS = """
+    fingerprint, status, token, fence, response,
+    extract(epoch FROM created_at)::float8 AS created_at,
+    extract(epoch FROM expires_at)::float8 AS expires_at,
+    CASE WHEN status = 'in_progress'
+         THEN extract(epoch FROM lease_expires_at)::float8 END AS lease_expires_at"""
+
+# {s} is the quoted schema.
+_RESERVE = "SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)"
+_COMPLETE = "SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)"
+_RELEASE = "SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)"
+_DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
+
+# extend: the holder check of complete, plus "the lease has not lapsed": extending a lapsed
+# lease would let its holder keep a key others were already entitled to take. Re-evaluated on
+# the newest row after a concurrent takeover commits, so a fenced-out holder extends nothing.
+_EXTEND = """
+UPDATE {s}.idemstore_records
+   SET lease_expires_at = clock_timestamp() + make_interval(secs => $5)
+ WHERE scope = $1 AND key = $2 AND token = $3 AND fence = $4
+   AND status = 'in_progress' AND NOT released
+   AND expires_at > clock_timestamp() AND lease_expires_at > clock_timestamp()
+RETURNING extract(epoch FROM lease_expires_at)::float8"""
+
+# get/wait: released rows and rows past retention do not exist for any read, swept or not.
+# ``now`` is the database clock, so ``wait`` can tell when a lease lapses by the same clock.
+_GET = (
+    "SELECT"
+    + _RECORD_COLUMNS
+    + """,
+    extract(epoch FROM clock_timestamp())::float8 AS now
+  FROM {s}.idemstore_records
+ WHERE scope = $1 AND key = $2 AND NOT released AND expires_at > clock_timestamp()"""
+)
+
+# sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
+# never waits for a row that a reserve is taking over or another sweeper is deleting. The
+# deadline is checked again on the row actually deleted.
+_SWEEP_BATCH = """
+WITH gone AS (
+    DELETE FROM {s}.idemstore_records
+     WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM {s}.idemstore_records
+              WHERE expires_at <= clock_timestamp()
+              LIMIT $1
+                FOR UPDATE SKIP LOCKED))
+       AND expires_at <= clock_timestamp()
+    RETURNING 1)
+SELECT count(*) FROM gone"""
+
+_APPLIED_MIGRATIONS = """
+SELECT name, checksum, extract(epoch FROM applied_at)::float8
+  FROM {s}.idemstore_migrations ORDER BY name"""
+
+_CREATE_VERSIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS {s}.idemstore_migrations (
+    name       text PRIMARY KEY,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)"""
+
+# How long ``wait`` sleeps between checks: with a working listener only as a safety net (a
+# notification is what wakes it); without one, polling with capped backoff.
+_LISTENING_RECHECK = 1.0
+_POLL_FIRST = 0.01
+_POLL_MAX = 0.25
+# How long after a failed listener connection ``wait`` tries again.
+_LISTENER_RETRY = 1.0
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _hash64(*parts: str) -> int:
+    """A signed 64-bit hash of ``parts``, each length-prefixed so parts never run together."""
+    digest = hashlib.blake2b(digest_size=8, person=b"idemstore")
+    for part in parts:
+        data = part.encode("utf-8")
+        digest.update(len(data).to_bytes(4, "big"))
+        digest.update(data)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def _seconds(value: float) -> float:
+    return min(value, _MAX_SECONDS)
+
+
+def _driver_error(exc: BaseException, where: str) -> IdemstoreError:
+    """The idemstore error for a driver exception (the caller raises it ``from exc``)."""
+    if isinstance(
+        exc,
+        asyncpg.UndefinedTableError
+        | asyncpg.UndefinedFunctionError
+        | asyncpg.InvalidSchemaNameError
+        | asyncpg.UndefinedObjectError,
+    ):
+        return SchemaError(
+            f"the idemstore schema at {where} is missing or incomplete ({exc}); "
+            f"run: idemstore migrate {where}"
+        )
+    if isinstance(exc, TimeoutError):
+        return StoreUnavailableError(f"PostgreSQL at {where} did not answer in time")
+    return StoreUnavailableError(f"PostgreSQL at {where} failed: {type(exc).__name__}: {exc}")
+
+
+# What _driver_error maps: everything asyncpg raises, socket errors and timeouts.
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+
+
+async def _no_reset(connection: asyncpg.Connection) -> None:
+    """Skip asyncpg's reset query when a connection returns to the pool.
+
+    The store leaves no session state behind (no session locks, no LISTEN on pooled
+    connections, no SET), and the default reset would cost a second round trip per operation.
+    """
+
+
+class PostgresStore:
+    """A store in a PostgreSQL table. Build it with ``open_store("postgresql://...")``.
+
+    The schema must be migrated first (``idemstore migrate URL``) unless ``auto_migrate`` is
+    set. See docs/backends/postgres.md for every option.
+    """
+
+    __slots__ = (
+        "_auto_migrate",
+        "_channel",
+        "_closed",
+        "_command_timeout",
+        "_connect_lock",
+        "_connect_timeout",
+        "_dsn",
+        "_listen",
+        "_listen_dsn",
+        "_listener",
+        "_listener_lock",
+        "_listener_retry_at",
+        "_max_inactive_lifetime",
+        "_max_key_length",
+        "_migration_lock",
+        "_pool",
+        "_pool_max_size",
+        "_pool_min_size",
+        "_ready",
+        "_redacted",
+        "_schema",
+        "_sql",
+        "_statement_cache_size",
+        "_sweep_batch_size",
+        "_waiters",
+    )
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        command_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        statement_cache_size: int = 100,
+        max_inactive_connection_lifetime: float = 300.0,
+        auto_migrate: bool = False,
+        listen: bool = True,
+        listen_dsn: str | None = None,
+        sweep_batch_size: int = 500,
+        max_key_length: int = MAX_KEY_LENGTH,
+        url: str | None = None,
+    ) -> None:
+        """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
+        wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
+        same schema."""
+        if not _SCHEMA_NAME.match(schema):
+            raise ConfigurationError(
+                f"schema must be an identifier of letters, digits and underscores "
+                f"(at most 63, not starting with a digit), not {schema!r}"
+            )
+        if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
+            raise ConfigurationError(
+                f"need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1, "
+                f"not {pool_min_size} and {pool_max_size}"
+            )
+        if statement_cache_size < 0:
+            raise ConfigurationError("statement_cache_size must be 0 (off) or more")
+        if sweep_batch_size < 1:
+            raise ConfigurationError("sweep_batch_size must be at least 1")
+        self._dsn = dsn
+        self._redacted = redact_url(url or dsn)
+        self._schema = schema
+        quoted = _quote_ident(schema)
+        self._sql = {
+            name: template.format(s=quoted)
+            for name, template in {
+                "reserve": _RESERVE,
+                "complete": _COMPLETE,
+                "release": _RELEASE,
+                "delete": _DELETE,
+                "extend": _EXTEND,
+                "get": _GET,
+                "sweep": _SWEEP_BATCH,
+                "applied": _APPLIED_MIGRATIONS,
+                "versions": _CREATE_VERSIONS_TABLE,
+            }.items()
+        }
+        self._pool_min_size = pool_min_size
+        self._pool_max_size = pool_max_size
+        self._command_timeout = check_duration("command_timeout", command_timeout)
+        self._connect_timeout = check_duration("connect_timeout", connect_timeout)
+        self._statement_cache_size = statement_cache_size
+        self._max_inactive_lifetime = max_inactive_connection_lifetime
+        self._auto_migrate = auto_migrate
+        self._listen = listen
+        self._listen_dsn = listen_dsn or dsn
+        self._sweep_batch_size = sweep_batch_size
+        self._max_key_length = max_key_length
+        # One NOTIFY channel per schema; the payload names the key by its lock hash.
+        self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
+        self._migration_lock = _hash64("idemstore migrate", schema)
+        self._pool: asyncpg.Pool | None = None
+        self._ready = False
+        self._connect_lock: asyncio.Lock | None = None
+        self._listener: asyncpg.Connection | None = None
+        self._listener_lock: asyncio.Lock | None = None
+        self._listener_retry_at = 0.0
+        self._waiters: dict[int, set[asyncio.Event]] = {}
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        parsed = parse_store_url(url, options)
+        opts = parsed.options
+        kwargs: dict[str, Any] = {
+            "schema": pop_str(opts, "schema", "public"),
+            "pool_min_size": pop_int(opts, "pool_min_size", 1),
+            "pool_max_size": pop_int(opts, "pool_max_size", 10),
+            "command_timeout": pop_float(opts, "command_timeout", 10.0),
+            "connect_timeout": pop_float(opts, "connect_timeout", 5.0),
+            "statement_cache_size": pop_int(opts, "statement_cache_size", 100),
+            "max_inactive_connection_lifetime": pop_float(
+                opts, "max_inactive_connection_lifetime", 300.0
+            ),
+            "auto_migrate": pop_bool(opts, "auto_migrate", False),
+            "listen": pop_bool(opts, "listen", True),
+            "listen_dsn": pop_str(opts, "listen_dsn", "") or None,
+            "sweep_batch_size": pop_int(opts, "sweep_batch_size", 500),
+            "max_key_length": pop_int(opts, "max_key_length", MAX_KEY_LENGTH),
+        }
+        connection = {}
+        for name in sorted(_CONNECTION_PARAMETERS & set(opts)):
+            connection[name] = str(opts.pop(name))
+        parsed.reject_unknown()
+        connection.setdefault("application_name", "idemstore")
+        # asyncpg reads the connection parameters from the DSN; our options never reach it.
+        dsn = urlunsplit(("postgresql", parsed.netloc, parsed.path, urlencode(connection), ""))
+        return cls(dsn, url=url, **kwargs)
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this PostgresStore is closed")
+
+    async def _connect(self) -> asyncpg.Pool:
+        """The pool, created on first use (without checking the schema)."""
+        self._check_open()
+        if self._pool is not None:
+            return self._pool
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._pool is None:
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self._dsn,
+                        min_size=self._pool_min_size,
+                        max_size=self._pool_max_size,
+                        command_timeout=self._command_timeout,
+                        timeout=self._connect_timeout,
+                        statement_cache_size=self._statement_cache_size,
+                        max_inactive_connection_lifetime=self._max_inactive_lifetime,
+                        reset=_no_reset,
+                    )
+                except _DRIVER_ERRORS as exc:
+                    raise _driver_error(exc, self._redacted) from exc
+            return self._pool
+
+    async def _ensure_ready(self) -> asyncpg.Pool:
+        """The pool, once the schema is known to be migrated (or migrated now if allowed)."""
+        pool = await self._connect()
+        if self._ready:
+            return pool
+        assert self._connect_lock is not None
+        async with self._connect_lock:
+            if not self._ready:
+                await self._check_schema()
+                self._ready = True
+        return pool
+
+    async def _check_schema(self) -> None:
+        available = load_migrations("postgres")
+        applied = {m.name for m in await self.applied_migrations()}
+        # Only what this code needs must be there: a newer schema (migrated by a newer
+        # idemstore during a rolling deploy) is fine, and `idemstore migrate` checks checksums.
+        missing = [m.name for m in available if m.name not in applied]
+        if not missing:
+            return
+        if self._auto_migrate:
+            await self.apply_migrations(available)
+            return
+        raise SchemaError(
+            f"the idemstore schema {self._schema!r} at {self._redacted} lacks migration(s) "
+            f"{', '.join(missing)}; run: idemstore migrate {self._redacted}"
+        )
+
+    async def _fetchrow(self, name: str, *args: Any) -> Any:
+        pool = await self._ensure_ready()
+        try:
+            return await pool.fetchrow(self._sql[name], *args)
+        except _DRIVER_ERRORS as exc:
+            raise _driver_error(exc, self._redacted) from exc
+
+    async def _fetchval(self, name: str, *args: Any) -> Any:
+        pool = await self._ensure_ready()
+        try:
+            return await pool.fetchval(self._sql[name], *args)
+        except _DRIVER_ERRORS as exc:
+            raise _driver_error(exc, self._redacted) from exc
+
+    def _lock_key(self, scope: str, key: str) -> int:
+        return _hash64(self._schema, scope, key)
+
+    # -- migrations (SupportsMigrations) ------------------------------------------------------
+
+    def migration_sql(self, migration: Migration) -> str:
+        """The migration's SQL with this store's quoted schema in place of ``{{schema}}``."""
+        return migration.sql.replace("{{schema}}", _quote_ident(self._schema))
+
+    async def applied_migrations(self) -> list[AppliedMigration]:
+        pool = await self._connect()
+        try:
+            async with pool.acquire() as conn:
+                exists = await conn.fetchval(
+                    "SELECT to_regclass($1) IS NOT NULL",
+                    f"{_quote_ident(self._schema)}.idemstore_migrations",
+                )
+                if not exists:
+                    return []
+                rows = await conn.fetch(self._sql["applied"])
+        except _DRIVER_ERRORS as exc:
+            raise _driver_error(exc, self._redacted) from exc
+        return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
+
+    async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
+        """Apply what is pending, one migration per transaction, each under the schema's
+        transaction-level advisory lock: concurrent migrators queue, and each re-reads the
+        versions table after taking the lock, so every migration runs exactly once."""
+        pool = await self._connect()
+        done: list[Migration] = []
+        quoted = _quote_ident(self._schema)
+        try:
+            async with pool.acquire() as conn:
+                while True:
+                    async with conn.transaction():
+                        await conn.execute("SELECT pg_advisory_xact_lock($1)", self._migration_lock)
+                        # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+                        # the schema exists: ask first, so a pre-created schema is enough.
+                        if not await conn.fetchval(
+                            "SELECT true FROM pg_namespace WHERE nspname = $1", self._schema
+                        ):
+                            await conn.execute(f"CREATE SCHEMA {quoted}")
+                        await conn.execute(self._sql["versions"])
+                        rows = await conn.fetch(self._sql["applied"])
+                        applied = [AppliedMigration(r[0], r[1], r[2]) for r in rows]
+                        pending = pending_migrations(available, applied)
+                        if not pending:
+                            break
+                        migration = pending[0]
+                        await conn.execute(self.migration_sql(migration))
+                        await conn.execute(
+                            f"INSERT INTO {quoted}.idemstore_migrations (name, checksum) "
+                            "VALUES ($1, $2)",
+                            migration.name,
+                            migration.checksum,
+                        )
+                    done.append(migration)
+        except _DRIVER_ERRORS as exc:
+            raise _driver_error(exc, self._redacted) from exc
+        return done
+
+    # -- the contract -----------------------------------------------------------------------
+
+    @staticmethod
+    def _record(scope: str, key: str, row: Any) -> Record:
+        return Record(
+            scope=scope,
+            key=key,
+            fingerprint=row["fingerprint"],
+            status=Status(row["status"]),
+            token=row["token"],
+            fence=row["fence"],
+            response=row["response"],
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+            lease_expires_at=row["lease_expires_at"],
+        )
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        retention = check_duration("retention", retention)
+        token = new_token()
+        row = await self._fetchrow(
+            "reserve",
+            self._lock_key(scope, key),
+            scope,
+            key,
+            fingerprint,
+            token,
+            _seconds(lease_ttl),
+            _seconds(retention),
+        )
+        outcome = Outcome(row["outcome"])
+        if outcome is Outcome.ACQUIRED:
+            lease = Lease(scope, key, token, row["fence"], row["lease_expires_at"], retention)
+            return Reservation(outcome, lease=lease, takeover=row["takeover"])
+        return Reservation(outcome, record=self._record(scope, key, row))
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        response = check_response(response)
+        keep = check_duration("retention", retention if retention is not None else lease.retention)
+        done: bool = await self._fetchval(
+            "complete",
+            lease.scope,
+            lease.key,
+            lease.token,
+            lease.fence,
+            response,
+            _seconds(keep),
+            self._channel,
+            self._lock_key(lease.scope, lease.key),
+        )
+        return done
+
+    async def release(self, lease: Lease) -> bool:
+        done: bool = await self._fetchval(
+            "release",
+            lease.scope,
+            lease.key,
+            lease.token,
+            lease.fence,
+            self._channel,
+            self._lock_key(lease.scope, lease.key),
+        )
+        return done
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        deadline = await self._fetchval(
+            "extend", lease.scope, lease.key, lease.token, lease.fence, _seconds(lease_ttl)
+        )
+        if deadline is None:
+            return None
+        return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        check_identity(key, scope, max_key_length=self._max_key_length)
+        row = await self._fetchrow("get", scope, key)
+        return None if row is None else self._record(scope, key, row)
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        check_identity(key, scope, max_key_length=self._max_key_length)
+        await self._ensure_ready()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, float(timeout))
+        lock_key = self._lock_key(scope, key)
+        event = asyncio.Event()
+        # Subscribe before the first read: a notification between the read and the sleep
+        # must not be lost.
+        self._waiters.setdefault(lock_key, set()).add(event)
+        try:
+            listening = await self._ensure_listener()
+            poll = _POLL_FIRST
+            while True:
+                event.clear()
+                row = await self._fetchrow("get", scope, key)
+                if row is None:
+                    return None
+                record = self._record(scope, key, row)
+                if record.status is Status.COMPLETED:
+                    return record
+                assert record.lease_expires_at is not None
+                lease_left = record.lease_expires_at - row["now"]
+                remaining = deadline - loop.time()
+                if lease_left <= 0 or remaining <= 0:
+                    return record
+                if listening and self._listener is not None:
+                    pause = _LISTENING_RECHECK
+                else:
+                    pause, poll = poll, min(poll * 2, _POLL_MAX)
+                    listening = await self._ensure_listener()
+                # Also wake when the lease lapses: nobody notifies that.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(pause, remaining, lease_left))
+        finally:
+            waiters = self._waiters.get(lock_key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[lock_key]
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        check_identity(key, scope, max_key_length=self._max_key_length)
+        existed: bool = await self._fetchval(
+            "delete", scope, key, self._channel, self._lock_key(scope, key)
+        )
+        return existed
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        if limit < 1:
+            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        removed = 0
+        while removed < limit:
+            batch = min(self._sweep_batch_size, limit - removed)
+            count: int = await self._fetchval("sweep", batch)
+            removed += count
+            if count < batch:
+                break
+        return removed
+
+    async def ping(self) -> None:
+        pool = await self._ensure_ready()
+        try:
+            await pool.fetchval("SELECT 1")
+        except _DRIVER_ERRORS as exc:
+            raise _driver_error(exc, self._redacted) from exc
+
+    # -- LISTEN/NOTIFY --------------------------------------------------------------------------
+
+    def _on_notify(self, connection: Any, pid: int, channel: str, payload: str) -> None:
+        try:
+            lock_key = int(payload)
+        except ValueError:
+            return
+        # A hash collision only wakes a waiter that then finds its key still held.
+        for event in self._waiters.get(lock_key, ()):
+            event.set()
+
+    def _on_listener_lost(self, connection: Any) -> None:
+        if self._listener is connection:
+            self._listener = None
+            self._listener_retry_at = asyncio.get_running_loop().time() + _LISTENER_RETRY
+        # Waiters look again at once and, with no listener, poll from now on.
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+
+    async def _ensure_listener(self) -> bool:
+        """Whether a listener connection is up; tries to open one unless a recent try failed.
+
+        Never raises: without a listener ``wait`` polls.
+        """
+        if not self._listen or self._closed:
+            return False
+        if self._listener is not None and not self._listener.is_closed():
+            return True
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._listener_retry_at:
+            return False
+        if self._listener_lock is None:
+            self._listener_lock = asyncio.Lock()
+        async with self._listener_lock:
+            if self._listener is not None and not self._listener.is_closed():
+                return True
+            if loop.time() < self._listener_retry_at:
+                return False
+            connection = None
+            try:
+                connection = await asyncpg.connect(
+                    self._listen_dsn,
+                    timeout=self._connect_timeout,
+                    command_timeout=self._command_timeout,
+                    statement_cache_size=0,
+                    server_settings={"application_name": "idemstore-listener"},
+                )
+                await connection.add_listener(self._channel, self._on_notify)
+                connection.add_termination_listener(self._on_listener_lost)
+            except _DRIVER_ERRORS:
+                self._listener_retry_at = loop.time() + _LISTENER_RETRY
+                if connection is not None:
+                    connection.terminate()
+                return False
+            if self._closed:
+                connection.terminate()
+                return False
+            self._listener = connection
+            return True
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.terminate()
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), self._command_timeout)
+            except (*_DRIVER_ERRORS, TimeoutError):
+                pool.terminate()
+
+    async def __aenter__(self) -> Self:
+        # Connect, but leave the schema check to the first operation: `async with` must also
+        # work for the migration runner on a database that has no schema yet.
+        await self._connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

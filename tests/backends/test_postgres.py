@@ -1,0 +1,532 @@
+"""What the PostgreSQL backend promises beyond the contract suite: URL options, migrations,
+the write-free replay, transaction-only advisory locks, races on the acquisition path,
+LISTEN/NOTIFY with its polling fallback, batched sweeps, and failure mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from idemstore import (
+    ConfigurationError,
+    Outcome,
+    SchemaError,
+    Status,
+    StoreUnavailableError,
+    open_store,
+)
+from idemstore.local_servers import ServerUnavailableError, free_port
+from idemstore.migrate import load_migrations
+from tests.conftest import backend_unavailable
+from tests.fixtures.postgres import drop_schema, migrate_schema, with_options
+
+asyncpg = pytest.importorskip("asyncpg")
+
+from idemstore.backends.postgres import PostgresStore, _hash64  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from idemstore.local_servers.postgres import PostgresServer
+    from idemstore.protocol import Lease
+
+SHORT = 0.3
+SLACK = 0.25
+LONG = 60.0
+FP = "fp-a"
+
+
+def new_key() -> str:
+    return f"k-{uuid.uuid4().hex}"
+
+
+def schema_of(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["schema"][0]
+
+
+def open_pg(url: str, **options: Any) -> PostgresStore:
+    store = open_store(url, **options)
+    assert isinstance(store, PostgresStore)
+    return store
+
+
+async def acquire(store: PostgresStore, key: str, *, lease_ttl: float = LONG) -> Lease:
+    reservation = await store.reserve(key, FP, lease_ttl=lease_ttl, retention=LONG)
+    assert reservation.lease is not None
+    return reservation.lease
+
+
+@pytest.fixture
+async def admin(postgres_server: str) -> AsyncIterator[Any]:
+    """A direct connection to the test server, for looking behind the store's back."""
+    connection = await asyncpg.connect(postgres_server)
+    yield connection
+    await connection.close()
+
+
+# -- URL and options -------------------------------------------------------------------------
+
+
+def test_url_options_configure_the_store() -> None:
+    store = open_pg(
+        "postgres://app:pw@db.example:5433/main?schema=idem&pool_min_size=2&pool_max_size=7"
+        "&command_timeout=3&connect_timeout=1.5&statement_cache_size=0&sslmode=prefer"
+    )
+    assert store._schema == "idem"
+    assert (store._pool_min_size, store._pool_max_size) == (2, 7)
+    assert (store._command_timeout, store._connect_timeout) == (3.0, 1.5)
+    assert store._statement_cache_size == 0
+    # Connection parameters reach asyncpg; our own options do not.
+    query = parse_qs(urlsplit(store._dsn).query)
+    assert query["sslmode"] == ["prefer"]
+    assert "schema" not in query and "pool_max_size" not in query
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "colour=blue",
+        "schema=bad-name",
+        'schema=x"; DROP TABLE y; --',
+        "schema=" + "s" * 64,
+        "schema=1abc",
+        "pool_min_size=5&pool_max_size=2",
+        "pool_max_size=zero",
+        "command_timeout=-1",
+        "auto_migrate=maybe",
+        "statement_cache_size=-1",
+        "sweep_batch_size=0",
+    ],
+)
+def test_bad_options_are_configuration_errors(query: str) -> None:
+    with pytest.raises(ConfigurationError):
+        open_store("postgresql://localhost/db?" + query)
+
+
+def test_lock_keys_keep_scope_and_key_apart() -> None:
+    assert _hash64("public", "a:b", "c") != _hash64("public", "a", "b:c")
+    assert _hash64("public", "", "k") != _hash64("other", "", "k")
+    assert -(2**63) <= _hash64("public", "", "k") < 2**63
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+
+async def test_an_unmigrated_schema_raises_schema_error_naming_migrate(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    url = with_options(postgres_server, schema=postgres_schema)
+    store = open_pg(url)
+    try:
+        with pytest.raises(SchemaError, match="idemstore migrate") as caught:
+            await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+    finally:
+        await store.close()
+    # The command it suggests names the same schema.
+    assert f"schema={postgres_schema}" in str(caught.value)
+
+
+async def test_a_store_opens_on_an_unmigrated_schema_so_it_can_be_migrated(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    async with open_pg(with_options(postgres_server, schema=postgres_schema)) as store:
+        applied = await store.apply_migrations(load_migrations("postgres"))
+        assert applied == load_migrations("postgres")
+        assert await store.get(new_key()) is None
+
+
+async def test_auto_migrate_applies_the_schema_on_first_use(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    url = with_options(postgres_server, schema=postgres_schema, auto_migrate="true")
+    async with open_pg(url) as store:
+        reservation = await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+        assert reservation.outcome is Outcome.ACQUIRED
+        applied = await store.applied_migrations()
+    assert [m.name for m in applied] == [m.name for m in load_migrations("postgres")]
+
+
+async def test_applied_migrations_is_empty_before_and_complete_after(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    store = open_pg(with_options(postgres_server, schema=postgres_schema))
+    try:
+        available = load_migrations("postgres")
+        assert await store.applied_migrations() == []
+        assert await store.apply_migrations(available) == available
+        applied = await store.applied_migrations()
+        assert [(m.name, m.checksum) for m in applied] == [(m.name, m.checksum) for m in available]
+        assert await store.apply_migrations(available) == []
+    finally:
+        await store.close()
+
+
+def test_migration_sql_puts_the_quoted_schema_in_place() -> None:
+    store = open_pg("postgresql://localhost/db?schema=Tenant_7")
+    (first, *_) = load_migrations("postgres")
+    sql = store.migration_sql(first)
+    assert "{{schema}}" not in sql
+    assert 'CREATE TABLE "Tenant_7".idemstore_records' in sql
+
+
+async def test_racing_migrators_apply_each_migration_once(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    url = with_options(postgres_server, schema=postgres_schema)
+    stores = [open_pg(url, pool_min_size=0, pool_max_size=1) for _ in range(4)]
+    available = load_migrations("postgres")
+    try:
+        results = await asyncio.gather(*(s.apply_migrations(available) for s in stores))
+        applied_by_anyone = sorted(m.name for result in results for m in result)
+        assert applied_by_anyone == [m.name for m in available]
+        assert [m.name for m in await stores[0].applied_migrations()] == applied_by_anyone
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_schema_dropped_under_a_running_store_raises_schema_error(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        await admin.execute(f'DROP SCHEMA "{schema_of(postgres_store_url)}" CASCADE')
+        with pytest.raises(SchemaError, match="idemstore migrate"):
+            await store.get(new_key())
+
+
+async def test_schemas_keep_their_records_apart(
+    postgres_server: str, postgres_store_url: str
+) -> None:
+    other_schema = f"Other_{uuid.uuid4().hex[:8]}"
+    other_url = with_options(postgres_server, schema=other_schema)
+    await migrate_schema(other_url)
+    try:
+        key = new_key()
+        async with open_pg(postgres_store_url) as one, open_pg(other_url) as two:
+            await one.complete(await acquire(one, key), b"one")
+            assert await two.get(key) is None
+            mine = await two.reserve(key, "other-fp", lease_ttl=LONG, retention=LONG)
+            assert mine.outcome is Outcome.ACQUIRED
+    finally:
+        await drop_schema(postgres_server, other_schema)
+
+
+# -- the hot path ---------------------------------------------------------------------------
+
+
+async def _write_counters(admin: Any, schema: str) -> tuple[int, int, int]:
+    row = await admin.fetchrow(
+        "SELECT n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables "
+        "WHERE relid = $1::regclass",
+        f'"{schema}".idemstore_records',
+    )
+    return (row[0], row[1], row[2])
+
+
+async def test_a_replay_writes_nothing(postgres_store_url: str, admin: Any) -> None:
+    schema = schema_of(postgres_store_url)
+    # One pooled connection: the backend whose statistics we flush is the one that replays.
+    async with open_pg(postgres_store_url, pool_min_size=1, pool_max_size=1) as store:
+        key = new_key()
+        await store.complete(await acquire(store, key), b"result")
+
+        async def flushed_counters() -> tuple[int, int, int]:
+            assert store._pool is not None
+            await store._pool.fetchval("SELECT pg_stat_force_next_flush()")
+            return await _write_counters(admin, schema)
+
+        before = await flushed_counters()
+        for _ in range(20):
+            replay = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+            assert replay.outcome is Outcome.COMPLETED
+        after_replays = await flushed_counters()
+        # The same measurement sees a write when there is one.
+        await acquire(store, new_key())
+        after_write = await flushed_counters()
+    assert after_replays == before
+    assert after_write == (before[0] + 1, before[1], before[2])
+
+
+async def test_no_advisory_lock_outlives_an_operation(postgres_store_url: str, admin: Any) -> None:
+    async with open_pg(postgres_store_url) as store:
+        keys = [new_key() for _ in range(10)]
+        leases = await asyncio.gather(*(acquire(store, k, lease_ttl=SHORT) for k in keys))
+        await asyncio.sleep(SHORT + SLACK)
+        await asyncio.gather(*(store.reserve(k, FP, lease_ttl=LONG, retention=LONG) for k in keys))
+        await asyncio.gather(*(store.complete(lease, b"late") for lease in leases))
+        held = await admin.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+    assert held == 0
+
+
+async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
+    postgres_store_url: str,
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        key = new_key()
+        first = await acquire(store, key, lease_ttl=SHORT)
+        await asyncio.sleep(SHORT + SLACK)
+        results = await asyncio.gather(
+            *(store.reserve(key, FP, lease_ttl=LONG, retention=LONG) for _ in range(40))
+        )
+    winners = [r for r in results if r.acquired]
+    assert len(winners) == 1
+    assert winners[0].takeover is True
+    assert winners[0].lease is not None and winners[0].lease.fence == first.fence + 1
+    assert all(r.outcome is Outcome.IN_PROGRESS for r in results if not r.acquired)
+
+
+async def test_concurrent_reclaims_after_release_acquire_once(postgres_store_url: str) -> None:
+    async with open_pg(postgres_store_url) as store:
+        key = new_key()
+        first = await acquire(store, key)
+        assert await store.release(first)
+        results = await asyncio.gather(
+            *(store.reserve(key, FP, lease_ttl=LONG, retention=LONG) for _ in range(40))
+        )
+    winners = [r for r in results if r.acquired]
+    assert len(winners) == 1
+    assert winners[0].takeover is False
+    assert winners[0].lease is not None and winners[0].lease.fence == first.fence + 1
+
+
+async def test_concurrent_reserves_past_retention_acquire_once_and_continue_the_fence(
+    postgres_store_url: str,
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        key = new_key()
+        first = await store.reserve(key, FP, lease_ttl=SHORT, retention=SHORT)
+        assert first.lease is not None
+        await store.complete(first.lease, b"old")
+        await asyncio.sleep(SHORT + SLACK)
+        results = await asyncio.gather(
+            *(store.reserve(key, "new-fp", lease_ttl=LONG, retention=LONG) for _ in range(40))
+        )
+    winners = [r for r in results if r.acquired]
+    assert len(winners) == 1
+    assert winners[0].lease is not None and winners[0].lease.fence == first.lease.fence + 1
+    assert all(r.outcome is Outcome.IN_PROGRESS for r in results if not r.acquired)
+
+
+async def test_a_late_complete_racing_takeovers_has_one_winner(postgres_store_url: str) -> None:
+    async with open_pg(postgres_store_url) as store:
+        key = new_key()
+        stale = await acquire(store, key, lease_ttl=SHORT)
+        await asyncio.sleep(SHORT + SLACK)
+        completed, *reservations = await asyncio.gather(
+            store.complete(stale, b"late"),
+            *(store.reserve(key, FP, lease_ttl=LONG, retention=LONG) for _ in range(20)),
+        )
+        final = await store.get(key)
+    winners = [r for r in reservations if r.acquired]
+    assert final is not None
+    if completed:
+        assert winners == []
+        assert final.status is Status.COMPLETED and final.response == b"late"
+    else:
+        assert len(winners) == 1 and winners[0].takeover
+        assert final.status is Status.IN_PROGRESS
+        assert winners[0].lease is not None and final.token == winners[0].lease.token
+
+
+async def test_a_released_key_stays_as_a_tombstone_until_retention_ends(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        key = new_key()
+        assert await store.release(await acquire(store, key))
+        assert await store.get(key) is None
+        rows = await admin.fetchval(
+            f'SELECT count(*) FROM "{schema_of(postgres_store_url)}".idemstore_records '
+            "WHERE key = $1 AND released",
+            key,
+        )
+        assert rows == 1
+        assert await store.sweep() == 0
+
+
+async def test_lease_times_are_the_database_clock_plus_the_durations(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        before = await admin.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+        key = new_key()
+        lease = await acquire(store, key, lease_ttl=30)
+        after = await admin.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+        record = await store.get(key)
+    assert record is not None
+    assert before <= record.created_at <= after
+    assert lease.lease_expires_at == record.lease_expires_at
+    assert record.lease_expires_at == pytest.approx(record.created_at + 30, abs=1e-5)
+    assert record.expires_at == pytest.approx(record.created_at + LONG, abs=1e-5)
+
+
+# -- sweep ----------------------------------------------------------------------------------
+
+
+async def test_sweep_removes_up_to_the_limit_across_batches(postgres_store_url: str) -> None:
+    async with open_pg(postgres_store_url, sweep_batch_size=2) as store:
+        for _ in range(7):
+            reservation = await store.reserve(new_key(), FP, lease_ttl=SHORT, retention=SHORT)
+            assert reservation.lease is not None
+        live = await acquire(store, new_key())
+        await asyncio.sleep(SHORT + SLACK)
+        assert await store.sweep(limit=3) == 3
+        assert await store.sweep(limit=1000) == 4
+        assert await store.sweep(limit=1000) == 0
+        assert await store.get(live.key) is not None
+
+
+# -- wait -----------------------------------------------------------------------------------
+
+
+async def _listener_pids(admin: Any, channel: str) -> list[int]:
+    rows = await admin.fetch(
+        "SELECT pid FROM pg_stat_activity "
+        "WHERE application_name = 'idemstore-listener' AND query LIKE $1",
+        f'LISTEN "{channel}"%',
+    )
+    return [row[0] for row in rows]
+
+
+async def _until(condition: Any, timeout: float = 10.0) -> Any:
+    """Poll an async condition until it is truthy (the server's view lags the client's)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await condition()
+        if value or loop.time() > deadline:
+            return value
+        await asyncio.sleep(0.02)
+
+
+async def test_waiters_share_one_dedicated_listener_connection(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        leases = [await acquire(store, new_key()) for _ in range(3)]
+        waiters = [asyncio.create_task(store.wait(x.key, timeout=30)) for x in leases]
+        pids = await _until(lambda: _listener_pids(admin, store._channel))
+        for lease in leases:
+            assert await store.complete(lease, b"done")
+        records = await asyncio.wait_for(asyncio.gather(*waiters), 10)
+    assert len(pids) == 1
+    assert [r.status for r in records] == [Status.COMPLETED] * 3
+
+
+async def test_wait_still_wakes_after_the_listener_connection_drops(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url) as store:
+        lease = await acquire(store, new_key())
+        waiter = asyncio.create_task(store.wait(lease.key, timeout=30))
+        (pid,) = await _until(lambda: _listener_pids(admin, store._channel))
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        await _until(lambda: asyncio.sleep(0, store._listener is None))
+        assert await store.complete(lease, b"done")
+        record = await asyncio.wait_for(waiter, 10)
+    assert record is not None and record.response == b"done"
+
+
+async def test_wait_polls_when_listening_is_off(postgres_store_url: str, admin: Any) -> None:
+    async with open_pg(postgres_store_url, listen="false") as store:
+        lease = await acquire(store, new_key())
+        waiter = asyncio.create_task(store.wait(lease.key, timeout=30))
+        await asyncio.sleep(0.1)
+        assert await _listener_pids(admin, store._channel) == []
+        assert await store.release(lease)
+        assert await asyncio.wait_for(waiter, 10) is None
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_unavailable_and_the_password_stays_hidden() -> None:
+    url = f"postgresql://app:s3cret@127.0.0.1:{free_port()}/db?connect_timeout=2"
+    store = open_pg(url)
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.get(new_key())
+    finally:
+        await store.close()
+    assert "s3cret" not in str(caught.value)
+    assert caught.value.__cause__ is not None
+
+
+async def test_a_command_timeout_is_unavailable_and_the_store_carries_on(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url, command_timeout=0.3) as store:
+        lease = await acquire(store, new_key())
+        schema = schema_of(postgres_store_url)
+        # Another session holds the row lock, so complete cannot finish in time.
+        blocker = admin.transaction()
+        await blocker.start()
+        await admin.execute(
+            f'SELECT 1 FROM "{schema}".idemstore_records WHERE key = $1 FOR UPDATE', lease.key
+        )
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await store.complete(lease, b"blocked")
+        finally:
+            await blocker.rollback()
+        assert await store.complete(lease, b"done") is True
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[PostgresServer]:
+    """A server of this module's own, so restarting it disturbs no other test."""
+    try:
+        from idemstore.local_servers.postgres import start_postgres
+
+        server = start_postgres()
+    except ServerUnavailableError as exc:
+        backend_unavailable("postgres", str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+async def test_a_restart_is_unavailable_until_the_server_returns_then_the_pool_recovers(
+    own_postgres: PostgresServer,
+) -> None:
+    url = with_options(
+        own_postgres.url, auto_migrate="true", connect_timeout="2", pool_min_size="2"
+    )
+    async with open_pg(url) as store:
+        lease = await acquire(store, new_key())
+        await asyncio.to_thread(own_postgres.stop_process)
+        with pytest.raises(StoreUnavailableError):
+            await store.get(lease.key)
+        await asyncio.to_thread(own_postgres.start)
+        failures: list[BaseException] = []
+        for _ in range(50):
+            try:
+                record = await store.get(lease.key)
+                break
+            except StoreUnavailableError as exc:
+                failures.append(exc)
+                await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"the store did not recover: {failures[-1]}")
+        assert record is not None and record.token == lease.token
+        assert await store.complete(lease, b"after restart") is True
+
+
+@pytest.mark.slow
+async def test_a_committed_completion_survives_an_immediate_shutdown(
+    own_postgres: PostgresServer,
+) -> None:
+    url = with_options(own_postgres.url, auto_migrate="true", connect_timeout="2")
+    key = new_key()
+    async with open_pg(url) as store:
+        assert await store.complete(await acquire(store, key), b"durable")
+    # Immediate shutdown skips the checkpoint: the record comes back from the WAL.
+    await asyncio.to_thread(own_postgres.stop_process, mode="immediate")
+    await asyncio.to_thread(own_postgres.start)
+    async with open_pg(url) as store:
+        record = await store.get(key)
+    assert record is not None and record.response == b"durable"
