@@ -8,18 +8,21 @@ import secrets
 from idemstore.errors import ConfigurationError, InvalidKeyError
 
 __all__ = [
+    "MAX_DURATION",
     "MAX_FINGERPRINT_LENGTH",
     "MAX_KEY_LENGTH",
     "MAX_SCOPE_LENGTH",
     "check_duration",
     "check_identity",
     "check_response",
+    "check_timeout",
     "new_token",
 ]
 
 MAX_KEY_LENGTH = 255
 MAX_SCOPE_LENGTH = 1024
 MAX_FINGERPRINT_LENGTH = 128
+MAX_DURATION = 100 * 365.25 * 86400.0
 
 
 def _check_text(what: str, value: object, max_length: int, *, allow_empty: bool) -> str:
@@ -63,6 +66,24 @@ def check_duration(name: str, seconds: object) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigurationError(
             f"{name} must be a positive, finite number of seconds, not {seconds!r}"
+        )
+    if value > MAX_DURATION:
+        # Deadlines must stay representable on every engine (Redis keeps them in microseconds
+        # as Lua numbers, DynamoDB's TTL in epoch seconds); a century is "forever" enough.
+        raise ConfigurationError(
+            f"{name} must be at most {MAX_DURATION:.0f} seconds (100 years), not {seconds!r}"
+        )
+    return value
+
+
+def check_timeout(timeout: object) -> float:
+    """A wait timeout: a finite number of seconds >= 0 (0 means look once), as float."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigurationError(f"timeout must be a number of seconds, not {timeout!r}")
+    value = float(timeout)
+    if not math.isfinite(value) or value < 0:
+        raise ConfigurationError(
+            f"timeout must be a finite number of seconds >= 0, not {timeout!r}"
         )
     return value
 

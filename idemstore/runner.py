@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore.errors import (
     ConfigurationError,
@@ -22,7 +21,7 @@ from idemstore.protocol import Outcome
 from idemstore.records import check_duration
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from idemstore.protocol import IdempotencyStore, Lease
 
@@ -48,15 +47,20 @@ class Result:
 
 
 class _Heartbeat:
-    """Extends a lease about every third of its length until stopped or lost."""
+    """Extends a lease about every third of its length until stopped or until it lapsed.
 
-    __slots__ = ("_store", "_task", "_ttl", "lease", "lost")
+    A lapsed lease is not necessarily lost: if nobody took the key over, ``complete`` still
+    succeeds, and if someone did, ``complete`` and ``release`` are fenced out. So callers always
+    try them; ``lapsed`` is only for logging.
+    """
+
+    __slots__ = ("_store", "_task", "_ttl", "lapsed", "lease")
 
     def __init__(self, store: IdempotencyStore, lease: Lease, ttl: float) -> None:
         self._store = store
         self._ttl = ttl
         self.lease = lease
-        self.lost = False
+        self.lapsed = False
         self._task = asyncio.create_task(self._beat(), name=f"idemstore-heartbeat:{lease.key}")
 
     async def _beat(self) -> None:
@@ -70,14 +74,15 @@ class _Heartbeat:
                 logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
                 continue
             if extended is None:
-                self.lost = True
+                self.lapsed = True
                 return
             self.lease = extended
 
     async def stop(self) -> None:
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        # asyncio.wait, not await: the heartbeat's own CancelledError must not be confused
+        # with (and swallow) a cancellation of the caller arriving meanwhile.
+        await asyncio.wait([self._task])
 
 
 class Idempotency:
@@ -178,13 +183,21 @@ class Idempotency:
             value = bytes(value)
         except BaseException:
             # Cancellation counts as a failure too: the caller never saw a result.
-            await heartbeat.stop()
-            if self.on_failure == "release" and not heartbeat.lost:
-                await _release_quietly(self.store, heartbeat.lease)
+            await _shielded(self._give_up(heartbeat))
             raise
+        # The work is done: record its result even if the caller is cancelled meanwhile; the
+        # caller's cancellation still propagates.
+        return await _shielded(self._record(heartbeat, lease, value))
+
+    async def _give_up(self, heartbeat: _Heartbeat) -> None:
+        await heartbeat.stop()
+        if self.on_failure == "release":
+            await _release_quietly(self.store, heartbeat.lease)
+
+    async def _record(self, heartbeat: _Heartbeat, lease: Lease, value: bytes) -> Result:
         await heartbeat.stop()
         try:
-            stored = False if heartbeat.lost else await self.store.complete(heartbeat.lease, value)
+            stored = await self.store.complete(heartbeat.lease, value)
         except ResponseTooLargeError:
             # The work ran and its caller gets the value; a key left locked would only turn
             # every retry into a wait for the lease to lapse, so give it up at once.
@@ -245,9 +258,24 @@ class Idempotency:
         return decorate
 
 
+_SHIELDED: set[asyncio.Task[Any]] = set()
+
+
+async def _shielded(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end even if the caller is cancelled while awaiting it.
+
+    The bookkeeping after a run (complete, release) must not be cut short by a cancellation:
+    a half-done release leaves a key locked, a skipped complete lets the work run twice.
+    """
+    task = asyncio.ensure_future(coroutine)
+    _SHIELDED.add(task)  # asyncio keeps only weak references to tasks
+    task.add_done_callback(_SHIELDED.discard)
+    return await asyncio.shield(task)
+
+
 async def _release_quietly(store: IdempotencyStore, lease: Lease) -> None:
     try:
         # Shielded so a second cancellation of the caller cannot leave the key locked.
-        await asyncio.shield(store.release(lease))
+        await _shielded(store.release(lease))
     except Exception:
         logger.warning("could not release key %r after a failure", lease.key, exc_info=True)

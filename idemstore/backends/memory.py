@@ -15,6 +15,7 @@ from idemstore.records import (
     check_duration,
     check_identity,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_int
@@ -212,7 +213,7 @@ class MemoryStore:
         check_identity(key, scope, max_key_length=self._max_key_length)
         self._check_open()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + check_timeout(timeout)
         while True:
             now = self._clock()
             live = self._live(scope, key, now)

@@ -33,6 +33,7 @@ from idemstore.records import (
     check_duration,
     check_identity,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
@@ -566,9 +567,10 @@ class PostgresStore:
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
+        timeout = check_timeout(timeout)
         await self._ensure_ready()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + timeout
         lock_key = self._lock_key(scope, key)
         event = asyncio.Event()
         # Subscribe before the first read: a notification between the read and the sleep

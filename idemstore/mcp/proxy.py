@@ -621,7 +621,7 @@ class IdempotentProxy:
             loop.call_later(self._lease_ttl, self._forget, call)
         else:
             del self._calls[call.id_key]
-            if call.lease is not None and not call.lost:
+            if call.lease is not None:
                 await _release_quietly(self._store, call.lease)
             logger.info("released %s key %r: the client cancelled the call", call.kind, call.key)
         return False
@@ -680,13 +680,7 @@ class IdempotentProxy:
         assert lease is not None
         # Only SEP calls are still here after a cancellation: they record what the server did.
         stored = _outcome(message, call.kind)
-        if call.lost:
-            logger.warning(
-                "lease on %s key %r was lost while the call ran; its outcome is not stored",
-                call.kind,
-                call.key,
-            )
-        elif stored is None:
+        if stored is None:
             await _release_quietly(self._store, lease)
         else:
             await self._complete(lease, stored)
@@ -701,7 +695,7 @@ class IdempotentProxy:
         await asyncio.gather(*waiting, return_exceptions=True)
         for call in calls:
             await self._stop_heartbeat(call)
-            if call.forwarded and call.lease is not None and not call.lost:
+            if call.forwarded and call.lease is not None:
                 await _release_quietly(self._store, call.lease)
             if not call.cancelled:
                 await self._answer_server_gone(call)
@@ -763,7 +757,6 @@ class IdempotentProxy:
         if heartbeat is not None:
             await heartbeat.stop()
             call.lease = heartbeat.lease
-            call.lost = heartbeat.lost
 
     async def _complete(self, lease: Lease, stored: bytes) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 
 import pytest
@@ -266,3 +267,53 @@ async def test_a_result_too_large_to_store_is_returned_and_the_key_released(
     assert await store.get(key) is None
     again = await store.reserve(key, "fp", lease_ttl=5, retention=5)
     assert again.outcome is Outcome.ACQUIRED
+
+
+async def test_a_lapsed_heartbeat_still_completes_when_nobody_took_over(
+    store: IdempotencyStore,
+) -> None:
+    # The work blocks the event loop past its lease (a GC pause, a slow sync call): the next
+    # heartbeat finds the lease lapsed, but nobody took the key, so the result must be stored
+    # and a retry must replay it rather than run the work again.
+    idem = Idempotency(store, lease_ttl=0.3)
+    key = new_key()
+    runs = 0
+
+    async def stalls() -> bytes:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.15)
+        time.sleep(0.45)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
+        await asyncio.sleep(0.15)
+        return b"done once"
+
+    first = await idem.run(key, "fp", stalls)
+    second = await idem.run(key, "fp", stalls)
+    assert (first.replayed, second.replayed) == (False, True)
+    assert second.value == b"done once"
+    assert runs == 1
+
+
+async def test_a_cancellation_arriving_as_the_work_ends_propagates_and_the_result_is_kept(
+    store: IdempotencyStore,
+) -> None:
+    idem = Idempotency(store, lease_ttl=5)
+    key = new_key()
+
+    async def finishes_as_cancelled() -> bytes:
+        me = asyncio.current_task()
+        assert me is not None
+        # The cancellation lands at the runner's next await: stopping the heartbeat.
+        asyncio.get_running_loop().call_soon(me.cancel)
+        return b"kept"
+
+    with pytest.raises(asyncio.CancelledError):
+        await idem.run(key, "fp", finishes_as_cancelled)
+    record = await store.wait(key, timeout=5)
+    assert record is not None and record.response == b"kept"
+
+    async def must_not_run() -> bytes:
+        raise AssertionError("the work ran twice")
+
+    replay = await idem.run(key, "fp", must_not_run)
+    assert replay.replayed and replay.value == b"kept"
