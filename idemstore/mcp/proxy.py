@@ -298,8 +298,9 @@ class IdempotentProxy:
         in_flight: for derived and ``_meta`` keys, ``"wait"`` for a running original and return
             its result, or ``"reject"`` at once. SEP-3182 keys always reject.
         implicit: derive keys for calls that carry none (``False``: only explicit keys).
-        tools, exclude_tools: glob patterns choosing which tools get derived keys. Explicit keys
+        tools: glob patterns of the tools that get derived keys (default: all). Explicit keys
             are always honoured.
+        exclude_tools: glob patterns of the tools that never get derived keys.
         max_line_bytes: longest message accepted; a longer one is skipped and answered with an
             error.
 
