@@ -90,10 +90,17 @@ async def _sweep(args: argparse.Namespace) -> int:
     async with open_store(args.url) as store:
         sweeper = Sweeper(store, every=args.every or 60.0, limit=args.limit)
         while True:
-            removed = await sweeper.sweep_once()
-            print(f"swept {removed} expired record(s)", flush=True)
             if args.every is None:
+                removed = await sweeper.sweep_once()
+                print(f"swept {removed} expired record(s)", flush=True)
                 return 0
+            try:
+                removed = await sweeper.sweep_once()
+            except IdemstoreError as exc:
+                # A loop is a sidecar: an engine blip must not end it. Say so and go on.
+                print(f"sweep failed: {exc}; retrying in {args.every:g}s", file=sys.stderr)
+            else:
+                print(f"swept {removed} expired record(s)", flush=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.every)
             if stop.is_set():

@@ -5,6 +5,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from idemstore.cli import main
+from tests.conftest import ROOT
 
 if TYPE_CHECKING:
     import pytest
@@ -33,3 +34,49 @@ def test_module_entry_point_prints_help() -> None:
     )
     assert done.returncode == 0
     assert "inspect" in done.stdout and "sweep" in done.stdout
+
+
+def test_sweep_loop_survives_a_failing_pass_and_stops_on_sigterm() -> None:
+    import os
+    import signal
+    import time
+
+    from idemstore.local_servers import ServerUnavailableError
+    from idemstore.local_servers.redis import start_redis
+    from tests.conftest import backend_unavailable
+
+    try:
+        redis = start_redis()  # our own: this test takes it down
+    except ServerUnavailableError as exc:
+        backend_unavailable("redis", str(exc))
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "idemstore",
+                "sweep",
+                redis.url + "?socket_timeout=0.5",
+                "--every",
+                "0.2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        time.sleep(1.5)
+        redis.shutdown()  # every pass fails from now on
+        time.sleep(2.0)
+        still_running = proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        redis.stop()
+    assert still_running, err
+    assert proc.returncode == 0, err
+    assert "swept 0 expired record(s)" in out
+    assert "sweep failed" in err
+    assert "Traceback" not in err
+    assert "stopped;" in out
