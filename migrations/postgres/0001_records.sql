@@ -4,7 +4,8 @@
 -- {{schema}} is replaced by the store's quoted schema name (?schema=, default public) before
 -- this file runs; `idemstore migrate --dry-run URL` prints the result.
 
-CREATE SCHEMA IF NOT EXISTS {{schema}};
+-- The schema itself is created by the migration runner, only when missing: CREATE SCHEMA
+-- IF NOT EXISTS would need CREATE on the database even for a schema that exists.
 
 CREATE TABLE {{schema}}.idemstore_records (
     -- "C" collation: identity is byte equality, with no locale-dependent folding.

@@ -530,3 +530,31 @@ async def test_a_committed_completion_survives_an_immediate_shutdown(
     async with open_pg(url) as store:
         record = await store.get(key)
     assert record is not None and record.response == b"durable"
+
+
+async def test_a_role_owning_a_precreated_schema_can_migrate_without_database_create(
+    postgres_server: str,
+) -> None:
+    import asyncpg
+
+    from idemstore import open_store
+
+    schema = f"owned_{uuid.uuid4().hex[:10]}"
+    role = f"r_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(postgres_server)
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        await admin.execute(f'REVOKE CREATE ON DATABASE postgres FROM "{role}"')
+        await admin.execute(f'CREATE SCHEMA "{schema}" AUTHORIZATION "{role}"')
+        parts = urlsplit(postgres_server)
+        url = f"postgresql://{role}@{parts.hostname}:{parts.port}{parts.path}?schema={schema}"
+        store = open_store(url)
+        try:
+            applied = await store.apply_migrations(load_migrations("postgres"))  # type: ignore[attr-defined]
+            assert [m.name for m in applied] == [m.name for m in load_migrations("postgres")]
+        finally:
+            await store.close()
+    finally:
+        await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await admin.execute(f'DROP ROLE "{role}"')
+        await admin.close()
