@@ -5,6 +5,10 @@ Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock 
 up to ``busy_timeout`` for another process), so a transaction never has to upgrade a stale read
 snapshot and never fails half-way for lock reasons. The local clock decides leases and is read
 only once the write lock is held, so deadlines are written in commit order.
+
+A file store reads through a second connection: WAL readers never need the write lock, so
+``get``/``wait`` answer while a write waits for another process. Reads judge expiry by the clock
+read after the row was read, so a record that lapsed meanwhile is never returned.
 """
 
 from __future__ import annotations
@@ -99,10 +103,11 @@ RETURNING fence, takeover, lease_expires_at
 
 _SELECT_ROW = f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ?"
 
-# Reads never see a tombstone or a record past retention, swept or not.
-_SELECT_LIVE = (
-    f"SELECT {_COLUMNS} FROM idemstore_records "
-    "WHERE scope = ? AND key = ? AND status != 'released' AND expires_at > ?"
+# Reads never see a tombstone. Nor a record past retention, swept or not: that is judged in
+# Python by a clock read once the row is in hand (_live), not by a time bound here, because a
+# read may wait (busy database, queued connection) and a time taken before it would be stale.
+_SELECT_VISIBLE = (
+    f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ? AND status != 'released'"
 )
 
 # The owner check complete/release/extend share: token AND fence (the fence is what orders
@@ -203,6 +208,13 @@ async def _stopped(conn: aiosqlite.Connection) -> None:
         await asyncio.to_thread(thread.join, 5.0)
 
 
+def _live(rows: Sequence[Sequence[Any]], now: float) -> Record | None:
+    """The record of a ``_SELECT_VISIBLE`` result, unless it is past retention at ``now``."""
+    if not rows or rows[0][8] <= now:
+        return None
+    return _record(rows[0])
+
+
 def _record(row: Sequence[Any]) -> Record:
     status = Status(row[3])
     return Record(
@@ -245,6 +257,7 @@ class SQLiteStore:
         "_lock",
         "_max_key_length",
         "_open_lock",
+        "_reader",
         "_ready",
         "_synchronous",
     )
@@ -275,10 +288,14 @@ class SQLiteStore:
         self._max_key_length = max_key_length
         self._clock = clock
         self._conn: aiosqlite.Connection | None = None
+        # Reads of a file store; None for ":memory:", whose database only its one connection
+        # can see (and which no other process can lock, so its reads never wait for long).
+        self._reader: aiosqlite.Connection | None = None
         self._ready = False
         self._closed = False
-        # One connection serves every task of the store; a transaction must not interleave with
-        # another task's statements on it, so each transaction (and each read) holds this lock.
+        # The write connection serves every task of the store; a transaction must not
+        # interleave with another task's statements on it, so each transaction holds this lock
+        # (and so does each read of a ":memory:" store, which must not see half a transaction).
         self._lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
 
@@ -440,9 +457,41 @@ class SQLiteStore:
                     await conn.execute("ROLLBACK")
                 raise
 
+    async def _read_connection(self) -> aiosqlite.Connection | None:
+        """The read-only connection of a file store (opened on first use); None for memory."""
+        if self._reader is not None or self._database == ":memory:":
+            return self._reader
+        async with self._open_lock:
+            self._check_open()
+            if self._reader is None:
+                with self._errors():
+                    conn = aiosqlite.connect(
+                        self._database, isolation_level=None, timeout=self._busy_timeout
+                    )
+                    try:
+                        await conn
+                    except BaseException:
+                        await _stopped(conn)
+                        raise
+                    try:
+                        # Opened after the write connection made the file WAL and migrated it.
+                        await conn.execute("PRAGMA query_only = ON")
+                    except BaseException:
+                        await conn.close()
+                        raise
+                if self._closed:
+                    await conn.close()
+                    self._check_open()
+                self._reader = conn
+            return self._reader
+
     async def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
+        """Rows of one autocommit statement; never queued behind a write of a file store."""
         conn = await self._connected()
+        reader = await self._read_connection()
         with self._errors():
+            if reader is not None:
+                return list(await reader.execute_fetchall(sql, parameters))
             async with self._lock:
                 return list(await conn.execute_fetchall(sql, parameters))
 
@@ -570,8 +619,8 @@ class SQLiteStore:
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
-        rows = await self._read(_SELECT_LIVE, (scope, key, self._clock()))
-        return _record(rows[0]) if rows else None
+        rows = await self._read(_SELECT_VISIBLE, (scope, key))
+        return _live(rows, self._clock())
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
@@ -579,9 +628,9 @@ class SQLiteStore:
         deadline = loop.time() + max(0.0, float(timeout))
         delay = POLL_FIRST
         while True:
+            rows = await self._read(_SELECT_VISIBLE, (scope, key))
             now = self._clock()
-            rows = await self._read(_SELECT_LIVE, (scope, key, now))
-            record = _record(rows[0]) if rows else None
+            record = _live(rows, now)
             if record is None or record.status is Status.COMPLETED:
                 return record
             assert record.lease_expires_at is not None
@@ -624,10 +673,17 @@ class SQLiteStore:
     async def close(self) -> None:
         """Close the connection; idempotent. The store is unusable afterwards."""
         self._closed = True
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with self._errors():
-                await conn.close()
+        writer, reader = self._conn, self._reader
+        self._conn = self._reader = None
+        with self._errors():
+            try:
+                if writer is not None:
+                    await writer.close()
+            finally:
+                # Even if the first close failed: a connection left open keeps its thread, and
+                # with it the process, alive.
+                if reader is not None:
+                    await reader.close()
 
     async def __aenter__(self) -> Self:
         try:

@@ -30,6 +30,7 @@ from idemstore.migrate import load_migrations
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 LONG = 60.0
@@ -399,6 +400,62 @@ async def test_sweep_commits_each_bounded_batch_on_its_own(
         assert await store.sweep(limit=1000) == 6
         assert len(begun) == 2 + 3  # 3 + 3 + 0: a short batch ends the pass
         assert await store.get("young") is not None
+
+
+async def on_each_statement(store: SQLiteStore, callback: Callable[[str], object]) -> None:
+    """Run ``callback`` on the connection's thread as each statement of ``store`` starts."""
+    for name in ("_conn", "_reader"):
+        conn = getattr(store, name, None)
+        if conn is not None:
+            await conn.set_trace_callback(callback)
+
+
+async def test_get_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
+        await store.reserve("k", "fp", lease_ttl=1, retention=1)
+        assert await store.get("k") is not None
+        # The record's retention ends while the read runs (as if the read had been held up).
+        await on_each_statement(
+            store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
+        )
+        assert await store.get("k") is None
+
+
+async def test_wait_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
+        await store.reserve("k", "fp", lease_ttl=1, retention=1)
+        assert await store.get("k") is not None
+        await on_each_statement(
+            store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
+        )
+        assert await store.wait("k", timeout=0) is None
+
+
+async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_path: Path) -> None:
+    path = tmp_path / "idem.db"
+    # A short budget, so that without the fix the write gives up and the test fails quickly.
+    async with open_store(file_url(path, "busy_timeout=3")) as store:
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            writer = asyncio.create_task(
+                store.reserve("other", "fp", lease_ttl=LONG, retention=LONG)
+            )
+            await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
+            record = await store.get("k")
+            waited = await store.wait("k", timeout=0.01)
+            await store.ping()
+            # All three answered while the write still waited.
+            assert not writer.done()
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert (await writer).acquired
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert waited is not None and waited.status is Status.IN_PROGRESS
 
 
 # -- several connections and processes on one file ---------------------------------------------
