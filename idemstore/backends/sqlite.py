@@ -1,10 +1,13 @@
 """``sqlite:///path/to/file.db``: records in one SQLite file that several processes on one host
 may share (WAL mode), or ``sqlite:///:memory:`` for one store object in one process.
 
-Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock up front (waiting
-up to ``busy_timeout`` for another process), so a transaction never has to upgrade a stale read
-snapshot and never fails half-way for lock reasons. The local clock decides leases and is read
-only once the write lock is held, so deadlines are written in commit order.
+Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock up front, so a
+transaction never has to upgrade a stale read snapshot and never fails half-way for lock reasons.
+While another process holds that lock, SQLite itself waits only briefly (``BUSY_ATTEMPT``) and the
+store retries from asyncio until ``busy_timeout`` runs out, so a cancelled operation ends within
+one short attempt instead of sitting in SQLite's busy handler for the whole budget. The local
+clock decides leases and is read only once the write lock is held, so deadlines are written in
+commit order.
 
 A file store reads through a second connection: WAL readers never need the write lock, so
 ``get``/``wait`` answer while a write waits for another process. Reads judge expiry by the clock
@@ -18,7 +21,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import unquote
 
 import aiosqlite
@@ -46,10 +49,12 @@ from idemstore.records import (
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
     from types import TracebackType
 
 __all__ = ["SQLiteStore"]
+
+_T = TypeVar("_T")
 
 ENGINE = "sqlite"
 SYNCHRONOUS_MODES = ("full", "normal")
@@ -59,6 +64,13 @@ SWEEP_BATCH = 500
 # wait() polls: first after 5 ms, doubling up to 100 ms between reads.
 POLL_FIRST = 0.005
 POLL_MAX = 0.1
+# SQLite's own busy_timeout on our connections: how long one attempt blocks in the connection's
+# thread, where asyncio cannot cancel it. Kept short so a cancellation lands within one attempt.
+BUSY_ATTEMPT = 0.025
+# Between attempts the store sleeps in asyncio: first 1 ms, doubling up to 25 ms, until the
+# configured busy_timeout is spent.
+RETRY_FIRST = 0.001
+RETRY_MAX = 0.025
 
 _COLUMNS = (
     "scope, key, fingerprint, status, token, fence, response, "
@@ -208,6 +220,12 @@ async def _stopped(conn: aiosqlite.Connection) -> None:
         await asyncio.to_thread(thread.join, 5.0)
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
 def _live(rows: Sequence[Sequence[Any]], now: float) -> Record | None:
     """The record of a ``_SELECT_VISIBLE`` result, unless it is past retention at ``now``."""
     if not rows or rows[0][8] <= now:
@@ -239,7 +257,7 @@ class SQLiteStore:
         synchronous: ``"full"`` (default: an acknowledged write survives power loss) or
             ``"normal"`` (faster; in WAL mode a power loss may undo the last transactions,
             never corrupt the file).
-        busy_timeout: seconds to wait for another process's write lock before
+        busy_timeout: seconds to keep trying for another process's lock before
             ``StoreUnavailableError``.
         auto_migrate: bring the schema up to date on first use (default); when false, a
             missing or older schema raises ``SchemaError``.
@@ -392,7 +410,7 @@ class SQLiteStore:
             if self._conn is None:
                 with self._errors():
                     conn = aiosqlite.connect(
-                        self._database, isolation_level=None, timeout=self._busy_timeout
+                        self._database, isolation_level=None, timeout=BUSY_ATTEMPT
                     )
                     try:
                         await conn
@@ -400,12 +418,10 @@ class SQLiteStore:
                         await _stopped(conn)
                         raise
                     try:
-                        await conn.execute(
-                            f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}"
-                        )
                         # WAL: readers never block the writer and vice versa, and processes share
-                        # the file safely. An in-memory database answers "memory": fine.
-                        await conn.execute("PRAGMA journal_mode = WAL")
+                        # the file safely. An in-memory database answers "memory": fine. Turning
+                        # a fresh file to WAL needs its lock, which another opener may hold.
+                        await self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
                         await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
                     except BaseException:
                         await conn.close()
@@ -438,6 +454,25 @@ class SQLiteStore:
             self._ready = True
         return conn
 
+    async def _retrying(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """``attempt()``, tried again while the database is busy, for up to ``busy_timeout``.
+
+        Each attempt blocks at most ``BUSY_ATTEMPT`` in SQLite; the waits between attempts are
+        asyncio sleeps, where a cancellation lands at once.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._busy_timeout
+        delay = RETRY_FIRST
+        while True:
+            try:
+                return await attempt()
+            except sqlite3.OperationalError as exc:
+                remaining = give_up - loop.time()
+                if not _busy(exc) or remaining <= 0:
+                    raise
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, RETRY_MAX)
+
     @contextlib.asynccontextmanager
     async def _write(self, conn: aiosqlite.Connection) -> AsyncIterator[float]:
         """A ``BEGIN IMMEDIATE`` transaction; yields the clock read once the lock is held.
@@ -446,12 +481,15 @@ class SQLiteStore:
         """
         async with self._lock:
             try:
-                # Inside the try: if we are cancelled while BEGIN waits for the lock, the
-                # ROLLBACK below is queued behind it, so the connection never stays in a
-                # transaction nobody will finish.
-                await conn.execute("BEGIN IMMEDIATE")
+                # Inside the try: if we are cancelled while a BEGIN attempt runs in the
+                # connection's thread, it may still take the lock; the ROLLBACK below is queued
+                # behind it (at most BUSY_ATTEMPT), so the connection never stays in a
+                # transaction nobody will finish, and the next BEGIN is queued behind both.
+                await self._retrying(lambda: conn.execute("BEGIN IMMEDIATE"))
                 yield self._clock()
-                await conn.execute("COMMIT")
+                # A COMMIT that finds the database busy (a rollback-journal file with readers)
+                # leaves the transaction open and may be retried.
+                await self._retrying(lambda: conn.execute("COMMIT"))
             except BaseException:
                 with contextlib.suppress(sqlite3.Error, ValueError):
                     await conn.execute("ROLLBACK")
@@ -466,7 +504,7 @@ class SQLiteStore:
             if self._reader is None:
                 with self._errors():
                     conn = aiosqlite.connect(
-                        self._database, isolation_level=None, timeout=self._busy_timeout
+                        self._database, isolation_level=None, timeout=BUSY_ATTEMPT
                     )
                     try:
                         await conn
@@ -491,7 +529,7 @@ class SQLiteStore:
         reader = await self._read_connection()
         with self._errors():
             if reader is not None:
-                return list(await reader.execute_fetchall(sql, parameters))
+                return list(await self._retrying(lambda: reader.execute_fetchall(sql, parameters)))
             async with self._lock:
                 return list(await conn.execute_fetchall(sql, parameters))
 
@@ -502,7 +540,7 @@ class SQLiteStore:
         conn = await self._connection()
         with self._errors():
             async with self._lock:
-                return await self._versions(conn)
+                return await self._retrying(lambda: self._versions(conn))
 
     @staticmethod
     async def _versions(conn: aiosqlite.Connection) -> list[AppliedMigration]:

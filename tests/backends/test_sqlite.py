@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -138,10 +139,18 @@ async def test_synchronous_normal_can_be_asked_for_in_the_url(tmp_path: Path) ->
         assert await pragma(store, "synchronous") == 1  # NORMAL
 
 
-async def test_busy_timeout_comes_from_the_option_in_seconds(tmp_path: Path) -> None:
-    async with open_store(file_url(tmp_path / "idem.db", "busy_timeout=2.5")) as store:
-        assert isinstance(store, SQLiteStore)
-        assert await pragma(store, "busy_timeout") == 2500
+async def test_busy_timeout_from_the_url_is_the_budget_the_error_names(tmp_path: Path) -> None:
+    path = tmp_path / "idem.db"
+    async with open_store(file_url(path, "busy_timeout=0.25")) as store:
+        await store.ping()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreUnavailableError, match=r"busy_timeout=0\.25s"):
+                await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -312,6 +321,64 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
         reservation = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert reservation.acquired
         assert reservation.lease is not None and reservation.lease.fence == 1
+
+
+async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "idem.db"
+    async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
+        await store.ping()
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        # Held for several of SQLite's own (short) busy waits: the store must keep trying.
+        timer = threading.Timer(0.3, blocker.execute, ("ROLLBACK",))
+        timer.start()
+        try:
+            assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+        finally:
+            timer.join()
+            blocker.close()
+
+
+async def test_a_cancelled_write_ends_before_the_other_process_lets_go_and_holds_no_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "idem.db"
+    async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
+        await store.ping()
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        released = threading.Event()
+
+        def let_go() -> None:
+            blocker.execute("ROLLBACK")
+            released.set()
+
+        # Generous: the cancellation must land long before this, not wait for it.
+        timer = threading.Timer(3.0, let_go)
+        timer.start()
+        try:
+            task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
+            await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not released.is_set(), "the cancellation waited for the other process"
+        finally:
+            timer.cancel()
+            timer.join()
+            if not released.is_set():
+                let_go()
+            blocker.close()
+        # The cancelled write left no transaction open: another process takes the lock at once.
+        other = sqlite3.connect(path, isolation_level=None, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
 
 async def test_a_closed_store_refuses_use_and_closes_again_quietly(tmp_path: Path) -> None:
