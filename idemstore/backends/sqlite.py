@@ -226,6 +226,32 @@ def _busy(exc: sqlite3.Error) -> bool:
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
+# SQLite integers are 64-bit signed; binding a larger Python int raises OverflowError.
+_INT64 = range(-(2**63), 2**63)
+
+
+def _unmatchable(lease: Lease) -> bool:
+    """Whether no row could hold ``lease``'s token and fence, so it owns nothing.
+
+    Checked before binding: a forged or corrupted lease must fail the owner check like any other
+    stale lease (as in memory.py), not raise OverflowError or UnicodeEncodeError from the driver,
+    nor match through SQLite's type affinity (the text ``'1'`` equals an INTEGER column's 1).
+    """
+    fence, token = lease.fence, lease.token
+    if isinstance(fence, int):
+        if fence not in _INT64:
+            return True
+    elif not isinstance(fence, float):
+        return True
+    if not isinstance(token, str):
+        return True
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _live(rows: Sequence[Sequence[Any]], now: float) -> Record | None:
     """The record of a ``_SELECT_VISIBLE`` result, unless it is past retention at ``now``."""
     if not rows or rows[0][8] <= now:
@@ -614,6 +640,12 @@ class SQLiteStore:
             return Reservation(Outcome.COMPLETED, record=record)
         return Reservation(Outcome.IN_PROGRESS, record=record)
 
+    def _check_lease(self, lease: Lease) -> bool:
+        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
+        could hold ``lease`` at all (False: it owns nothing, no I/O needed)."""
+        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
+        return not _unmatchable(lease)
+
     def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
         return {
             "scope": lease.scope,
@@ -628,6 +660,9 @@ class SQLiteStore:
     ) -> bool:
         response = check_response(response)
         keep = check_duration("retention", retention if retention is not None else lease.retention)
+        if not self._check_lease(lease):
+            self._check_open()
+            return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -637,6 +672,9 @@ class SQLiteStore:
         return bool(rows)
 
     async def release(self, lease: Lease) -> bool:
+        if not self._check_lease(lease):
+            self._check_open()
+            return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -645,6 +683,9 @@ class SQLiteStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if not self._check_lease(lease):
+            self._check_open()
+            return None
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:

@@ -4,6 +4,7 @@ error mapping, several connections (and processes) on one file, and the CLI on a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +19,7 @@ pytest.importorskip("aiosqlite", reason="the sqlite backend needs aiosqlite")
 
 from idemstore import (
     ConfigurationError,
+    InvalidKeyError,
     Outcome,
     SchemaError,
     Status,
@@ -523,6 +525,54 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
         assert (await writer).acquired
     assert record is not None and record.status is Status.IN_PROGRESS
     assert waited is not None and waited.status is Status.IN_PROGRESS
+
+
+# -- forged leases -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [{"key": "lone\ud800surrogate"}, {"scope": "lone\ud800surrogate"}],
+    ids=["key", "scope"],
+)
+async def test_a_lease_with_an_invalid_key_or_scope_is_an_invalid_key_error(
+    tmp_path: Path, forged: dict[str, str]
+) -> None:
+    async with SQLiteStore(str(tmp_path / "idem.db")) as store:
+        lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
+        assert lease is not None
+        bad = dataclasses.replace(lease, **forged)  # type: ignore[arg-type]
+        with pytest.raises(InvalidKeyError):
+            await store.complete(bad, b"x")
+        with pytest.raises(InvalidKeyError):
+            await store.release(bad)
+        with pytest.raises(InvalidKeyError):
+            await store.extend(bad, lease_ttl=LONG)
+        assert (await store.get("k")) is not None
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"fence": 2**63},
+        {"fence": -(2**63) - 1},
+        {"token": "lone\ud800surrogate"},
+        {"fence": "1"},
+    ],
+    ids=["fence-above-int64", "fence-below-int64", "token-lone-surrogate", "fence-not-int"],
+)
+async def test_a_lease_no_row_could_hold_owns_nothing(
+    tmp_path: Path, forged: dict[str, object]
+) -> None:
+    async with SQLiteStore(str(tmp_path / "idem.db")) as store:
+        lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
+        assert lease is not None
+        bad = dataclasses.replace(lease, **forged)  # type: ignore[arg-type]
+        assert await store.complete(bad, b"x") is False
+        assert await store.release(bad) is False
+        assert await store.extend(bad, lease_ttl=LONG) is None
+        # The real lease still owns the key.
+        assert await store.complete(lease, b"done")
 
 
 # -- several connections and processes on one file ---------------------------------------------
