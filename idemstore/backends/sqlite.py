@@ -1,10 +1,17 @@
 """``sqlite:///path/to/file.db``: records in one SQLite file that several processes on one host
 may share (WAL mode), or ``sqlite:///:memory:`` for one store object in one process.
 
-Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock up front (waiting
-up to ``busy_timeout`` for another process), so a transaction never has to upgrade a stale read
-snapshot and never fails half-way for lock reasons. The local clock decides leases and is read
-only once the write lock is held, so deadlines are written in commit order.
+Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock up front, so a
+transaction never has to upgrade a stale read snapshot and never fails half-way for lock reasons.
+While another process holds that lock, SQLite itself waits only briefly (``BUSY_ATTEMPT``) and the
+store retries from asyncio until ``busy_timeout`` runs out, so a cancelled operation ends within
+one short attempt instead of sitting in SQLite's busy handler for the whole budget. The local
+clock decides leases and is read only once the write lock is held, so deadlines are written in
+commit order.
+
+A file store reads through a second connection: WAL readers never need the write lock, so
+``get``/``wait`` answer while a write waits for another process. Reads judge expiry by the clock
+read after the row was read, so a record that lapsed meanwhile is never returned.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import unquote
 
 import aiosqlite
@@ -42,10 +49,12 @@ from idemstore.records import (
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
     from types import TracebackType
 
 __all__ = ["SQLiteStore"]
+
+_T = TypeVar("_T")
 
 ENGINE = "sqlite"
 SYNCHRONOUS_MODES = ("full", "normal")
@@ -55,6 +64,13 @@ SWEEP_BATCH = 500
 # wait() polls: first after 5 ms, doubling up to 100 ms between reads.
 POLL_FIRST = 0.005
 POLL_MAX = 0.1
+# SQLite's own busy_timeout on our connections: how long one attempt blocks in the connection's
+# thread, where asyncio cannot cancel it. Kept short so a cancellation lands within one attempt.
+BUSY_ATTEMPT = 0.025
+# Between attempts the store sleeps in asyncio: first 1 ms, doubling up to 25 ms, until the
+# configured busy_timeout is spent.
+RETRY_FIRST = 0.001
+RETRY_MAX = 0.025
 
 _COLUMNS = (
     "scope, key, fingerprint, status, token, fence, response, "
@@ -99,10 +115,11 @@ RETURNING fence, takeover, lease_expires_at
 
 _SELECT_ROW = f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ?"
 
-# Reads never see a tombstone or a record past retention, swept or not.
-_SELECT_LIVE = (
-    f"SELECT {_COLUMNS} FROM idemstore_records "
-    "WHERE scope = ? AND key = ? AND status != 'released' AND expires_at > ?"
+# Reads never see a tombstone. Nor a record past retention, swept or not: that is judged in
+# Python by a clock read once the row is in hand (_live), not by a time bound here, because a
+# read may wait (busy database, queued connection) and a time taken before it would be stale.
+_SELECT_VISIBLE = (
+    f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ? AND status != 'released'"
 )
 
 # The owner check complete/release/extend share: token AND fence (the fence is what orders
@@ -203,6 +220,45 @@ async def _stopped(conn: aiosqlite.Connection) -> None:
         await asyncio.to_thread(thread.join, 5.0)
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+# SQLite integers are 64-bit signed; binding a larger Python int raises OverflowError.
+_INT64 = range(-(2**63), 2**63)
+
+
+def _unmatchable(lease: Lease) -> bool:
+    """Whether no row could hold ``lease``'s token and fence, so it owns nothing.
+
+    Checked before binding: a forged or corrupted lease must fail the owner check like any other
+    stale lease (as in memory.py), not raise OverflowError or UnicodeEncodeError from the driver,
+    nor match through SQLite's type affinity (the text ``'1'`` equals an INTEGER column's 1).
+    """
+    fence, token = lease.fence, lease.token
+    if isinstance(fence, int):
+        if fence not in _INT64:
+            return True
+    elif not isinstance(fence, float):
+        return True
+    if not isinstance(token, str):
+        return True
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _live(rows: Sequence[Sequence[Any]], now: float) -> Record | None:
+    """The record of a ``_SELECT_VISIBLE`` result, unless it is past retention at ``now``."""
+    if not rows or rows[0][8] <= now:
+        return None
+    return _record(rows[0])
+
+
 def _record(row: Sequence[Any]) -> Record:
     status = Status(row[3])
     return Record(
@@ -227,7 +283,7 @@ class SQLiteStore:
         synchronous: ``"full"`` (default: an acknowledged write survives power loss) or
             ``"normal"`` (faster; in WAL mode a power loss may undo the last transactions,
             never corrupt the file).
-        busy_timeout: seconds to wait for another process's write lock before
+        busy_timeout: seconds to keep trying for another process's lock before
             ``StoreUnavailableError``.
         auto_migrate: bring the schema up to date on first use (default); when false, a
             missing or older schema raises ``SchemaError``.
@@ -245,6 +301,7 @@ class SQLiteStore:
         "_lock",
         "_max_key_length",
         "_open_lock",
+        "_reader",
         "_ready",
         "_synchronous",
     )
@@ -275,10 +332,14 @@ class SQLiteStore:
         self._max_key_length = max_key_length
         self._clock = clock
         self._conn: aiosqlite.Connection | None = None
+        # Reads of a file store; None for ":memory:", whose database only its one connection
+        # can see (and which no other process can lock, so its reads never wait for long).
+        self._reader: aiosqlite.Connection | None = None
         self._ready = False
         self._closed = False
-        # One connection serves every task of the store; a transaction must not interleave with
-        # another task's statements on it, so each transaction (and each read) holds this lock.
+        # The write connection serves every task of the store; a transaction must not
+        # interleave with another task's statements on it, so each transaction holds this lock
+        # (and so does each read of a ":memory:" store, which must not see half a transaction).
         self._lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
 
@@ -375,7 +436,7 @@ class SQLiteStore:
             if self._conn is None:
                 with self._errors():
                     conn = aiosqlite.connect(
-                        self._database, isolation_level=None, timeout=self._busy_timeout
+                        self._database, isolation_level=None, timeout=BUSY_ATTEMPT
                     )
                     try:
                         await conn
@@ -383,12 +444,10 @@ class SQLiteStore:
                         await _stopped(conn)
                         raise
                     try:
-                        await conn.execute(
-                            f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}"
-                        )
                         # WAL: readers never block the writer and vice versa, and processes share
-                        # the file safely. An in-memory database answers "memory": fine.
-                        await conn.execute("PRAGMA journal_mode = WAL")
+                        # the file safely. An in-memory database answers "memory": fine. Turning
+                        # a fresh file to WAL needs its lock, which another opener may hold.
+                        await self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
                         await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
                     except BaseException:
                         await conn.close()
@@ -421,6 +480,25 @@ class SQLiteStore:
             self._ready = True
         return conn
 
+    async def _retrying(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """``attempt()``, tried again while the database is busy, for up to ``busy_timeout``.
+
+        Each attempt blocks at most ``BUSY_ATTEMPT`` in SQLite; the waits between attempts are
+        asyncio sleeps, where a cancellation lands at once.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._busy_timeout
+        delay = RETRY_FIRST
+        while True:
+            try:
+                return await attempt()
+            except sqlite3.OperationalError as exc:
+                remaining = give_up - loop.time()
+                if not _busy(exc) or remaining <= 0:
+                    raise
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, RETRY_MAX)
+
     @contextlib.asynccontextmanager
     async def _write(self, conn: aiosqlite.Connection) -> AsyncIterator[float]:
         """A ``BEGIN IMMEDIATE`` transaction; yields the clock read once the lock is held.
@@ -429,20 +507,55 @@ class SQLiteStore:
         """
         async with self._lock:
             try:
-                # Inside the try: if we are cancelled while BEGIN waits for the lock, the
-                # ROLLBACK below is queued behind it, so the connection never stays in a
-                # transaction nobody will finish.
-                await conn.execute("BEGIN IMMEDIATE")
+                # Inside the try: if we are cancelled while a BEGIN attempt runs in the
+                # connection's thread, it may still take the lock; the ROLLBACK below is queued
+                # behind it (at most BUSY_ATTEMPT), so the connection never stays in a
+                # transaction nobody will finish, and the next BEGIN is queued behind both.
+                await self._retrying(lambda: conn.execute("BEGIN IMMEDIATE"))
                 yield self._clock()
-                await conn.execute("COMMIT")
+                # A COMMIT that finds the database busy (a rollback-journal file with readers)
+                # leaves the transaction open and may be retried.
+                await self._retrying(lambda: conn.execute("COMMIT"))
             except BaseException:
                 with contextlib.suppress(sqlite3.Error, ValueError):
                     await conn.execute("ROLLBACK")
                 raise
 
+    async def _read_connection(self) -> aiosqlite.Connection | None:
+        """The read-only connection of a file store (opened on first use); None for memory."""
+        if self._reader is not None or self._database == ":memory:":
+            return self._reader
+        async with self._open_lock:
+            self._check_open()
+            if self._reader is None:
+                with self._errors():
+                    conn = aiosqlite.connect(
+                        self._database, isolation_level=None, timeout=BUSY_ATTEMPT
+                    )
+                    try:
+                        await conn
+                    except BaseException:
+                        await _stopped(conn)
+                        raise
+                    try:
+                        # Opened after the write connection made the file WAL and migrated it.
+                        await conn.execute("PRAGMA query_only = ON")
+                    except BaseException:
+                        await conn.close()
+                        raise
+                if self._closed:
+                    await conn.close()
+                    self._check_open()
+                self._reader = conn
+            return self._reader
+
     async def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
+        """Rows of one autocommit statement; never queued behind a write of a file store."""
         conn = await self._connected()
+        reader = await self._read_connection()
         with self._errors():
+            if reader is not None:
+                return list(await self._retrying(lambda: reader.execute_fetchall(sql, parameters)))
             async with self._lock:
                 return list(await conn.execute_fetchall(sql, parameters))
 
@@ -453,7 +566,7 @@ class SQLiteStore:
         conn = await self._connection()
         with self._errors():
             async with self._lock:
-                return await self._versions(conn)
+                return await self._retrying(lambda: self._versions(conn))
 
     @staticmethod
     async def _versions(conn: aiosqlite.Connection) -> list[AppliedMigration]:
@@ -527,6 +640,12 @@ class SQLiteStore:
             return Reservation(Outcome.COMPLETED, record=record)
         return Reservation(Outcome.IN_PROGRESS, record=record)
 
+    def _check_lease(self, lease: Lease) -> bool:
+        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
+        could hold ``lease`` at all (False: it owns nothing, no I/O needed)."""
+        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
+        return not _unmatchable(lease)
+
     def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
         return {
             "scope": lease.scope,
@@ -541,6 +660,9 @@ class SQLiteStore:
     ) -> bool:
         response = check_response(response)
         keep = check_duration("retention", retention if retention is not None else lease.retention)
+        if not self._check_lease(lease):
+            self._check_open()
+            return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -550,6 +672,9 @@ class SQLiteStore:
         return bool(rows)
 
     async def release(self, lease: Lease) -> bool:
+        if not self._check_lease(lease):
+            self._check_open()
+            return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -558,6 +683,9 @@ class SQLiteStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if not self._check_lease(lease):
+            self._check_open()
+            return None
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -570,8 +698,8 @@ class SQLiteStore:
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
-        rows = await self._read(_SELECT_LIVE, (scope, key, self._clock()))
-        return _record(rows[0]) if rows else None
+        rows = await self._read(_SELECT_VISIBLE, (scope, key))
+        return _live(rows, self._clock())
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
@@ -579,9 +707,9 @@ class SQLiteStore:
         deadline = loop.time() + max(0.0, float(timeout))
         delay = POLL_FIRST
         while True:
+            rows = await self._read(_SELECT_VISIBLE, (scope, key))
             now = self._clock()
-            rows = await self._read(_SELECT_LIVE, (scope, key, now))
-            record = _record(rows[0]) if rows else None
+            record = _live(rows, now)
             if record is None or record.status is Status.COMPLETED:
                 return record
             assert record.lease_expires_at is not None
@@ -624,10 +752,17 @@ class SQLiteStore:
     async def close(self) -> None:
         """Close the connection; idempotent. The store is unusable afterwards."""
         self._closed = True
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with self._errors():
-                await conn.close()
+        writer, reader = self._conn, self._reader
+        self._conn = self._reader = None
+        with self._errors():
+            try:
+                if writer is not None:
+                    await writer.close()
+            finally:
+                # Even if the first close failed: a connection left open keeps its thread, and
+                # with it the process, alive.
+                if reader is not None:
+                    await reader.close()
 
     async def __aenter__(self) -> Self:
         try:

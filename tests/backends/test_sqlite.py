@@ -4,10 +4,12 @@ error mapping, several connections (and processes) on one file, and the CLI on a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,7 @@ pytest.importorskip("aiosqlite", reason="the sqlite backend needs aiosqlite")
 
 from idemstore import (
     ConfigurationError,
+    InvalidKeyError,
     Outcome,
     SchemaError,
     Status,
@@ -30,6 +33,7 @@ from idemstore.migrate import load_migrations
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 LONG = 60.0
@@ -137,10 +141,18 @@ async def test_synchronous_normal_can_be_asked_for_in_the_url(tmp_path: Path) ->
         assert await pragma(store, "synchronous") == 1  # NORMAL
 
 
-async def test_busy_timeout_comes_from_the_option_in_seconds(tmp_path: Path) -> None:
-    async with open_store(file_url(tmp_path / "idem.db", "busy_timeout=2.5")) as store:
-        assert isinstance(store, SQLiteStore)
-        assert await pragma(store, "busy_timeout") == 2500
+async def test_busy_timeout_from_the_url_is_the_budget_the_error_names(tmp_path: Path) -> None:
+    path = tmp_path / "idem.db"
+    async with open_store(file_url(path, "busy_timeout=0.25")) as store:
+        await store.ping()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreUnavailableError, match=r"busy_timeout=0\.25s"):
+                await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -313,6 +325,64 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
         assert reservation.lease is not None and reservation.lease.fence == 1
 
 
+async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "idem.db"
+    async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
+        await store.ping()
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        # Held for several of SQLite's own (short) busy waits: the store must keep trying.
+        timer = threading.Timer(0.3, blocker.execute, ("ROLLBACK",))
+        timer.start()
+        try:
+            assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+        finally:
+            timer.join()
+            blocker.close()
+
+
+async def test_a_cancelled_write_ends_before_the_other_process_lets_go_and_holds_no_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "idem.db"
+    async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
+        await store.ping()
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        released = threading.Event()
+
+        def let_go() -> None:
+            blocker.execute("ROLLBACK")
+            released.set()
+
+        # Generous: the cancellation must land long before this, not wait for it.
+        timer = threading.Timer(3.0, let_go)
+        timer.start()
+        try:
+            task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
+            await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not released.is_set(), "the cancellation waited for the other process"
+        finally:
+            timer.cancel()
+            timer.join()
+            if not released.is_set():
+                let_go()
+            blocker.close()
+        # The cancelled write left no transaction open: another process takes the lock at once.
+        other = sqlite3.connect(path, isolation_level=None, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+
+
 async def test_a_closed_store_refuses_use_and_closes_again_quietly(tmp_path: Path) -> None:
     store = SQLiteStore(str(tmp_path / "idem.db"))
     await store.ping()
@@ -399,6 +469,110 @@ async def test_sweep_commits_each_bounded_batch_on_its_own(
         assert await store.sweep(limit=1000) == 6
         assert len(begun) == 2 + 3  # 3 + 3 + 0: a short batch ends the pass
         assert await store.get("young") is not None
+
+
+async def on_each_statement(store: SQLiteStore, callback: Callable[[str], object]) -> None:
+    """Run ``callback`` on the connection's thread as each statement of ``store`` starts."""
+    for name in ("_conn", "_reader"):
+        conn = getattr(store, name, None)
+        if conn is not None:
+            await conn.set_trace_callback(callback)
+
+
+async def test_get_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
+        await store.reserve("k", "fp", lease_ttl=1, retention=1)
+        assert await store.get("k") is not None
+        # The record's retention ends while the read runs (as if the read had been held up).
+        await on_each_statement(
+            store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
+        )
+        assert await store.get("k") is None
+
+
+async def test_wait_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
+        await store.reserve("k", "fp", lease_ttl=1, retention=1)
+        assert await store.get("k") is not None
+        await on_each_statement(
+            store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
+        )
+        assert await store.wait("k", timeout=0) is None
+
+
+async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_path: Path) -> None:
+    path = tmp_path / "idem.db"
+    # A short budget, so that without the fix the write gives up and the test fails quickly.
+    async with open_store(file_url(path, "busy_timeout=3")) as store:
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            writer = asyncio.create_task(
+                store.reserve("other", "fp", lease_ttl=LONG, retention=LONG)
+            )
+            await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
+            record = await store.get("k")
+            waited = await store.wait("k", timeout=0.01)
+            await store.ping()
+            # All three answered while the write still waited.
+            assert not writer.done()
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert (await writer).acquired
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert waited is not None and waited.status is Status.IN_PROGRESS
+
+
+# -- forged leases -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [{"key": "lone\ud800surrogate"}, {"scope": "lone\ud800surrogate"}],
+    ids=["key", "scope"],
+)
+async def test_a_lease_with_an_invalid_key_or_scope_is_an_invalid_key_error(
+    tmp_path: Path, forged: dict[str, str]
+) -> None:
+    async with SQLiteStore(str(tmp_path / "idem.db")) as store:
+        lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
+        assert lease is not None
+        bad = dataclasses.replace(lease, **forged)  # type: ignore[arg-type]
+        with pytest.raises(InvalidKeyError):
+            await store.complete(bad, b"x")
+        with pytest.raises(InvalidKeyError):
+            await store.release(bad)
+        with pytest.raises(InvalidKeyError):
+            await store.extend(bad, lease_ttl=LONG)
+        assert (await store.get("k")) is not None
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"fence": 2**63},
+        {"fence": -(2**63) - 1},
+        {"token": "lone\ud800surrogate"},
+        {"fence": "1"},
+    ],
+    ids=["fence-above-int64", "fence-below-int64", "token-lone-surrogate", "fence-not-int"],
+)
+async def test_a_lease_no_row_could_hold_owns_nothing(
+    tmp_path: Path, forged: dict[str, object]
+) -> None:
+    async with SQLiteStore(str(tmp_path / "idem.db")) as store:
+        lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
+        assert lease is not None
+        bad = dataclasses.replace(lease, **forged)  # type: ignore[arg-type]
+        assert await store.complete(bad, b"x") is False
+        assert await store.release(bad) is False
+        assert await store.extend(bad, lease_ttl=LONG) is None
+        # The real lease still owns the key.
+        assert await store.complete(lease, b"done")
 
 
 # -- several connections and processes on one file ---------------------------------------------
