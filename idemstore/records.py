@@ -77,15 +77,14 @@ def check_duration(name: str, seconds: object) -> float:
 
 
 def check_timeout(timeout: object) -> float:
-    """A wait timeout: a finite number of seconds >= 0 (0 means look once), as float."""
+    """A wait timeout in seconds as float: <= 0 means look once, +inf (capped at a century)
+    means no limit; NaN and anything that is not a number raise ``ConfigurationError``."""
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         raise ConfigurationError(f"timeout must be a number of seconds, not {timeout!r}")
     value = float(timeout)
-    if not math.isfinite(value) or value < 0:
-        raise ConfigurationError(
-            f"timeout must be a finite number of seconds >= 0, not {timeout!r}"
-        )
-    return value
+    if math.isnan(value):
+        raise ConfigurationError("timeout must be a number of seconds, not NaN")
+    return max(0.0, min(value, MAX_DURATION))
 
 
 def check_response(response: object) -> bytes:

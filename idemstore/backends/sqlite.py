@@ -44,6 +44,7 @@ from idemstore.records import (
     check_duration,
     check_identity,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
@@ -704,7 +705,7 @@ class SQLiteStore:
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + check_timeout(timeout)
         delay = POLL_FIRST
         while True:
             rows = await self._read(_SELECT_VISIBLE, (scope, key))
