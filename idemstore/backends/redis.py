@@ -23,7 +23,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
@@ -55,16 +55,38 @@ DEFAULT_PREFIX = "idem:"
 
 # Lua numbers passed to redis.call are written with 17 significant digits, so microsecond
 # timestamps (16 digits) are stored exactly without string.format (which costs more than the
-# HSET itself).
+# HSET itself). That holds only below 2^53 us (the year 2255): past it a double skips
+# integers, and from 1e17 on it is written in scientific notation, which PEXPIREAT refuses
+# (after the HSET already ran: a script is not rolled back). So every script computes its
+# deadlines first and refuses one out of range before it writes anything.
+_MAX_DEADLINE_US = 2**53
+_RANGE_ERROR = "IDEMSTORE_RANGE"
+_MAX_GRACE = 100 * 365 * 86400.0
 _PRELUDE = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 """
 
+
+def _in_range(name: str, deadline: str) -> str:
+    """Lua that refuses (with an error naming ``name``) a ``deadline`` past 2^53 us."""
+    return f"""
+if {deadline} >= {_MAX_DEADLINE_US} then
+  return redis.error_reply('{_RANGE_ERROR} {name}')
+end
+"""
+
+
 # ARGV: fingerprint, token, lease_us, retention_us, grace_ms.
 # Reply: {'a', now, fence, takeover, lease_deadline} or {outcome, now, <record fields>}.
 _RESERVE = (
     _PRELUDE
+    + """
+local ea = now + ARGV[4]
+local la = now + ARGV[3]
+"""
+    + _in_range("retention", "ea")
+    + _in_range("lease_ttl", "la")
     + """
 local h = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'fen', 'ca', 'ea', 'la', 'res', 'tk')
 local st = h[1]
@@ -88,8 +110,6 @@ end
 -- The fence continues from whatever trace is left (tombstone, expired record), so it rises
 -- strictly with every acquisition for as long as the key exists.
 fence = fence + 1
-local ea = now + ARGV[4]
-local la = now + ARGV[3]
 if h[8] then redis.call('HDEL', KEYS[1], 'res') end
 redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', fence,
   'ca', now, 'ea', ea, 'la', la, 'tk', takeover)
@@ -112,9 +132,12 @@ end
 # ARGV: token, fence, response, retention_us, grace_ms. Reply: 1 or nil.
 _COMPLETE = (
     _PRELUDE
-    + _HOLDER_CHECK
     + """
 local ea = now + ARGV[4]
+"""
+    + _in_range("retention", "ea")
+    + _HOLDER_CHECK
+    + """
 redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', ea)
 redis.call('HDEL', KEYS[1], 'la')
 redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
@@ -140,10 +163,13 @@ return 1
 # its deadline is lost even if nobody took it over yet: others are entitled to the key.
 _EXTEND = (
     _PRELUDE
+    + """
+local la = now + ARGV[3]
+"""
+    + _in_range("lease_ttl", "la")
     + _HOLDER_CHECK
     + """
 if tonumber(h[5]) <= now then return false end
-local la = now + ARGV[3]
 redis.call('HSET', KEYS[1], 'la', la)
 return la
 """
@@ -232,7 +258,16 @@ def _micros(seconds: float) -> str:
 
 
 def _seconds(micros: bytes | int) -> float:
-    return int(micros) / 1_000_000
+    # float(), not int(): a deadline stored in scientific notation (by a version that let
+    # deadlines pass 1e17 us) must still read back instead of raising ValueError.
+    return float(micros) / 1_000_000
+
+
+def _integer(raw: bytes | int) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return int(float(raw))
 
 
 def _record(scope: str, key: str, fields: list[Any]) -> Record:
@@ -244,7 +279,7 @@ def _record(scope: str, key: str, fields: list[Any]) -> Record:
         fingerprint=fp.decode(),
         status=status,
         token=tok.decode(),
-        fence=int(fen),
+        fence=_integer(fen),
         response=bytes(res) if status is Status.COMPLETED and res is not None else None,
         created_at=_seconds(ca),
         expires_at=_seconds(ea),
@@ -508,9 +543,11 @@ class RedisStore:
             raise ConfigurationError(f"retries must be 0 or more, not {retries}")
         if max_connections < 1:
             raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
-        if not math.isfinite(expiry_grace) or expiry_grace < 0:
+        # Bounded so that PEXPIREAT's argument (retention deadline + grace, in ms) stays an
+        # integer a Lua number writes exactly.
+        if not math.isfinite(expiry_grace) or not 0 <= expiry_grace <= _MAX_GRACE:
             raise ConfigurationError(
-                f"expiry_grace must be 0 or more seconds, not {expiry_grace!r}"
+                f"expiry_grace must be 0 to {_MAX_GRACE:.0f} seconds, not {expiry_grace!r}"
             )
         self._nodes = list(nodes)
         self._cluster = cluster
@@ -686,6 +723,14 @@ class RedisStore:
                 return await client.execute_command("EVAL", script.source, 1, key, *args)
             finally:
                 self._limit.release()
+        except ResponseError as exc:
+            if str(exc).startswith(_RANGE_ERROR):
+                name = str(exc).split()[1]
+                raise ConfigurationError(
+                    f"{name} is too long for Redis: the deadline would fall past the year 2255 "
+                    "(2**53 microseconds after the epoch, the last a Lua number holds exactly)"
+                ) from None
+            raise self._unavailable(exc) from exc
         except _DRIVER_ERRORS as exc:
             raise self._unavailable(exc) from exc
 
@@ -735,7 +780,7 @@ class RedisStore:
         outcome = reply[0]
         if outcome == b"a":
             _, _, fence, takeover, deadline = reply
-            lease = Lease(scope, key, token, int(fence), _seconds(deadline), retention)
+            lease = Lease(scope, key, token, _integer(fence), _seconds(deadline), retention)
             return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
         record = _record(scope, key, reply[2:])
         kind = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}

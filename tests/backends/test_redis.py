@@ -289,6 +289,91 @@ async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
             await store.close()
 
 
+# -- deadlines out of range -------------------------------------------------------------------
+
+# Past 2^53 microseconds (the year 2255) a Lua number no longer holds every integer, and from
+# 1e17 on Redis writes it in scientific notation: 1e11 s lands there, 1e15 s also overflows
+# PEXPIREAT's integer argument.
+TOO_LONG = pytest.mark.parametrize("seconds", [1e11, 1e15])
+
+
+def raw_client(url: str) -> aioredis.Redis:
+    ((host, port),) = nodes_of(url)
+    return aioredis.Redis(host=host, port=port)
+
+
+@TOO_LONG
+async def test_reserve_with_a_retention_past_2_53_us_is_refused_and_writes_nothing(
+    redis_store_url: str, seconds: float
+) -> None:
+    key = new_key()
+    async with open_store(redis_store_url) as store:
+        with pytest.raises(ConfigurationError, match="retention"):
+            await store.reserve(key, FP, lease_ttl=LONG, retention=seconds)
+        with pytest.raises(ConfigurationError, match="lease_ttl"):
+            await store.reserve(key, FP, lease_ttl=seconds, retention=LONG)
+        client = raw_client(redis_store_url)
+        try:
+            assert await client.exists(record_key(prefix_of(redis_store_url), "", key)) == 0
+        finally:
+            await client.aclose()
+        lease = await acquire(store, key)
+        assert lease.fence == 1
+
+
+@TOO_LONG
+async def test_complete_or_extend_past_2_53_us_is_refused_and_leaves_the_lease_held(
+    redis_store_url: str, seconds: float
+) -> None:
+    key = new_key()
+    async with open_store(redis_store_url) as store:
+        lease = await acquire(store, key)
+        with pytest.raises(ConfigurationError, match="retention"):
+            await store.complete(lease, b"late", retention=seconds)
+        with pytest.raises(ConfigurationError, match="lease_ttl"):
+            await store.extend(lease, lease_ttl=seconds)
+        record = await store.get(key)
+        assert record is not None and record.status is Status.IN_PROGRESS
+        assert record.expires_at < time.time() + 2 * LONG
+        client = raw_client(redis_store_url)
+        try:
+            assert await client.pttl(record_key(prefix_of(redis_store_url), "", key)) > 0
+        finally:
+            await client.aclose()
+        assert await store.complete(lease, b"done")
+
+
+async def test_a_record_whose_deadlines_are_in_scientific_notation_still_reads(
+    redis_store_url: str,
+) -> None:
+    # What an earlier version wrote for a retention of 1e11 s: the deadline is a Lua number
+    # past 1e17, which Redis writes as a float.
+    key = new_key()
+    client = raw_client(redis_store_url)
+    try:
+        await client.hset(
+            record_key(prefix_of(redis_store_url), "", key),
+            mapping={
+                "st": "c",
+                "fp": FP,
+                "tok": "t" * 32,
+                "fen": "1",
+                "ca": str(int(time.time() * 1e6)),
+                "ea": "1.0179597400393685e+17",
+                "res": b"kept",
+                "tk": "0",
+            },
+        )
+    finally:
+        await client.aclose()
+    async with open_store(redis_store_url) as store:
+        record = await store.get(key)
+        assert record is not None and record.response == b"kept"
+        assert record.expires_at == pytest.approx(1.0179597400393685e11)
+        again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+        assert again.outcome is Outcome.COMPLETED
+
+
 # -- configuration ----------------------------------------------------------------------------
 
 
@@ -321,6 +406,7 @@ def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
         "redis+cluster://a:1,b:2/3",
         "redis://localhost/?ssl_ca_certs=/x.pem",
         "redis://localhost/?expiry_grace=-1",
+        "redis://localhost/?expiry_grace=1e20",
         "redis://localhost/?socket_timeout=0",
     ],
 )
