@@ -49,7 +49,8 @@ DEFAULT_PREFIX = "idem:"
 #
 # A record is one hash. Fields: st (p = in progress, c = completed, r = released tombstone),
 # fp, tok, fen, ca / ea / la (created, retention deadline, lease deadline: microseconds of the
-# server clock), tk (1 when the lease was a takeover), res (the response, raw bytes).
+# server clock), tk (1 when the lease was a takeover), res (the response, raw bytes), op (the
+# nonce of the complete or release that finished the lease).
 # The key expires by itself at ea + grace; until then the scripts treat it as gone once ea has
 # passed, so no read ever returns an expired record, yet the fence still continues.
 
@@ -129,30 +130,42 @@ if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now th
 end
 """
 
-# ARGV: token, fence, response, retention_us, grace_ms. Reply: 1 or nil.
+# complete and release also store ARGV[3], a nonce of the call, in 'op'. redis-py resends a
+# script whose reply was lost with the connection; that second run fails the holder check
+# because the first one already finished the lease. Finding our own nonce (with our token and
+# fence: only a new reservation changes those) means it was us, so answer as the first run did.
+_FINISH_CHECK = """
+local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fen', 'ea', 'la', 'op')
+if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now then
+  if h[6] == ARGV[3] and h[2] == ARGV[1] and h[3] == ARGV[2] then return 1 end
+  return false
+end
+"""
+
+# ARGV: token, fence, nonce, response, retention_us, grace_ms. Reply: 1 or nil.
 _COMPLETE = (
     _PRELUDE
     + """
-local ea = now + ARGV[4]
+local ea = now + ARGV[5]
 """
     + _in_range("retention", "ea")
-    + _HOLDER_CHECK
+    + _FINISH_CHECK
     + """
-redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', ea)
+redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[4], 'ea', ea, 'op', ARGV[3])
 redis.call('HDEL', KEYS[1], 'la')
-redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[6])
 redis.call('PUBLISH', KEYS[1], 'c')
 return 1
 """
 )
 
-# ARGV: token, fence. Reply: 1 or nil. The hash stays as a tombstone (with its fence) until
-# the key expires, so the next acquisition gets a higher fence than any lease handed out.
+# ARGV: token, fence, nonce. Reply: 1 or nil. The hash stays as a tombstone (with its fence)
+# until the key expires, so the next acquisition gets a higher fence than any lease handed out.
 _RELEASE = (
     _PRELUDE
-    + _HOLDER_CHECK
+    + _FINISH_CHECK
     + """
-redis.call('HSET', KEYS[1], 'st', 'r')
+redis.call('HSET', KEYS[1], 'st', 'r', 'op', ARGV[3])
 redis.call('HDEL', KEYS[1], 'la')
 redis.call('PUBLISH', KEYS[1], 'r')
 return 1
@@ -797,6 +810,7 @@ class RedisStore:
             self._key(lease.scope, lease.key),
             lease.token,
             str(lease.fence),
+            new_token(),
             response,
             _micros(keep),
             self._grace_ms,
@@ -806,7 +820,7 @@ class RedisStore:
     async def release(self, lease: Lease) -> bool:
         self._check_open()
         reply = await self._run(
-            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence)
+            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence), new_token()
         )
         return reply is not None
 

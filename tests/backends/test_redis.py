@@ -289,6 +289,119 @@ async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
             await store.close()
 
 
+# -- redis-py's retries of scripts that had run -----------------------------------------------
+
+
+class ReplyDropper:
+    """A TCP proxy to Redis that can swallow the reply to the next request containing some
+    bytes and cut that connection: as if the network failed after Redis ran the command."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.port = 0
+        self.dropped = 0
+        self._marker: bytes | None = None
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+
+    def drop_reply_to(self, marker: bytes) -> None:
+        self._marker = marker
+
+    async def __aenter__(self) -> ReplyDropper:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        # Cut every connection rather than cancel the handlers: their reads end by themselves.
+        for writer in self._writers:
+            writer.transport.abort()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.add(client_w)
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.upstream)
+        self._writers.add(server_w)
+        drop = asyncio.Event()
+
+        async def requests() -> None:
+            try:
+                while data := await client_r.read(65536):
+                    if self._marker is not None and self._marker in data:
+                        self._marker = None
+                        drop.set()  # before the request leaves: its reply is the next to come
+                    server_w.write(data)
+                    await server_w.drain()
+            finally:
+                server_w.transport.abort()
+
+        async def replies() -> None:
+            try:
+                while data := await server_r.read(65536):
+                    if drop.is_set():
+                        self.dropped += 1
+                        return
+                    client_w.write(data)
+                    await client_w.drain()
+            finally:
+                client_w.transport.abort()
+
+        try:
+            await asyncio.gather(requests(), replies(), return_exceptions=True)
+        finally:
+            self._writers.difference_update((client_w, server_w))
+            self._handlers.discard(task)
+
+
+@pytest.fixture
+async def dropper(redis_server_url: str) -> AsyncIterator[tuple[ReplyDropper, str]]:
+    """A reply-dropping proxy and a store URL through it, with every script already loaded
+    (else the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
+    ((_, port),) = nodes_of(redis_server_url)
+    client = aioredis.Redis(port=port)
+    for script in _SCRIPTS.values():
+        await client.script_load(script.source)
+    await client.aclose()
+    async with ReplyDropper(port) as proxy:
+        yield proxy, f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
+
+
+async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
+    dropper: tuple[ReplyDropper, str],
+) -> None:
+    proxy, url = dropper
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        proxy.drop_reply_to(lease.token.encode())
+        assert await store.complete(lease, b"result") is True
+        assert proxy.dropped == 1
+        record = await store.get(key)
+        assert record is not None and record.response == b"result"
+        assert await store.complete(lease, b"result") is False  # a second call is refused
+
+
+async def test_a_release_whose_reply_was_lost_and_retried_reports_success(
+    dropper: tuple[ReplyDropper, str],
+) -> None:
+    proxy, url = dropper
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        proxy.drop_reply_to(lease.token.encode())
+        assert await store.release(lease) is True
+        assert proxy.dropped == 1
+        assert await store.get(key) is None
+        assert await store.release(lease) is False  # a second call is refused
+
+
 # -- deadlines out of range -------------------------------------------------------------------
 
 # Past 2^53 microseconds (the year 2255) a Lua number no longer holds every integer, and from
