@@ -63,6 +63,10 @@ DEFAULT_PREFIX = "idem:"
 _MAX_DEADLINE_US = 2**53
 _RANGE_ERROR = "IDEMSTORE_RANGE"
 _MAX_GRACE = 100 * 365 * 86400.0
+# A read inside wait gets at least this long even when less of the timeout is left, so that
+# wait(timeout=0) still reads once and a read right at the deadline is not cut off (cutting
+# one costs the connection: redis-py drops it rather than leave a reply unread on it).
+_WAIT_READ_FLOOR = 0.05
 _PRELUDE = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -852,13 +856,29 @@ class RedisStore:
         record, _ = await self._read(scope, key, self._key(scope, key))
         return record
 
+    async def _read_by(
+        self, scope: str, key: str, name: bytes, deadline: float
+    ) -> tuple[Record | None, float]:
+        """``_read`` given until ``deadline`` (at least ``_WAIT_READ_FLOOR``): ``TimeoutError``
+        when it did not finish by then."""
+        floor = asyncio.get_running_loop().time() + _WAIT_READ_FLOOR
+        async with asyncio.timeout_at(max(deadline, floor)):
+            return await self._read(scope, key, name)
+
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        """Every read is bounded by the time left (the socket timeouts and redis-py's
+        retries could otherwise hold one far past ``timeout``). When the first read cannot
+        finish in time, nothing is known: ``StoreUnavailableError``. When a later one cannot,
+        the record it was meant to refresh is returned, the last one the store answered."""
         check_identity(key, scope, max_key_length=self._max_key_length)
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, float(timeout))
         name = self._key(scope, key)
-        record, now = await self._read(scope, key, name)
+        try:
+            record, now = await self._read_by(scope, key, name, deadline)
+        except TimeoutError as exc:
+            raise self._unavailable(exc) from exc
         if _settled(record, now) or loop.time() >= deadline:
             return record
         # Subscribe first, then read again: a PUBLISH after that read cannot be missed.
@@ -869,7 +889,10 @@ class RedisStore:
         try:
             while True:
                 event.clear()
-                record, now = await self._read(scope, key, name)
+                try:
+                    record, now = await self._read_by(scope, key, name, deadline)
+                except TimeoutError:
+                    return record
                 remaining = deadline - loop.time()
                 if _settled(record, now) or remaining <= 0:
                     return record
