@@ -139,6 +139,10 @@ _RESERVE_ATTEMPTS = 5
 _SWEEP_CONCURRENCY = 16
 _POLL_FIRST = 0.01
 _POLL_MAX = 0.5
+# A read inside wait gets at least this long even when less of the timeout is left, so that
+# wait(timeout=0) still reads once and a read right at the deadline is not cut off (cutting
+# one costs the HTTP connection).
+_WAIT_READ_FLOOR = 0.1
 
 _UNAVAILABLE_CODES = frozenset(
     {
@@ -643,13 +647,29 @@ class DynamoDBStore:
             return None
         return self._record(item)
 
+    async def _get_by(self, key: str, scope: str, deadline: float) -> Record | None:
+        """``get`` given until ``deadline`` (at least ``_WAIT_READ_FLOOR``): ``TimeoutError``
+        when it did not finish by then."""
+        floor = asyncio.get_running_loop().time() + _WAIT_READ_FLOOR
+        async with asyncio.timeout_at(max(deadline, floor)):
+            return await self.get(key, scope=scope)
+
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        """Every read is bounded by the time left (the SDK's timeouts and retries could
+        otherwise hold one far past ``timeout``). When the first read cannot finish in time,
+        nothing is known: ``StoreUnavailableError``. When a later one cannot, the record it
+        was meant to refresh is returned, the last one the table answered."""
         check_identity(key, scope, max_key_length=self._max_key_length)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, float(timeout))
         delay = _POLL_FIRST
+        try:
+            record = await self._get_by(key, scope, deadline)
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"DynamoDB table {self._table!r} did not answer within the wait's timeout"
+            ) from exc
         while True:
-            record = await self.get(key, scope=scope)
             if record is None or record.status is Status.COMPLETED:
                 return record
             assert record.lease_expires_at is not None
@@ -661,6 +681,10 @@ class DynamoDBStore:
             # No push channel in DynamoDB: poll with capped exponential backoff.
             await asyncio.sleep(max(0.0, min(delay, remaining, until_lapse)))
             delay = min(delay * 2, _POLL_MAX)
+            try:
+                record = await self._get_by(key, scope, deadline)
+            except TimeoutError:
+                return record
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
         check_identity(key, scope, max_key_length=self._max_key_length)
