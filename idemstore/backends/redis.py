@@ -367,6 +367,11 @@ class _Notifier:
                         self._pubsub_client, self._pubsub = await self._connect()
                     self._confirmations.setdefault(channel, []).append(confirmed)
                     await self._pubsub.subscribe(channel)
+                if self._closed:
+                    # close() ran while this connected: the connection would outlive it.
+                    await self._close_connection()
+                    self._drop(channel, confirmed)
+                    return event, False
                 if self._reader is None or self._reader.done():
                     self._reader = asyncio.create_task(self._read(), name="idemstore-redis-wait")
                 return event, await asyncio.shield(confirmed)
@@ -686,6 +691,9 @@ class RedisStore:
         if self._client is not None:
             return self._client
         async with self._connect_lock:
+            # close() may have run while this waited for the lock or for the cluster's
+            # first answer: a client built now would outlive the store, so drop it.
+            self._check_open()
             if self._client is None:
                 client = self._new_client()
                 if self._cluster:
@@ -694,6 +702,10 @@ class RedisStore:
                     except BaseException:
                         await client.aclose()
                         raise
+                if self._closed:
+                    with contextlib.suppress(*_DRIVER_ERRORS):
+                        await client.aclose()
+                    self._check_open()
                 self._client = client
         return self._client
 

@@ -292,15 +292,18 @@ async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
 # -- redis-py's retries of scripts that had run -----------------------------------------------
 
 
-class ReplyDropper:
+class FaultyProxy:
     """A TCP proxy to Redis that can swallow the reply to the next request containing some
-    bytes and cut that connection: as if the network failed after Redis ran the command."""
+    bytes and cut that connection (as if the network failed after Redis ran the command), or
+    hold every byte until ``resume()`` (a server that is slow to answer)."""
 
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
         self.port = 0
         self.dropped = 0
         self._marker: bytes | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -308,7 +311,13 @@ class ReplyDropper:
     def drop_reply_to(self, marker: bytes) -> None:
         self._marker = marker
 
-    async def __aenter__(self) -> ReplyDropper:
+    def hang(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    async def __aenter__(self) -> FaultyProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -316,6 +325,7 @@ class ReplyDropper:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        self._flowing.set()
         # Cut every connection rather than cancel the handlers: their reads end by themselves.
         for writer in self._writers:
             writer.transport.abort()
@@ -337,6 +347,7 @@ class ReplyDropper:
                     if self._marker is not None and self._marker in data:
                         self._marker = None
                         drop.set()  # before the request leaves: its reply is the next to come
+                    await self._flowing.wait()
                     server_w.write(data)
                     await server_w.drain()
             finally:
@@ -348,6 +359,7 @@ class ReplyDropper:
                     if drop.is_set():
                         self.dropped += 1
                         return
+                    await self._flowing.wait()
                     client_w.write(data)
                     await client_w.drain()
             finally:
@@ -361,7 +373,7 @@ class ReplyDropper:
 
 
 @pytest.fixture
-async def dropper(redis_server_url: str) -> AsyncIterator[tuple[ReplyDropper, str]]:
+async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultyProxy, str]]:
     """A reply-dropping proxy and a store URL through it, with every script already loaded
     (else the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
     ((_, port),) = nodes_of(redis_server_url)
@@ -369,12 +381,12 @@ async def dropper(redis_server_url: str) -> AsyncIterator[tuple[ReplyDropper, st
     for script in _SCRIPTS.values():
         await client.script_load(script.source)
     await client.aclose()
-    async with ReplyDropper(port) as proxy:
+    async with FaultyProxy(port) as proxy:
         yield proxy, f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
 
 
 async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
-    dropper: tuple[ReplyDropper, str],
+    dropper: tuple[FaultyProxy, str],
 ) -> None:
     proxy, url = dropper
     async with open_store(url) as store:
@@ -389,7 +401,7 @@ async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
 
 
 async def test_a_release_whose_reply_was_lost_and_retried_reports_success(
-    dropper: tuple[ReplyDropper, str],
+    dropper: tuple[FaultyProxy, str],
 ) -> None:
     proxy, url = dropper
     async with open_store(url) as store:
@@ -400,6 +412,28 @@ async def test_a_release_whose_reply_was_lost_and_retried_reports_success(
         assert proxy.dropped == 1
         assert await store.get(key) is None
         assert await store.release(lease) is False  # a second call is refused
+
+
+# -- close ------------------------------------------------------------------------------------
+
+
+async def test_close_during_the_first_cluster_connect_fails_the_operation_and_keeps_no_client(
+    redis_cluster_server_url: str,
+) -> None:
+    (_, port), *_ = nodes_of(redis_cluster_server_url)
+    async with FaultyProxy(port) as proxy:
+        proxy.hang()
+        store = RedisStore.from_url(
+            f"redis+cluster://127.0.0.1:{proxy.port}/?prefix=t-{uuid.uuid4().hex[:12]}:"
+        )
+        key = new_key()
+        operation = asyncio.create_task(store.reserve(key, FP, lease_ttl=LONG, retention=LONG))
+        await asyncio.sleep(0.2)  # the operation waits for the cluster's first answer
+        await store.close()
+        proxy.resume()
+        with pytest.raises(RuntimeError, match="closed"):
+            await operation
+        assert store._client is None
 
 
 # -- deadlines out of range -------------------------------------------------------------------
