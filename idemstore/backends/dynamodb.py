@@ -300,12 +300,16 @@ class DynamoDBStore:
 
     # -- connection --------------------------------------------------------------------------
 
-    async def _connect(self) -> Any:
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this DynamoDBStore is closed")
+
+    async def _connect(self) -> Any:
+        self._check_open()
         if self._client is not None:
             return self._client
         async with self._connect_lock:
+            self._check_open()
             if self._client is not None:
                 return self._client
             from aiobotocore.config import AioConfig
@@ -331,6 +335,11 @@ class DynamoDBStore:
                 except BaseException:
                     await stack.aclose()
                     raise
+            if self._closed:
+                # close() ran while the client was being built: it would outlive the store.
+                with contextlib.suppress(Exception):
+                    await stack.aclose()
+                self._check_open()
             self._stack = stack
             self._client = client
         return client

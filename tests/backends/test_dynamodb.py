@@ -359,6 +359,9 @@ class HangingProxy:
     def hang(self) -> None:
         self._flowing.clear()
 
+    def resume(self) -> None:
+        self._flowing.set()
+
     async def __aenter__(self) -> HangingProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -435,6 +438,22 @@ async def test_wait_on_an_endpoint_that_hangs_meanwhile_returns_the_last_record_
             assert time.monotonic() - started < 2.5
             assert record is not None and record.token == lease.token
             assert record.status is Status.IN_PROGRESS
+
+
+async def test_close_during_the_first_connect_fails_the_operation_and_keeps_no_client(
+    dynamodb_endpoint: str, dynamodb_table: str
+) -> None:
+    async with HangingProxy(dynamodb_endpoint) as proxy:
+        # auto_create makes the first connect talk to the table (DescribeTable) before use.
+        store = DynamoDBStore.from_url(url_for(proxy.url, dynamodb_table, "&auto_create=true"))
+        proxy.hang()
+        operation = asyncio.create_task(store.get(new_key()))
+        await asyncio.sleep(0.3)  # the operation waits for DescribeTable's answer
+        await store.close()
+        proxy.resume()
+        with pytest.raises(RuntimeError, match="closed"):
+            await operation
+        assert store._client is None and store._stack is None
 
 
 # -- table management (for `idemstore migrate`) ---------------------------------------------
