@@ -747,8 +747,17 @@ class DynamoDBStore:
                     raise
                 return True
 
-        removed = await asyncio.gather(*(remove(item) for item in found[:limit]))
-        return sum(removed)
+        # Every delete is awaited even when one fails: none is left running unobserved, and
+        # the caller's error comes after the table stopped changing.
+        results = await asyncio.gather(
+            *(remove(item) for item in found[:limit]), return_exceptions=True
+        )
+        removed = sum(result is True for result in results)
+        for result in results:
+            if isinstance(result, BaseException):
+                result.add_note(f"sweep removed {removed} expired items before this failure")
+                raise result
+        return removed
 
     async def ping(self) -> None:
         # A data-plane read of an item that never exists: proves endpoint, credentials and

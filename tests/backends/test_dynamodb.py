@@ -574,6 +574,41 @@ async def test_sweep_deletes_expired_items_and_keeps_live_ones(
     assert dynamodb_admin.scan(TableName=dynamodb_table, Select="COUNT")["Count"] == 1
 
 
+def fail_first_delete_and_slow_the_others(session: Any) -> None:
+    """The first ``DeleteItem`` fails at once (a reset connection, which the SDK does not
+    retry when raised here); the others leave 0.3 s later."""
+    seen: list[int] = []
+
+    async def before_send(**_: Any) -> None:
+        seen.append(1)
+        if len(seen) == 1:
+            raise ConnectionResetError("reset by the test")
+        await asyncio.sleep(0.3)
+
+    session.register("before-send.dynamodb.DeleteItem", before_send)
+
+
+async def test_sweep_with_a_failing_delete_finishes_the_others_then_raises(
+    dynamodb_store_url: str, dynamodb_admin: Any, dynamodb_table: str
+) -> None:
+    from aiobotocore.session import AioSession
+
+    clock = Clock()
+    session = AioSession()
+    fail_first_delete_and_slow_the_others(session)
+    url = dynamodb_store_url + "&max_attempts=1"
+    async with DynamoDBStore.from_url(url, clock=clock, session=session) as store:
+        for _ in range(5):
+            lease = await acquire(store, new_key())
+            await store.complete(lease, b"x", retention=10)
+        clock.offset = 11.0
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.sweep(limit=100)
+        # Raised only once every other delete had landed.
+        assert dynamodb_admin.scan(TableName=dynamodb_table, Select="COUNT")["Count"] == 1
+        assert "removed 4" in "".join(caught.value.__notes__)
+
+
 async def test_unreachable_endpoint_raises_store_unavailable() -> None:
     url = url_for(f"http://127.0.0.1:{free_port()}", "idem_nowhere", "&max_attempts=1")
     store = open_store(url + "&connect_timeout=0.5&read_timeout=0.5")
