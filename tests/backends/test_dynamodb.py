@@ -609,6 +609,31 @@ async def test_sweep_with_a_failing_delete_finishes_the_others_then_raises(
         assert "removed 4" in "".join(caught.value.__notes__)
 
 
+@pytest.mark.parametrize("limit", [0, -1, True, 2.5, "5", None])
+async def test_sweep_rejects_a_limit_that_is_not_a_positive_int(
+    store: DynamoDBStore, limit: Any
+) -> None:
+    with pytest.raises(ConfigurationError, match="limit"):
+        await store.sweep(limit=limit)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, True, "1", None])
+async def test_wait_rejects_a_timeout_that_is_not_a_non_negative_number(
+    store: DynamoDBStore, timeout: Any
+) -> None:
+    key = new_key()
+    await acquire(store, key)
+    with pytest.raises(ConfigurationError, match="timeout"):
+        await store.wait(key, timeout=timeout)
+
+
+async def test_wait_with_a_zero_timeout_returns_the_current_record(store: DynamoDBStore) -> None:
+    key = new_key()
+    lease = await acquire(store, key)
+    record = await store.wait(key, timeout=0)
+    assert record is not None and record.token == lease.token
+
+
 async def test_unreachable_endpoint_raises_store_unavailable() -> None:
     url = url_for(f"http://127.0.0.1:{free_port()}", "idem_nowhere", "&max_attempts=1")
     store = open_store(url + "&connect_timeout=0.5&read_timeout=0.5")

@@ -521,6 +521,38 @@ async def test_a_record_whose_deadlines_are_in_scientific_notation_still_reads(
         assert again.outcome is Outcome.COMPLETED
 
 
+# -- argument checks --------------------------------------------------------------------------
+
+BAD_LIMITS = pytest.mark.parametrize("limit", [0, -1, True, 2.5, "5", None])
+BAD_TIMEOUTS = pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, True, "1", None])
+
+
+@BAD_LIMITS
+async def test_sweep_rejects_a_limit_that_is_not_a_positive_int(
+    redis_store_url: str, limit: Any
+) -> None:
+    async with open_store(redis_store_url) as store:
+        with pytest.raises(ConfigurationError, match="limit"):
+            await store.sweep(limit=limit)
+
+
+@BAD_TIMEOUTS
+async def test_wait_rejects_a_timeout_that_is_not_a_non_negative_number(
+    redis_store_url: str, timeout: Any
+) -> None:
+    async with open_store(redis_store_url) as store:
+        await acquire(store, key := new_key())
+        with pytest.raises(ConfigurationError, match="timeout"):
+            await store.wait(key, timeout=timeout)
+
+
+async def test_wait_with_a_zero_timeout_returns_the_current_record(redis_store_url: str) -> None:
+    async with open_store(redis_store_url) as store:
+        lease = await acquire(store, key := new_key())
+        record = await store.wait(key, timeout=0)
+        assert record is not None and record.token == lease.token
+
+
 # -- configuration ----------------------------------------------------------------------------
 
 
