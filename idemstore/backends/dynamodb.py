@@ -139,6 +139,10 @@ _RESERVE_ATTEMPTS = 5
 _SWEEP_CONCURRENCY = 16
 _POLL_FIRST = 0.01
 _POLL_MAX = 0.5
+# A read inside wait gets at least this long even when less of the timeout is left, so that
+# wait(timeout=0) still reads once and a read right at the deadline is not cut off (cutting
+# one costs the HTTP connection).
+_WAIT_READ_FLOOR = 0.1
 
 _UNAVAILABLE_CODES = frozenset(
     {
@@ -296,12 +300,16 @@ class DynamoDBStore:
 
     # -- connection --------------------------------------------------------------------------
 
-    async def _connect(self) -> Any:
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this DynamoDBStore is closed")
+
+    async def _connect(self) -> Any:
+        self._check_open()
         if self._client is not None:
             return self._client
         async with self._connect_lock:
+            self._check_open()
             if self._client is not None:
                 return self._client
             from aiobotocore.config import AioConfig
@@ -327,6 +335,11 @@ class DynamoDBStore:
                 except BaseException:
                     await stack.aclose()
                     raise
+            if self._closed:
+                # close() ran while the client was being built: it would outlive the store.
+                with contextlib.suppress(Exception):
+                    await stack.aclose()
+                self._check_open()
             self._stack = stack
             self._client = client
         return client
@@ -643,13 +656,30 @@ class DynamoDBStore:
             return None
         return self._record(item)
 
+    async def _get_by(self, key: str, scope: str, deadline: float) -> Record | None:
+        """``get`` given until ``deadline`` (at least ``_WAIT_READ_FLOOR``): ``TimeoutError``
+        when it did not finish by then."""
+        floor = asyncio.get_running_loop().time() + _WAIT_READ_FLOOR
+        async with asyncio.timeout_at(max(deadline, floor)):
+            return await self.get(key, scope=scope)
+
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        """Every read is bounded by the time left (the SDK's timeouts and retries could
+        otherwise hold one far past ``timeout``). When the first read cannot finish in time,
+        nothing is known: ``StoreUnavailableError``. When a later one cannot, the record it
+        was meant to refresh is returned, the last one the table answered."""
         check_identity(key, scope, max_key_length=self._max_key_length)
+        timeout = _check_timeout(timeout)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + timeout
         delay = _POLL_FIRST
+        try:
+            record = await self._get_by(key, scope, deadline)
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"DynamoDB table {self._table!r} did not answer within the wait's timeout"
+            ) from exc
         while True:
-            record = await self.get(key, scope=scope)
             if record is None or record.status is Status.COMPLETED:
                 return record
             assert record.lease_expires_at is not None
@@ -661,6 +691,10 @@ class DynamoDBStore:
             # No push channel in DynamoDB: poll with capped exponential backoff.
             await asyncio.sleep(max(0.0, min(delay, remaining, until_lapse)))
             delay = min(delay * 2, _POLL_MAX)
+            try:
+                record = await self._get_by(key, scope, deadline)
+            except TimeoutError:
+                return record
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
         check_identity(key, scope, max_key_length=self._max_key_length)
@@ -676,8 +710,7 @@ class DynamoDBStore:
         it costs a read of the whole table. Each delete is conditioned on the item still
         being expired.
         """
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        limit = _check_limit(limit)
         now = self._clock()
         names = _names("#pk", "#exp")
         horizon = self._horizon(now)
@@ -714,8 +747,17 @@ class DynamoDBStore:
                     raise
                 return True
 
-        removed = await asyncio.gather(*(remove(item) for item in found[:limit]))
-        return sum(removed)
+        # Every delete is awaited even when one fails: none is left running unobserved, and
+        # the caller's error comes after the table stopped changing.
+        results = await asyncio.gather(
+            *(remove(item) for item in found[:limit]), return_exceptions=True
+        )
+        removed = sum(result is True for result in results)
+        for result in results:
+            if isinstance(result, BaseException):
+                result.add_note(f"sweep removed {removed} expired items before this failure")
+                raise result
+        return removed
 
     async def ping(self) -> None:
         # A data-plane read of an item that never exists: proves endpoint, credentials and
@@ -866,6 +908,26 @@ class DynamoDBStore:
                     f"DynamoDB table {self._table!r} did not become ACTIVE within {timeout:.0f}s"
                 )
             await asyncio.sleep(1.0)
+
+
+def _check_limit(limit: object) -> int:
+    """``sweep``'s limit: an int (not a bool) of at least 1, or ``ConfigurationError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be an int of at least 1, not {limit!r}")
+    return limit
+
+
+def _check_timeout(timeout: object) -> float:
+    """``wait``'s timeout: a number of seconds, 0 or more (``inf``: until the lease is
+    settled), not a bool nor NaN; else ``ConfigurationError``."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ConfigurationError(f"timeout must be 0 or more seconds, not {timeout!r}")
+    return float(timeout)
 
 
 def _key_schema_ok(described: Mapping[str, Any]) -> bool:

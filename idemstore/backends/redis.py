@@ -23,7 +23,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
@@ -49,22 +49,49 @@ DEFAULT_PREFIX = "idem:"
 #
 # A record is one hash. Fields: st (p = in progress, c = completed, r = released tombstone),
 # fp, tok, fen, ca / ea / la (created, retention deadline, lease deadline: microseconds of the
-# server clock), tk (1 when the lease was a takeover), res (the response, raw bytes).
+# server clock), tk (1 when the lease was a takeover), res (the response, raw bytes), op (the
+# nonce of the complete or release that finished the lease).
 # The key expires by itself at ea + grace; until then the scripts treat it as gone once ea has
 # passed, so no read ever returns an expired record, yet the fence still continues.
 
 # Lua numbers passed to redis.call are written with 17 significant digits, so microsecond
 # timestamps (16 digits) are stored exactly without string.format (which costs more than the
-# HSET itself).
+# HSET itself). That holds only below 2^53 us (the year 2255): past it a double skips
+# integers, and from 1e17 on it is written in scientific notation, which PEXPIREAT refuses
+# (after the HSET already ran: a script is not rolled back). So every script computes its
+# deadlines first and refuses one out of range before it writes anything.
+_MAX_DEADLINE_US = 2**53
+_RANGE_ERROR = "IDEMSTORE_RANGE"
+_MAX_GRACE = 100 * 365 * 86400.0
+# A read inside wait gets at least this long even when less of the timeout is left, so that
+# wait(timeout=0) still reads once and a read right at the deadline is not cut off (cutting
+# one costs the connection: redis-py drops it rather than leave a reply unread on it).
+_WAIT_READ_FLOOR = 0.05
 _PRELUDE = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 """
 
+
+def _in_range(name: str, deadline: str) -> str:
+    """Lua that refuses (with an error naming ``name``) a ``deadline`` past 2^53 us."""
+    return f"""
+if {deadline} >= {_MAX_DEADLINE_US} then
+  return redis.error_reply('{_RANGE_ERROR} {name}')
+end
+"""
+
+
 # ARGV: fingerprint, token, lease_us, retention_us, grace_ms.
 # Reply: {'a', now, fence, takeover, lease_deadline} or {outcome, now, <record fields>}.
 _RESERVE = (
     _PRELUDE
+    + """
+local ea = now + ARGV[4]
+local la = now + ARGV[3]
+"""
+    + _in_range("retention", "ea")
+    + _in_range("lease_ttl", "la")
     + """
 local h = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'fen', 'ca', 'ea', 'la', 'res', 'tk')
 local st = h[1]
@@ -88,8 +115,6 @@ end
 -- The fence continues from whatever trace is left (tombstone, expired record), so it rises
 -- strictly with every acquisition for as long as the key exists.
 fence = fence + 1
-local ea = now + ARGV[4]
-local la = now + ARGV[3]
 if h[8] then redis.call('HDEL', KEYS[1], 'res') end
 redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', fence,
   'ca', now, 'ea', ea, 'la', la, 'tk', takeover)
@@ -109,27 +134,42 @@ if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now th
 end
 """
 
-# ARGV: token, fence, response, retention_us, grace_ms. Reply: 1 or nil.
+# complete and release also store ARGV[3], a nonce of the call, in 'op'. redis-py resends a
+# script whose reply was lost with the connection; that second run fails the holder check
+# because the first one already finished the lease. Finding our own nonce (with our token and
+# fence: only a new reservation changes those) means it was us, so answer as the first run did.
+_FINISH_CHECK = """
+local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fen', 'ea', 'la', 'op')
+if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now then
+  if h[6] == ARGV[3] and h[2] == ARGV[1] and h[3] == ARGV[2] then return 1 end
+  return false
+end
+"""
+
+# ARGV: token, fence, nonce, response, retention_us, grace_ms. Reply: 1 or nil.
 _COMPLETE = (
     _PRELUDE
-    + _HOLDER_CHECK
     + """
-local ea = now + ARGV[4]
-redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', ea)
+local ea = now + ARGV[5]
+"""
+    + _in_range("retention", "ea")
+    + _FINISH_CHECK
+    + """
+redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[4], 'ea', ea, 'op', ARGV[3])
 redis.call('HDEL', KEYS[1], 'la')
-redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[6])
 redis.call('PUBLISH', KEYS[1], 'c')
 return 1
 """
 )
 
-# ARGV: token, fence. Reply: 1 or nil. The hash stays as a tombstone (with its fence) until
-# the key expires, so the next acquisition gets a higher fence than any lease handed out.
+# ARGV: token, fence, nonce. Reply: 1 or nil. The hash stays as a tombstone (with its fence)
+# until the key expires, so the next acquisition gets a higher fence than any lease handed out.
 _RELEASE = (
     _PRELUDE
-    + _HOLDER_CHECK
+    + _FINISH_CHECK
     + """
-redis.call('HSET', KEYS[1], 'st', 'r')
+redis.call('HSET', KEYS[1], 'st', 'r', 'op', ARGV[3])
 redis.call('HDEL', KEYS[1], 'la')
 redis.call('PUBLISH', KEYS[1], 'r')
 return 1
@@ -140,10 +180,13 @@ return 1
 # its deadline is lost even if nobody took it over yet: others are entitled to the key.
 _EXTEND = (
     _PRELUDE
+    + """
+local la = now + ARGV[3]
+"""
+    + _in_range("lease_ttl", "la")
     + _HOLDER_CHECK
     + """
 if tonumber(h[5]) <= now then return false end
-local la = now + ARGV[3]
 redis.call('HSET', KEYS[1], 'la', la)
 return la
 """
@@ -232,7 +275,16 @@ def _micros(seconds: float) -> str:
 
 
 def _seconds(micros: bytes | int) -> float:
-    return int(micros) / 1_000_000
+    # float(), not int(): a deadline stored in scientific notation (by a version that let
+    # deadlines pass 1e17 us) must still read back instead of raising ValueError.
+    return float(micros) / 1_000_000
+
+
+def _integer(raw: bytes | int) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return int(float(raw))
 
 
 def _record(scope: str, key: str, fields: list[Any]) -> Record:
@@ -244,7 +296,7 @@ def _record(scope: str, key: str, fields: list[Any]) -> Record:
         fingerprint=fp.decode(),
         status=status,
         token=tok.decode(),
-        fence=int(fen),
+        fence=_integer(fen),
         response=bytes(res) if status is Status.COMPLETED and res is not None else None,
         created_at=_seconds(ca),
         expires_at=_seconds(ea),
@@ -315,6 +367,11 @@ class _Notifier:
                         self._pubsub_client, self._pubsub = await self._connect()
                     self._confirmations.setdefault(channel, []).append(confirmed)
                     await self._pubsub.subscribe(channel)
+                if self._closed:
+                    # close() ran while this connected: the connection would outlive it.
+                    await self._close_connection()
+                    self._drop(channel, confirmed)
+                    return event, False
                 if self._reader is None or self._reader.done():
                     self._reader = asyncio.create_task(self._read(), name="idemstore-redis-wait")
                 return event, await asyncio.shield(confirmed)
@@ -508,9 +565,11 @@ class RedisStore:
             raise ConfigurationError(f"retries must be 0 or more, not {retries}")
         if max_connections < 1:
             raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
-        if not math.isfinite(expiry_grace) or expiry_grace < 0:
+        # Bounded so that PEXPIREAT's argument (retention deadline + grace, in ms) stays an
+        # integer a Lua number writes exactly.
+        if not math.isfinite(expiry_grace) or not 0 <= expiry_grace <= _MAX_GRACE:
             raise ConfigurationError(
-                f"expiry_grace must be 0 or more seconds, not {expiry_grace!r}"
+                f"expiry_grace must be 0 to {_MAX_GRACE:.0f} seconds, not {expiry_grace!r}"
             )
         self._nodes = list(nodes)
         self._cluster = cluster
@@ -632,6 +691,9 @@ class RedisStore:
         if self._client is not None:
             return self._client
         async with self._connect_lock:
+            # close() may have run while this waited for the lock or for the cluster's
+            # first answer: a client built now would outlive the store, so drop it.
+            self._check_open()
             if self._client is None:
                 client = self._new_client()
                 if self._cluster:
@@ -640,6 +702,10 @@ class RedisStore:
                     except BaseException:
                         await client.aclose()
                         raise
+                if self._closed:
+                    with contextlib.suppress(*_DRIVER_ERRORS):
+                        await client.aclose()
+                    self._check_open()
                 self._client = client
         return self._client
 
@@ -686,6 +752,14 @@ class RedisStore:
                 return await client.execute_command("EVAL", script.source, 1, key, *args)
             finally:
                 self._limit.release()
+        except ResponseError as exc:
+            if str(exc).startswith(_RANGE_ERROR):
+                name = str(exc).split()[1]
+                raise ConfigurationError(
+                    f"{name} is too long for Redis: the deadline would fall past the year 2255 "
+                    "(2**53 microseconds after the epoch, the last a Lua number holds exactly)"
+                ) from None
+            raise self._unavailable(exc) from exc
         except _DRIVER_ERRORS as exc:
             raise self._unavailable(exc) from exc
 
@@ -735,7 +809,7 @@ class RedisStore:
         outcome = reply[0]
         if outcome == b"a":
             _, _, fence, takeover, deadline = reply
-            lease = Lease(scope, key, token, int(fence), _seconds(deadline), retention)
+            lease = Lease(scope, key, token, _integer(fence), _seconds(deadline), retention)
             return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
         record = _record(scope, key, reply[2:])
         kind = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
@@ -752,6 +826,7 @@ class RedisStore:
             self._key(lease.scope, lease.key),
             lease.token,
             str(lease.fence),
+            new_token(),
             response,
             _micros(keep),
             self._grace_ms,
@@ -761,7 +836,7 @@ class RedisStore:
     async def release(self, lease: Lease) -> bool:
         self._check_open()
         reply = await self._run(
-            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence)
+            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence), new_token()
         )
         return reply is not None
 
@@ -793,13 +868,30 @@ class RedisStore:
         record, _ = await self._read(scope, key, self._key(scope, key))
         return record
 
+    async def _read_by(
+        self, scope: str, key: str, name: bytes, deadline: float
+    ) -> tuple[Record | None, float]:
+        """``_read`` given until ``deadline`` (at least ``_WAIT_READ_FLOOR``): ``TimeoutError``
+        when it did not finish by then."""
+        floor = asyncio.get_running_loop().time() + _WAIT_READ_FLOOR
+        async with asyncio.timeout_at(max(deadline, floor)):
+            return await self._read(scope, key, name)
+
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        """Every read is bounded by the time left (the socket timeouts and redis-py's
+        retries could otherwise hold one far past ``timeout``). When the first read cannot
+        finish in time, nothing is known: ``StoreUnavailableError``. When a later one cannot,
+        the record it was meant to refresh is returned, the last one the store answered."""
         check_identity(key, scope, max_key_length=self._max_key_length)
+        timeout = _check_timeout(timeout)
         self._check_open()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + timeout
         name = self._key(scope, key)
-        record, now = await self._read(scope, key, name)
+        try:
+            record, now = await self._read_by(scope, key, name, deadline)
+        except TimeoutError as exc:
+            raise self._unavailable(exc) from exc
         if _settled(record, now) or loop.time() >= deadline:
             return record
         # Subscribe first, then read again: a PUBLISH after that read cannot be missed.
@@ -810,7 +902,10 @@ class RedisStore:
         try:
             while True:
                 event.clear()
-                record, now = await self._read(scope, key, name)
+                try:
+                    record, now = await self._read_by(scope, key, name, deadline)
+                except TimeoutError:
+                    return record
                 remaining = deadline - loop.time()
                 if _settled(record, now) or remaining <= 0:
                     return record
@@ -839,8 +934,7 @@ class RedisStore:
         running a sweeper is optional. This walks the prefix with SCAN (every primary on a
         cluster), which costs a pass over the keyspace.
         """
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        limit = _check_limit(limit)
         self._check_open()
         pattern = self._prefix.translate(_GLOB_SPECIAL).encode() + b"{*"
         grace_ms = int(self._grace_ms)
@@ -909,6 +1003,26 @@ class RedisStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _check_limit(limit: object) -> int:
+    """``sweep``'s limit: an int (not a bool) of at least 1, or ``ConfigurationError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be an int of at least 1, not {limit!r}")
+    return limit
+
+
+def _check_timeout(timeout: object) -> float:
+    """``wait``'s timeout: a number of seconds, 0 or more (``inf``: until the lease is
+    settled), not a bool nor NaN; else ``ConfigurationError``."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ConfigurationError(f"timeout must be 0 or more seconds, not {timeout!r}")
+    return float(timeout)
 
 
 def _settled(record: Record | None, now: float) -> bool:

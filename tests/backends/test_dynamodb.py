@@ -334,6 +334,128 @@ async def test_sdk_retry_of_a_landed_complete_reports_success(dynamodb_store_url
         assert await store.complete(lease, b"once") is False  # a second call is refused
 
 
+# -- wait against a hung endpoint -------------------------------------------------------------
+
+
+class HangingProxy:
+    """A TCP proxy to the endpoint that forwards until ``hang()``, then holds every byte
+    while keeping the connections open: to the client, a server that stopped answering."""
+
+    def __init__(self, upstream: str) -> None:
+        address = upstream.removeprefix("http://")
+        self.host, _, port = address.rpartition(":")
+        self.upstream = int(port)
+        self.port = 0
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def hang(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    async def __aenter__(self) -> HangingProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self._flowing.set()
+        # Cut every connection rather than cancel the handlers: their reads end by themselves.
+        for writer in self._writers:
+            writer.transport.abort()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.add(client_w)
+        server_r, server_w = await asyncio.open_connection(self.host, self.upstream)
+        self._writers.add(server_w)
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    await self._flowing.wait()
+                    sink.write(data)
+                    await sink.drain()
+            finally:
+                sink.transport.abort()
+
+        try:
+            await asyncio.gather(
+                pump(client_r, server_w), pump(server_r, client_w), return_exceptions=True
+            )
+        finally:
+            self._writers.difference_update((client_w, server_w))
+            self._handlers.discard(task)
+
+
+# Without a bound of its own, one read inside wait lasted max_attempts read timeouts.
+HUNG = "&read_timeout=1&max_attempts=2"
+
+
+async def test_wait_on_a_hung_endpoint_fails_within_its_timeout_when_nothing_was_read(
+    dynamodb_endpoint: str, dynamodb_table: str
+) -> None:
+    async with HangingProxy(dynamodb_endpoint) as proxy:
+        url = url_for(proxy.url, dynamodb_table, HUNG)
+        async with DynamoDBStore.from_url(url) as store:
+            key = new_key()
+            await acquire(store, key)
+            proxy.hang()
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="did not answer"):
+                await store.wait(key, timeout=0.3)
+            assert time.monotonic() - started < 1.5
+
+
+async def test_wait_on_an_endpoint_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
+    dynamodb_endpoint: str, dynamodb_table: str
+) -> None:
+    async with HangingProxy(dynamodb_endpoint) as proxy:
+        url = url_for(proxy.url, dynamodb_table, HUNG)
+        async with DynamoDBStore.from_url(url) as store:
+            key = new_key()
+            lease = await acquire(store, key)
+            started = time.monotonic()
+            waiter = asyncio.create_task(store.wait(key, timeout=1.0))
+            await asyncio.sleep(0.3)  # wait has read the record and polls
+            proxy.hang()
+            record = await waiter
+            assert time.monotonic() - started < 2.5
+            assert record is not None and record.token == lease.token
+            assert record.status is Status.IN_PROGRESS
+
+
+async def test_close_during_the_first_connect_fails_the_operation_and_keeps_no_client(
+    dynamodb_endpoint: str, dynamodb_table: str
+) -> None:
+    async with HangingProxy(dynamodb_endpoint) as proxy:
+        # auto_create makes the first connect talk to the table (DescribeTable) before use.
+        store = DynamoDBStore.from_url(url_for(proxy.url, dynamodb_table, "&auto_create=true"))
+        proxy.hang()
+        operation = asyncio.create_task(store.get(new_key()))
+        await asyncio.sleep(0.3)  # the operation waits for DescribeTable's answer
+        await store.close()
+        proxy.resume()
+        with pytest.raises(RuntimeError, match="closed"):
+            await operation
+        assert store._client is None and store._stack is None
+
+
 # -- table management (for `idemstore migrate`) ---------------------------------------------
 
 
@@ -450,6 +572,66 @@ async def test_sweep_deletes_expired_items_and_keeps_live_ones(
         assert await store.sweep(limit=100) == 0
         assert await store.get(kept.key) is not None
     assert dynamodb_admin.scan(TableName=dynamodb_table, Select="COUNT")["Count"] == 1
+
+
+def fail_first_delete_and_slow_the_others(session: Any) -> None:
+    """The first ``DeleteItem`` fails at once (a reset connection, which the SDK does not
+    retry when raised here); the others leave 0.3 s later."""
+    seen: list[int] = []
+
+    async def before_send(**_: Any) -> None:
+        seen.append(1)
+        if len(seen) == 1:
+            raise ConnectionResetError("reset by the test")
+        await asyncio.sleep(0.3)
+
+    session.register("before-send.dynamodb.DeleteItem", before_send)
+
+
+async def test_sweep_with_a_failing_delete_finishes_the_others_then_raises(
+    dynamodb_store_url: str, dynamodb_admin: Any, dynamodb_table: str
+) -> None:
+    from aiobotocore.session import AioSession
+
+    clock = Clock()
+    session = AioSession()
+    fail_first_delete_and_slow_the_others(session)
+    url = dynamodb_store_url + "&max_attempts=1"
+    async with DynamoDBStore.from_url(url, clock=clock, session=session) as store:
+        for _ in range(5):
+            lease = await acquire(store, new_key())
+            await store.complete(lease, b"x", retention=10)
+        clock.offset = 11.0
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.sweep(limit=100)
+        # Raised only once every other delete had landed.
+        assert dynamodb_admin.scan(TableName=dynamodb_table, Select="COUNT")["Count"] == 1
+        assert "removed 4" in "".join(caught.value.__notes__)
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.5, "5", None])
+async def test_sweep_rejects_a_limit_that_is_not_a_positive_int(
+    store: DynamoDBStore, limit: Any
+) -> None:
+    with pytest.raises(ConfigurationError, match="limit"):
+        await store.sweep(limit=limit)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, True, "1", None])
+async def test_wait_rejects_a_timeout_that_is_not_a_non_negative_number(
+    store: DynamoDBStore, timeout: Any
+) -> None:
+    key = new_key()
+    await acquire(store, key)
+    with pytest.raises(ConfigurationError, match="timeout"):
+        await store.wait(key, timeout=timeout)
+
+
+async def test_wait_with_a_zero_timeout_returns_the_current_record(store: DynamoDBStore) -> None:
+    key = new_key()
+    lease = await acquire(store, key)
+    record = await store.wait(key, timeout=0)
+    assert record is not None and record.token == lease.token
 
 
 async def test_unreachable_endpoint_raises_store_unavailable() -> None:

@@ -289,6 +289,270 @@ async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
             await store.close()
 
 
+# -- redis-py's retries of scripts that had run -----------------------------------------------
+
+
+class FaultyProxy:
+    """A TCP proxy to Redis that can swallow the reply to the next request containing some
+    bytes and cut that connection (as if the network failed after Redis ran the command), or
+    hold every byte until ``resume()`` (a server that is slow to answer)."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.port = 0
+        self.dropped = 0
+        self._marker: bytes | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+
+    def drop_reply_to(self, marker: bytes) -> None:
+        self._marker = marker
+
+    def hang(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    async def __aenter__(self) -> FaultyProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self._flowing.set()
+        # Cut every connection rather than cancel the handlers: their reads end by themselves.
+        for writer in self._writers:
+            writer.transport.abort()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.add(client_w)
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.upstream)
+        self._writers.add(server_w)
+        drop = asyncio.Event()
+
+        async def requests() -> None:
+            try:
+                while data := await client_r.read(65536):
+                    if self._marker is not None and self._marker in data:
+                        self._marker = None
+                        drop.set()  # before the request leaves: its reply is the next to come
+                    await self._flowing.wait()
+                    server_w.write(data)
+                    await server_w.drain()
+            finally:
+                server_w.transport.abort()
+
+        async def replies() -> None:
+            try:
+                while data := await server_r.read(65536):
+                    if drop.is_set():
+                        self.dropped += 1
+                        return
+                    await self._flowing.wait()
+                    client_w.write(data)
+                    await client_w.drain()
+            finally:
+                client_w.transport.abort()
+
+        try:
+            await asyncio.gather(requests(), replies(), return_exceptions=True)
+        finally:
+            self._writers.difference_update((client_w, server_w))
+            self._handlers.discard(task)
+
+
+@pytest.fixture
+async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultyProxy, str]]:
+    """A reply-dropping proxy and a store URL through it, with every script already loaded
+    (else the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
+    ((_, port),) = nodes_of(redis_server_url)
+    client = aioredis.Redis(port=port)
+    for script in _SCRIPTS.values():
+        await client.script_load(script.source)
+    await client.aclose()
+    async with FaultyProxy(port) as proxy:
+        yield proxy, f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
+
+
+async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
+    dropper: tuple[FaultyProxy, str],
+) -> None:
+    proxy, url = dropper
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        proxy.drop_reply_to(lease.token.encode())
+        assert await store.complete(lease, b"result") is True
+        assert proxy.dropped == 1
+        record = await store.get(key)
+        assert record is not None and record.response == b"result"
+        assert await store.complete(lease, b"result") is False  # a second call is refused
+
+
+async def test_a_release_whose_reply_was_lost_and_retried_reports_success(
+    dropper: tuple[FaultyProxy, str],
+) -> None:
+    proxy, url = dropper
+    async with open_store(url) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        proxy.drop_reply_to(lease.token.encode())
+        assert await store.release(lease) is True
+        assert proxy.dropped == 1
+        assert await store.get(key) is None
+        assert await store.release(lease) is False  # a second call is refused
+
+
+# -- close ------------------------------------------------------------------------------------
+
+
+async def test_close_during_the_first_cluster_connect_fails_the_operation_and_keeps_no_client(
+    redis_cluster_server_url: str,
+) -> None:
+    (_, port), *_ = nodes_of(redis_cluster_server_url)
+    async with FaultyProxy(port) as proxy:
+        proxy.hang()
+        store = RedisStore.from_url(
+            f"redis+cluster://127.0.0.1:{proxy.port}/?prefix=t-{uuid.uuid4().hex[:12]}:"
+        )
+        key = new_key()
+        operation = asyncio.create_task(store.reserve(key, FP, lease_ttl=LONG, retention=LONG))
+        await asyncio.sleep(0.2)  # the operation waits for the cluster's first answer
+        await store.close()
+        proxy.resume()
+        with pytest.raises(RuntimeError, match="closed"):
+            await operation
+        assert store._client is None
+
+
+# -- deadlines out of range -------------------------------------------------------------------
+
+# Past 2^53 microseconds (the year 2255) a Lua number no longer holds every integer, and from
+# 1e17 on Redis writes it in scientific notation: 1e11 s lands there, 1e15 s also overflows
+# PEXPIREAT's integer argument.
+TOO_LONG = pytest.mark.parametrize("seconds", [1e11, 1e15])
+
+
+def raw_client(url: str) -> aioredis.Redis:
+    ((host, port),) = nodes_of(url)
+    return aioredis.Redis(host=host, port=port)
+
+
+@TOO_LONG
+async def test_reserve_with_a_retention_past_2_53_us_is_refused_and_writes_nothing(
+    redis_store_url: str, seconds: float
+) -> None:
+    key = new_key()
+    async with open_store(redis_store_url) as store:
+        with pytest.raises(ConfigurationError, match="retention"):
+            await store.reserve(key, FP, lease_ttl=LONG, retention=seconds)
+        with pytest.raises(ConfigurationError, match="lease_ttl"):
+            await store.reserve(key, FP, lease_ttl=seconds, retention=LONG)
+        client = raw_client(redis_store_url)
+        try:
+            assert await client.exists(record_key(prefix_of(redis_store_url), "", key)) == 0
+        finally:
+            await client.aclose()
+        lease = await acquire(store, key)
+        assert lease.fence == 1
+
+
+@TOO_LONG
+async def test_complete_or_extend_past_2_53_us_is_refused_and_leaves_the_lease_held(
+    redis_store_url: str, seconds: float
+) -> None:
+    key = new_key()
+    async with open_store(redis_store_url) as store:
+        lease = await acquire(store, key)
+        with pytest.raises(ConfigurationError, match="retention"):
+            await store.complete(lease, b"late", retention=seconds)
+        with pytest.raises(ConfigurationError, match="lease_ttl"):
+            await store.extend(lease, lease_ttl=seconds)
+        record = await store.get(key)
+        assert record is not None and record.status is Status.IN_PROGRESS
+        assert record.expires_at < time.time() + 2 * LONG
+        client = raw_client(redis_store_url)
+        try:
+            assert await client.pttl(record_key(prefix_of(redis_store_url), "", key)) > 0
+        finally:
+            await client.aclose()
+        assert await store.complete(lease, b"done")
+
+
+async def test_a_record_whose_deadlines_are_in_scientific_notation_still_reads(
+    redis_store_url: str,
+) -> None:
+    # What an earlier version wrote for a retention of 1e11 s: the deadline is a Lua number
+    # past 1e17, which Redis writes as a float.
+    key = new_key()
+    client = raw_client(redis_store_url)
+    try:
+        await client.hset(
+            record_key(prefix_of(redis_store_url), "", key),
+            mapping={
+                "st": "c",
+                "fp": FP,
+                "tok": "t" * 32,
+                "fen": "1",
+                "ca": str(int(time.time() * 1e6)),
+                "ea": "1.0179597400393685e+17",
+                "res": b"kept",
+                "tk": "0",
+            },
+        )
+    finally:
+        await client.aclose()
+    async with open_store(redis_store_url) as store:
+        record = await store.get(key)
+        assert record is not None and record.response == b"kept"
+        assert record.expires_at == pytest.approx(1.0179597400393685e11)
+        again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+        assert again.outcome is Outcome.COMPLETED
+
+
+# -- argument checks --------------------------------------------------------------------------
+
+BAD_LIMITS = pytest.mark.parametrize("limit", [0, -1, True, 2.5, "5", None])
+BAD_TIMEOUTS = pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, True, "1", None])
+
+
+@BAD_LIMITS
+async def test_sweep_rejects_a_limit_that_is_not_a_positive_int(
+    redis_store_url: str, limit: Any
+) -> None:
+    async with open_store(redis_store_url) as store:
+        with pytest.raises(ConfigurationError, match="limit"):
+            await store.sweep(limit=limit)
+
+
+@BAD_TIMEOUTS
+async def test_wait_rejects_a_timeout_that_is_not_a_non_negative_number(
+    redis_store_url: str, timeout: Any
+) -> None:
+    async with open_store(redis_store_url) as store:
+        await acquire(store, key := new_key())
+        with pytest.raises(ConfigurationError, match="timeout"):
+            await store.wait(key, timeout=timeout)
+
+
+async def test_wait_with_a_zero_timeout_returns_the_current_record(redis_store_url: str) -> None:
+    async with open_store(redis_store_url) as store:
+        lease = await acquire(store, key := new_key())
+        record = await store.wait(key, timeout=0)
+        assert record is not None and record.token == lease.token
+
+
 # -- configuration ----------------------------------------------------------------------------
 
 
@@ -321,6 +585,7 @@ def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
         "redis+cluster://a:1,b:2/3",
         "redis://localhost/?ssl_ca_certs=/x.pem",
         "redis://localhost/?expiry_grace=-1",
+        "redis://localhost/?expiry_grace=1e20",
         "redis://localhost/?socket_timeout=0",
     ],
 )
@@ -372,6 +637,47 @@ async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
         finally:
             own_redis.resume()
         await store.ping()
+
+
+# Without a bound of its own, one read inside wait lasted (retries + 1) socket timeouts.
+HUNG = "socket_timeout=2&retries=1"
+
+
+@pytest.mark.slow
+async def test_wait_on_a_hung_server_fails_within_its_timeout_when_nothing_was_read(
+    own_redis: LocalRedis,
+) -> None:
+    async with open_store(f"{own_redis.url}?{HUNG}") as store:
+        key = new_key()
+        await acquire(store, key)
+        own_redis.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="did not answer in time"):
+                await store.wait(key, timeout=0.3)
+            assert time.monotonic() - started < 1.5
+        finally:
+            own_redis.resume()
+
+
+@pytest.mark.slow
+async def test_wait_on_a_server_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
+    own_redis: LocalRedis,
+) -> None:
+    async with open_store(f"{own_redis.url}?{HUNG}") as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        started = time.monotonic()
+        waiter = asyncio.create_task(store.wait(key, timeout=1.0))
+        await asyncio.sleep(0.3)  # wait has read the record and subscribed
+        own_redis.pause()
+        try:
+            record = await waiter
+            assert time.monotonic() - started < 2.5
+        finally:
+            own_redis.resume()
+        assert record is not None and record.token == lease.token
+        assert record.status is Status.IN_PROGRESS
 
 
 @pytest.mark.slow
