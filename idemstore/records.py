@@ -14,6 +14,7 @@ __all__ = [
     "MAX_SCOPE_LENGTH",
     "check_duration",
     "check_identity",
+    "check_limit",
     "check_response",
     "check_timeout",
     "new_token",
@@ -77,14 +78,23 @@ def check_duration(name: str, seconds: object) -> float:
 
 
 def check_timeout(timeout: object) -> float:
-    """A wait timeout in seconds as float: <= 0 means look once, +inf (capped at a century)
-    means no limit; NaN and anything that is not a number raise ``ConfigurationError``."""
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise ConfigurationError(f"timeout must be a number of seconds, not {timeout!r}")
-    value = float(timeout)
-    if math.isnan(value):
-        raise ConfigurationError("timeout must be a number of seconds, not NaN")
-    return max(0.0, min(value, MAX_DURATION))
+    """A wait timeout: seconds, 0 or more (0 looks once; ``inf`` waits until the lease is
+    settled, capped at a century), not a bool nor NaN; else ``ConfigurationError``."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ConfigurationError(f"timeout must be 0 or more seconds, not {timeout!r}")
+    return min(float(timeout), MAX_DURATION)
+
+
+def check_limit(limit: object) -> int:
+    """``sweep``'s batch limit: an int (not a bool) of at least 1, else ``ConfigurationError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be an int of at least 1, not {limit!r}")
+    return limit
 
 
 def check_response(response: object) -> bytes:

@@ -32,7 +32,9 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, redact_url
@@ -669,7 +671,7 @@ class DynamoDBStore:
         nothing is known: ``StoreUnavailableError``. When a later one cannot, the record it
         was meant to refresh is returned, the last one the table answered."""
         check_identity(key, scope, max_key_length=self._max_key_length)
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = _POLL_FIRST
@@ -710,7 +712,7 @@ class DynamoDBStore:
         it costs a read of the whole table. Each delete is conditioned on the item still
         being expired.
         """
-        limit = _check_limit(limit)
+        limit = check_limit(limit)
         now = self._clock()
         names = _names("#pk", "#exp")
         horizon = self._horizon(now)
@@ -908,26 +910,6 @@ class DynamoDBStore:
                     f"DynamoDB table {self._table!r} did not become ACTIVE within {timeout:.0f}s"
                 )
             await asyncio.sleep(1.0)
-
-
-def _check_limit(limit: object) -> int:
-    """``sweep``'s limit: an int (not a bool) of at least 1, or ``ConfigurationError``."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigurationError(f"limit must be an int of at least 1, not {limit!r}")
-    return limit
-
-
-def _check_timeout(timeout: object) -> float:
-    """``wait``'s timeout: a number of seconds, 0 or more (``inf``: until the lease is
-    settled), not a bool nor NaN; else ``ConfigurationError``."""
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or math.isnan(timeout)
-        or timeout < 0
-    ):
-        raise ConfigurationError(f"timeout must be 0 or more seconds, not {timeout!r}")
-    return float(timeout)
 
 
 def _key_schema_ok(described: Mapping[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
     check_timeout,
     new_token,
@@ -246,8 +247,7 @@ class MemoryStore:
         return existed
 
     async def sweep(self, *, limit: int = 1000) -> int:
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        check_limit(limit)
         self._check_open()
         now = self._clock()
         expired = [k for k, e in self._entries.items() if e.expires_at <= now][:limit]

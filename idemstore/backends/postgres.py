@@ -32,6 +32,7 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
     check_timeout,
     new_token,
@@ -615,8 +616,7 @@ class PostgresStore:
         return existed
 
     async def sweep(self, *, limit: int = 1000) -> int:
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        check_limit(limit)
         removed = 0
         while removed < limit:
             batch = min(self._sweep_batch_size, limit - removed)

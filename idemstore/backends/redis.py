@@ -31,7 +31,9 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
@@ -883,7 +885,7 @@ class RedisStore:
         finish in time, nothing is known: ``StoreUnavailableError``. When a later one cannot,
         the record it was meant to refresh is returned, the last one the store answered."""
         check_identity(key, scope, max_key_length=self._max_key_length)
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -934,7 +936,7 @@ class RedisStore:
         running a sweeper is optional. This walks the prefix with SCAN (every primary on a
         cluster), which costs a pass over the keyspace.
         """
-        limit = _check_limit(limit)
+        limit = check_limit(limit)
         self._check_open()
         pattern = self._prefix.translate(_GLOB_SPECIAL).encode() + b"{*"
         grace_ms = int(self._grace_ms)
@@ -1003,26 +1005,6 @@ class RedisStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-def _check_limit(limit: object) -> int:
-    """``sweep``'s limit: an int (not a bool) of at least 1, or ``ConfigurationError``."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigurationError(f"limit must be an int of at least 1, not {limit!r}")
-    return limit
-
-
-def _check_timeout(timeout: object) -> float:
-    """``wait``'s timeout: a number of seconds, 0 or more (``inf``: until the lease is
-    settled), not a bool nor NaN; else ``ConfigurationError``."""
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or math.isnan(timeout)
-        or timeout < 0
-    ):
-        raise ConfigurationError(f"timeout must be 0 or more seconds, not {timeout!r}")
-    return float(timeout)
 
 
 def _settled(record: Record | None, now: float) -> bool:

@@ -43,6 +43,7 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
     check_timeout,
     new_token,
@@ -733,8 +734,7 @@ class SQLiteStore:
         return any(status != "released" and expires_at > now for status, expires_at in rows)
 
     async def sweep(self, *, limit: int = 1000) -> int:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit!r}")
+        check_limit(limit)
         conn = await self._connected()
         removed = 0
         with self._errors():

@@ -470,3 +470,43 @@ async def test_delete_removes_a_record_whatever_its_state(store: IdempotencyStor
     assert await store.delete(key) is False
     assert await store.complete(lease, b"after delete") is False
     assert await store.get(key) is None
+
+
+@pytest.mark.parametrize("bad_limit", [True, 2.5, "5", -1], ids=["bool", "float", "str", "neg"])
+async def test_sweep_rejects_a_limit_that_is_not_a_positive_int(
+    store: IdempotencyStore, bad_limit: object
+) -> None:
+    with pytest.raises(ConfigurationError):
+        await store.sweep(limit=bad_limit)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "bad_timeout", [float("nan"), -1, True, "1", None], ids=["nan", "neg", "bool", "str", "none"]
+)
+async def test_wait_rejects_a_timeout_that_is_not_a_number_of_seconds(
+    store: IdempotencyStore, bad_timeout: object
+) -> None:
+    with pytest.raises(ConfigurationError):
+        await store.wait(new_key(), timeout=bad_timeout)  # type: ignore[arg-type]
+
+
+async def test_wait_with_zero_timeout_returns_the_current_record(store: IdempotencyStore) -> None:
+    key = new_key()
+    lease = await acquire(store, key)
+    record = await store.wait(key, timeout=0)
+    assert record is not None and record.token == lease.token
+
+
+async def test_durations_over_a_century_are_refused_before_anything_is_written(
+    store: IdempotencyStore,
+) -> None:
+    key = new_key()
+    with pytest.raises(ConfigurationError):
+        await store.reserve(key, FP, lease_ttl=LONG, retention=1e11)
+    assert await store.get(key) is None
+    lease = await acquire(store, key)
+    with pytest.raises(ConfigurationError):
+        await store.complete(lease, b"x", retention=1e11)
+    with pytest.raises(ConfigurationError):
+        await store.extend(lease, lease_ttl=1e11)
+    assert await store.complete(lease, b"ok") is True
