@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import Any
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
 
@@ -13,7 +14,9 @@ __all__ = [
     "MAX_SCOPE_LENGTH",
     "check_duration",
     "check_identity",
+    "check_limit",
     "check_response",
+    "check_timeout",
     "new_token",
 ]
 
@@ -41,17 +44,22 @@ def _check_text(what: str, value: object, max_length: int, *, allow_empty: bool)
     return value
 
 
+# "No fingerprint to check" (get, delete, wait): a sentinel, because None given to reserve is a
+# bad fingerprint that must be refused like any other non-str.
+_NO_FINGERPRINT: Any = object()
+
+
 def check_identity(
     key: object,
     scope: object,
-    fingerprint: object | None = None,
+    fingerprint: object = _NO_FINGERPRINT,
     *,
     max_key_length: int = MAX_KEY_LENGTH,
 ) -> None:
     """Raise ``InvalidKeyError`` unless key, scope (and fingerprint, when given) are valid."""
     _check_text("key", key, max_key_length, allow_empty=False)
     _check_text("scope", scope, MAX_SCOPE_LENGTH, allow_empty=True)
-    if fingerprint is not None:
+    if fingerprint is not _NO_FINGERPRINT:
         _check_text("fingerprint", fingerprint, MAX_FINGERPRINT_LENGTH, allow_empty=False)
 
 
@@ -59,12 +67,38 @@ def check_duration(name: str, seconds: object) -> float:
     """A positive, finite number of seconds as float, or ``ConfigurationError``."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigurationError(f"{name} must be a number of seconds, not {seconds!r}")
-    value = float(seconds)
+    try:
+        value = float(seconds)
+    except OverflowError:
+        # An int past the largest double: no finite number of seconds.
+        value = math.inf
     if not math.isfinite(value) or value <= 0:
         raise ConfigurationError(
             f"{name} must be a positive, finite number of seconds, not {seconds!r}"
         )
     return value
+
+
+def check_timeout(timeout: object) -> float:
+    """A ``wait`` timeout as float seconds: negative means 0, infinity (or an int past the
+    largest double) means until the key settles; ``ConfigurationError`` for NaN or a non-number.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigurationError(f"timeout must be a number of seconds, not {timeout!r}")
+    try:
+        value = float(timeout)
+    except OverflowError:
+        value = math.inf if timeout > 0 else 0.0
+    if math.isnan(value):
+        raise ConfigurationError("timeout must be a number of seconds, not nan")
+    return max(0.0, value)
+
+
+def check_limit(limit: object) -> int:
+    """A ``sweep`` batch limit: an int of at least 1, or ``ConfigurationError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be an integer of at least 1, not {limit!r}")
+    return limit
 
 
 def check_response(response: object) -> bytes:

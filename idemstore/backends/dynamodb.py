@@ -32,7 +32,9 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, redact_url
@@ -646,7 +648,7 @@ class DynamoDBStore:
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + check_timeout(timeout)
         delay = _POLL_FIRST
         while True:
             record = await self.get(key, scope=scope)
@@ -676,8 +678,7 @@ class DynamoDBStore:
         it costs a read of the whole table. Each delete is conditioned on the item still
         being expired.
         """
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        limit = check_limit(limit)
         now = self._clock()
         names = _names("#pk", "#exp")
         horizon = self._horizon(now)

@@ -14,7 +14,9 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_int
@@ -212,7 +214,7 @@ class MemoryStore:
         check_identity(key, scope, max_key_length=self._max_key_length)
         self._check_open()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + check_timeout(timeout)
         while True:
             now = self._clock()
             live = self._live(scope, key, now)
@@ -245,8 +247,7 @@ class MemoryStore:
         return existed
 
     async def sweep(self, *, limit: int = 1000) -> int:
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        limit = check_limit(limit)
         self._check_open()
         now = self._clock()
         expired = [k for k, e in self._entries.items() if e.expires_at <= now][:limit]

@@ -31,7 +31,9 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
@@ -797,7 +799,7 @@ class RedisStore:
         check_identity(key, scope, max_key_length=self._max_key_length)
         self._check_open()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + check_timeout(timeout)
         name = self._key(scope, key)
         record, now = await self._read(scope, key, name)
         if _settled(record, now) or loop.time() >= deadline:
@@ -839,8 +841,7 @@ class RedisStore:
         running a sweeper is optional. This walks the prefix with SCAN (every primary on a
         cluster), which costs a pass over the keyspace.
         """
-        if limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        limit = check_limit(limit)
         self._check_open()
         pattern = self._prefix.translate(_GLOB_SPECIAL).encode() + b"{*"
         grace_ms = int(self._grace_ms)

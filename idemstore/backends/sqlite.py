@@ -36,7 +36,9 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     check_duration,
     check_identity,
+    check_limit,
     check_response,
+    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
@@ -576,7 +578,7 @@ class SQLiteStore:
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope, max_key_length=self._max_key_length)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, float(timeout))
+        deadline = loop.time() + check_timeout(timeout)
         delay = POLL_FIRST
         while True:
             now = self._clock()
@@ -604,8 +606,7 @@ class SQLiteStore:
         return any(status != "released" and expires_at > now for status, expires_at in rows)
 
     async def sweep(self, *, limit: int = 1000) -> int:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be at least 1, not {limit!r}")
+        limit = check_limit(limit)
         conn = await self._connected()
         removed = 0
         with self._errors():
