@@ -205,6 +205,13 @@ async def _stopped(conn: aiosqlite.Connection) -> None:
         await asyncio.to_thread(thread.join, 5.0)
 
 
+def _storable_fence(lease: Lease) -> bool:
+    """Whether the lease's fence fits SQLite's INTEGER. One that does not was never handed out
+    by a store (it is forged or corrupted), so it owns nothing; binding it would raise
+    OverflowError."""
+    return isinstance(lease.fence, int) and -(2**63) <= lease.fence < 2**63
+
+
 def _record(row: Sequence[Any]) -> Record:
     status = Status(row[3])
     return Record(
@@ -543,6 +550,8 @@ class SQLiteStore:
     ) -> bool:
         response = check_response(response)
         keep = check_duration("retention", retention if retention is not None else lease.retention)
+        if not _storable_fence(lease):
+            return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -552,6 +561,8 @@ class SQLiteStore:
         return bool(rows)
 
     async def release(self, lease: Lease) -> bool:
+        if not _storable_fence(lease):
+            return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
@@ -560,6 +571,8 @@ class SQLiteStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if not _storable_fence(lease):
+            return None
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
