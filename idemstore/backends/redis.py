@@ -228,9 +228,15 @@ def record_key(prefix: str, scope: str, key: str) -> bytes:
     return f"{prefix}{{{scope.translate(_SCOPE_ESCAPES)}:{key.translate(_KEY_ESCAPES)}}}".encode()
 
 
+# Durations are capped at 100 years: deadlines in microseconds must stay integers a Lua double
+# holds exactly (below 2**53, about the year 2255), and PEXPIREAT refuses larger ones, so a
+# lease_ttl or retention of, say, 1e300 would otherwise fail every reserve.
+MAX_DURATION = 100 * 365.25 * 86400
+
+
 @functools.lru_cache(maxsize=256)  # callers reuse a handful of lease/retention durations
 def _micros(seconds: float) -> str:
-    return str(max(1, round(seconds * 1_000_000)))
+    return str(max(1, round(min(seconds, MAX_DURATION) * 1_000_000)))
 
 
 def _seconds(micros: bytes | int) -> float:
@@ -519,7 +525,7 @@ class RedisStore:
         self._prefix = prefix
         self._operation_timeout = operation_timeout
         self._queue_timeout = operation_timeout or socket_timeout
-        self._grace_ms = str(math.ceil(expiry_grace * 1000))
+        self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000))
         self._max_key_length = max_key_length
         self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
         options: dict[str, Any] = {
