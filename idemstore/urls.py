@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -64,12 +65,38 @@ def register_backend(scheme: str, target: str) -> None:
     _BACKENDS[scheme.lower()] = _Backend(target)
 
 
+# "user:secret@" where urlsplit sees no password: a malformed URL ("redis:/u:pw@h", one slash)
+# or a password with a '/', '?' or '#' that was not percent-encoded ("redis://u:pa/ss@h").
+# Everything from the ':' after the user to the last '@' is hidden.
+_SCHEME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/*")
+_LOOSE_CREDENTIALS = re.compile(r"([^:@/?#]*):.*@", re.DOTALL)
+# Not a URL at all (no "scheme:"): anything before a ':' that precedes an '@' may be a user.
+_NO_SCHEME_CREDENTIALS = re.compile(r"([^:@]*):.*@", re.DOTALL)
+
+
+def _hide_loose_password(url: str) -> str:
+    prefix = _SCHEME_PREFIX.match(url)
+    if prefix is None:
+        found = _NO_SCHEME_CREDENTIALS.match(url)
+    else:
+        found = _LOOSE_CREDENTIALS.match(url, prefix.end())
+        if found is None and not prefix.group().endswith("/"):
+            found = _LOOSE_CREDENTIALS.match(url)  # "user:secret@host": no scheme at all
+    if found is None:
+        return url
+    return f"{url[: found.start()]}{found.group(1)}:***@{url[found.end() :]}"
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, for logs and error messages."""
+    """The URL with any password replaced by ``***``, for logs and error messages.
+
+    Errs on the side of hiding: in a URL whose path or query holds an '@' after a 'host:port',
+    the part in between is hidden too.
+    """
     try:
         parts = urlsplit(url)
         if parts.password is None:
-            return url
+            return _hide_loose_password(url)
         netloc = parts.netloc.rsplit("@", 1)[1]
         user = parts.username or ""
         return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
