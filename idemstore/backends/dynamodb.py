@@ -271,6 +271,12 @@ class DynamoDBStore:
         clock_skew, compress_min_bytes, max_attempts, connect_timeout, read_timeout,
         max_pool_connections, max_key_length (and ``session``, ``clock`` as keywords)."""
         parsed = parse_store_url(url, options)
+        if parsed.username is not None or parsed.password is not None or parsed.port is not None:
+            # Not a table name; and the error must not echo a password.
+            raise ConfigurationError(
+                "a DynamoDB store URL takes no user, password or port (credentials come from "
+                f"the AWS chain): dynamodb://TABLE?region=..., not {redact_url(url)!r}"
+            )
         if parsed.path not in ("", "/") or not parsed.netloc:
             raise ConfigurationError(
                 f"a DynamoDB store URL names its table: dynamodb://TABLE?region=..., "
