@@ -229,6 +229,13 @@ class DynamoDBStore:
                 f"DynamoDB table name {table!r} is invalid: 3 to 255 characters of "
                 "A-Z a-z 0-9 _ . -"
             )
+        if isinstance(endpoint_url, str) and "@" in endpoint_url.split("?", 1)[0]:
+            # botocore logs and reports the endpoint as given, password and all; DynamoDB
+            # signs requests with AWS credentials and never reads these.
+            raise ConfigurationError(
+                "endpoint_url must not carry a user or password (DynamoDB takes credentials "
+                f"from the AWS chain): {redact_url(endpoint_url)!r}"
+            )
         if not callable(clock):
             raise ConfigurationError(
                 f"clock must be a callable returning epoch seconds, not {clock!r}"
