@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StoreURL",
     "known_schemes",
+    "malformed_url_error",
     "open_store",
     "parse_store_url",
     "pop_bool",
@@ -70,8 +71,8 @@ def register_backend(scheme: str, target: str) -> None:
 # Everything from the ':' after the user to the last '@' is hidden.
 _SCHEME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/*")
 _LOOSE_CREDENTIALS = re.compile(r"([^:@/?#]*):.*@", re.DOTALL)
-# Not a URL at all (no "scheme:"): anything before a ':' that precedes an '@' may be a user.
-_NO_SCHEME_CREDENTIALS = re.compile(r"([^:@]*):.*@", re.DOTALL)
+# Not a URL at all (no "scheme:"): hide from the first ':' to the last '@'.
+_NO_SCHEME_CREDENTIALS = re.compile(r"([^:]*):.*@", re.DOTALL)
 
 
 def _hide_loose_password(url: str) -> str:
@@ -102,6 +103,18 @@ def redact_url(url: str) -> str:
         return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
     except ValueError:
         return "<unparseable URL>"
+
+
+def malformed_url_error(url: str, exc: ValueError) -> ConfigurationError:
+    """The error for a URL ``urlsplit`` refused with ``exc``, without ``exc``'s own text when
+    that quotes the host part or the port (either may be the password)."""
+    reason = str(exc)
+    if "netloc" in reason:
+        reason = "its user, password or host has characters that normalize to / ? # @ or :"
+    elif "Port" in reason:
+        # A password with an unencoded '/' ends the host part early and is read as the port.
+        reason = "bad port"
+    return ConfigurationError(f"malformed store URL {redact_url(url)!r}: {reason}")
 
 
 def _scheme_of(url: str) -> str:
@@ -175,7 +188,7 @@ def parse_store_url(url: str, options: dict[str, Any] | None = None) -> StoreURL
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigurationError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
+        raise malformed_url_error(url, exc) from None
     merged: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
     merged.update(options or {})
     return StoreURL(

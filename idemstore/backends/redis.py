@@ -36,7 +36,15 @@ from idemstore.records import (
     check_timeout,
     new_token,
 )
-from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
+from idemstore.urls import (
+    malformed_url_error,
+    parse_store_url,
+    pop_bool,
+    pop_float,
+    pop_int,
+    pop_str,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -559,7 +567,7 @@ class RedisStore:
         try:
             parts = urlsplit(url)
         except ValueError as exc:
-            raise ConfigurationError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
+            raise malformed_url_error(url, exc) from None
         userinfo, _, hosts = parts.netloc.rpartition("@")
         nodes = [_host_port(item, url) for item in hosts.split(",") if item]
         if not nodes:
@@ -576,7 +584,7 @@ class RedisStore:
         if path:
             if not path.isdigit():
                 raise ConfigurationError(
-                    f"the path of a redis URL is a database number, not {parsed.path!r}"
+                    f"the path of a redis URL is a database number: {redact_url(url)!r}"
                 )
             db = int(path)
         db = pop_int(parsed.options, "db", db)
@@ -937,5 +945,6 @@ def _host_port(item: str, url: str) -> tuple[str, int]:
     if not port:
         return host, DEFAULT_PORT
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"store URL {redact_url(url)!r} has a bad port {port!r}")
+        # Not echoed: a password with an unencoded '/' ends the host part early and lands here.
+        raise ConfigurationError(f"store URL {redact_url(url)!r} has a bad port")
     return host, int(port)
