@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StoreURL",
     "known_schemes",
+    "malformed_url_error",
     "open_store",
     "parse_store_url",
     "pop_bool",
@@ -64,17 +66,55 @@ def register_backend(scheme: str, target: str) -> None:
     _BACKENDS[scheme.lower()] = _Backend(target)
 
 
+# "user:secret@" where urlsplit sees no password: a malformed URL ("redis:/u:pw@h", one slash)
+# or a password with a '/', '?' or '#' that was not percent-encoded ("redis://u:pa/ss@h").
+# Everything from the ':' after the user to the last '@' is hidden.
+_SCHEME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/*")
+_LOOSE_CREDENTIALS = re.compile(r"([^:@/?#]*):.*@", re.DOTALL)
+# Not a URL at all (no "scheme:"): hide from the first ':' to the last '@'.
+_NO_SCHEME_CREDENTIALS = re.compile(r"([^:]*):.*@", re.DOTALL)
+
+
+def _hide_loose_password(url: str) -> str:
+    prefix = _SCHEME_PREFIX.match(url)
+    if prefix is None:
+        found = _NO_SCHEME_CREDENTIALS.match(url)
+    else:
+        found = _LOOSE_CREDENTIALS.match(url, prefix.end())
+        if found is None and not prefix.group().endswith("/"):
+            found = _LOOSE_CREDENTIALS.match(url)  # "user:secret@host": no scheme at all
+    if found is None:
+        return url
+    return f"{url[: found.start()]}{found.group(1)}:***@{url[found.end() :]}"
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, for logs and error messages."""
+    """The URL with any password replaced by ``***``, for logs and error messages.
+
+    Errs on the side of hiding: in a URL whose path or query holds an '@' after a 'host:port',
+    the part in between is hidden too.
+    """
     try:
         parts = urlsplit(url)
         if parts.password is None:
-            return url
+            return _hide_loose_password(url)
         netloc = parts.netloc.rsplit("@", 1)[1]
         user = parts.username or ""
         return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
     except ValueError:
         return "<unparseable URL>"
+
+
+def malformed_url_error(url: str, exc: ValueError) -> ConfigurationError:
+    """The error for a URL ``urlsplit`` refused with ``exc``, without ``exc``'s own text when
+    that quotes the host part or the port (either may be the password)."""
+    reason = str(exc)
+    if "netloc" in reason:
+        reason = "its user, password or host has characters that normalize to / ? # @ or :"
+    elif "Port" in reason:
+        # A password with an unencoded '/' ends the host part early and is read as the port.
+        reason = "bad port"
+    return ConfigurationError(f"malformed store URL {redact_url(url)!r}: {reason}")
 
 
 def _scheme_of(url: str) -> str:
@@ -148,7 +188,7 @@ def parse_store_url(url: str, options: dict[str, Any] | None = None) -> StoreURL
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigurationError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
+        raise malformed_url_error(url, exc) from None
     merged: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
     merged.update(options or {})
     return StoreURL(

@@ -233,6 +233,13 @@ class DynamoDBStore:
                 f"DynamoDB table name {table!r} is invalid: 3 to 255 characters of "
                 "A-Z a-z 0-9 _ . -"
             )
+        if isinstance(endpoint_url, str) and "@" in endpoint_url.split("?", 1)[0]:
+            # botocore logs and reports the endpoint as given, password and all; DynamoDB
+            # signs requests with AWS credentials and never reads these.
+            raise ConfigurationError(
+                "endpoint_url must not carry a user or password (DynamoDB takes credentials "
+                f"from the AWS chain): {redact_url(endpoint_url)!r}"
+            )
         if not callable(clock):
             raise ConfigurationError(
                 f"clock must be a callable returning epoch seconds, not {clock!r}"
@@ -275,6 +282,12 @@ class DynamoDBStore:
         clock_skew, compress_min_bytes, max_attempts, connect_timeout, read_timeout,
         max_pool_connections, max_key_length (and ``session``, ``clock`` as keywords)."""
         parsed = parse_store_url(url, options)
+        if parsed.username is not None or parsed.password is not None or parsed.port is not None:
+            # Not a table name; and the error must not echo a password.
+            raise ConfigurationError(
+                "a DynamoDB store URL takes no user, password or port (credentials come from "
+                f"the AWS chain): dynamodb://TABLE?region=..., not {redact_url(url)!r}"
+            )
         if parsed.path not in ("", "/") or not parsed.netloc:
             raise ConfigurationError(
                 f"a DynamoDB store URL names its table: dynamodb://TABLE?region=..., "

@@ -35,6 +35,7 @@ from idemstore.records import (
     check_limit,
     check_response,
     check_timeout,
+    lease_owns_nothing,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
@@ -522,11 +523,19 @@ class PostgresStore:
             return Reservation(outcome, lease=lease, takeover=row["takeover"])
         return Reservation(outcome, record=self._record(scope, key, row))
 
+    def _may_hold(self, lease: Lease) -> bool:
+        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
+        could hold ``lease`` at all (a forged fence or token owns nothing: no I/O)."""
+        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
+        return not lease_owns_nothing(lease)
+
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
         response = check_response(response)
         keep = check_duration("retention", retention if retention is not None else lease.retention)
+        if not self._may_hold(lease):
+            return False
         done: bool = await self._fetchval(
             "complete",
             lease.scope,
@@ -541,6 +550,8 @@ class PostgresStore:
         return done
 
     async def release(self, lease: Lease) -> bool:
+        if not self._may_hold(lease):
+            return False
         done: bool = await self._fetchval(
             "release",
             lease.scope,
@@ -554,6 +565,8 @@ class PostgresStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if not self._may_hold(lease):
+            return None
         deadline = await self._fetchval(
             "extend", lease.scope, lease.key, lease.token, lease.fence, _seconds(lease_ttl)
         )

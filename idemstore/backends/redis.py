@@ -36,7 +36,15 @@ from idemstore.records import (
     check_timeout,
     new_token,
 )
-from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
+from idemstore.urls import (
+    malformed_url_error,
+    parse_store_url,
+    pop_bool,
+    pop_float,
+    pop_int,
+    pop_str,
+    redact_url,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -271,9 +279,15 @@ def record_key(prefix: str, scope: str, key: str) -> bytes:
     return f"{prefix}{{{scope.translate(_SCOPE_ESCAPES)}:{key.translate(_KEY_ESCAPES)}}}".encode()
 
 
+# Durations are capped at 100 years: deadlines in microseconds must stay integers a Lua double
+# holds exactly (below 2**53, about the year 2255), and PEXPIREAT refuses larger ones, so a
+# lease_ttl or retention of, say, 1e300 would otherwise fail every reserve.
+MAX_DURATION = 100 * 365.25 * 86400
+
+
 @functools.lru_cache(maxsize=256)  # callers reuse a handful of lease/retention durations
 def _micros(seconds: float) -> str:
-    return str(max(1, round(seconds * 1_000_000)))
+    return str(max(1, round(min(seconds, MAX_DURATION) * 1_000_000)))
 
 
 def _seconds(micros: bytes | int) -> float:
@@ -578,7 +592,7 @@ class RedisStore:
         self._prefix = prefix
         self._operation_timeout = operation_timeout
         self._queue_timeout = operation_timeout or socket_timeout
-        self._grace_ms = str(math.ceil(expiry_grace * 1000))
+        self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000))
         self._max_key_length = max_key_length
         self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
         options: dict[str, Any] = {
@@ -612,7 +626,7 @@ class RedisStore:
         try:
             parts = urlsplit(url)
         except ValueError as exc:
-            raise ConfigurationError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
+            raise malformed_url_error(url, exc) from None
         userinfo, _, hosts = parts.netloc.rpartition("@")
         nodes = [_host_port(item, url) for item in hosts.split(",") if item]
         if not nodes:
@@ -629,7 +643,7 @@ class RedisStore:
         if path:
             if not path.isdigit():
                 raise ConfigurationError(
-                    f"the path of a redis URL is a database number, not {parsed.path!r}"
+                    f"the path of a redis URL is a database number: {redact_url(url)!r}"
                 )
             db = int(path)
         db = pop_int(parsed.options, "db", db)
@@ -1026,5 +1040,6 @@ def _host_port(item: str, url: str) -> tuple[str, int]:
     if not port:
         return host, DEFAULT_PORT
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigurationError(f"store URL {redact_url(url)!r} has a bad port {port!r}")
+        # Not echoed: a password with an unencoded '/' ends the host part early and lands here.
+        raise ConfigurationError(f"store URL {redact_url(url)!r} has a bad port")
     return host, int(port)

@@ -46,6 +46,7 @@ from idemstore.records import (
     check_limit,
     check_response,
     check_timeout,
+    lease_owns_nothing,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
@@ -226,32 +227,6 @@ def _busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
-
-
-# SQLite integers are 64-bit signed; binding a larger Python int raises OverflowError.
-_INT64 = range(-(2**63), 2**63)
-
-
-def _unmatchable(lease: Lease) -> bool:
-    """Whether no row could hold ``lease``'s token and fence, so it owns nothing.
-
-    Checked before binding: a forged or corrupted lease must fail the owner check like any other
-    stale lease (as in memory.py), not raise OverflowError or UnicodeEncodeError from the driver,
-    nor match through SQLite's type affinity (the text ``'1'`` equals an INTEGER column's 1).
-    """
-    fence, token = lease.fence, lease.token
-    if isinstance(fence, int):
-        if fence not in _INT64:
-            return True
-    elif not isinstance(fence, float):
-        return True
-    if not isinstance(token, str):
-        return True
-    try:
-        token.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _live(rows: Sequence[Sequence[Any]], now: float) -> Record | None:
@@ -646,7 +621,7 @@ class SQLiteStore:
         """``InvalidKeyError`` for a key or scope no record could have; else whether a row
         could hold ``lease`` at all (False: it owns nothing, no I/O needed)."""
         check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
-        return not _unmatchable(lease)
+        return not lease_owns_nothing(lease)
 
     def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
         return {

@@ -223,6 +223,14 @@ def _parse(line: bytes) -> Any:
         return None
 
 
+def _writable_id(request_id: object) -> bool:
+    try:
+        json.dumps(request_id, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
 def _id_key(request_id: object) -> str:
     return json.dumps(request_id, sort_keys=True)
 
@@ -482,6 +490,12 @@ class IdempotentProxy:
             kind, key = "derived", ""
         else:
             return False
+        if not _writable_id(request_id):
+            # NaN or Infinity (non-standard JSON, or a literal like 1e400): no JSON answer can
+            # carry this id, so answer as JSON-RPC does when the id cannot be read.
+            message_text = "the request id is not a JSON value (NaN or Infinity)"
+            await self._send_client(_error_line(None, INVALID_REQUEST, message_text))
+            return True
         if not isinstance(arguments, dict):
             if kind == "derived":
                 return False  # the server answers it as it would without the proxy
