@@ -44,9 +44,9 @@ def headline(results: dict[str, object]) -> str:
 
     top = max(r["concurrency"] for r in rows if r["scenario"] == "fresh")
     lines = [
-        f"`reserve`+`complete` on new keys (`fresh`) and `reserve` on completed keys (`replay`), "
-        f"p50 in ms and the ratio to the engine's raw-driver floor in the same run; "
-        f"{meta['cpus']} CPUs ({meta['machine']}), {meta['started_at'][:10]}:",
+        f"`reserve`+`complete` on new keys (`fresh`: two writes) and `reserve` on completed keys "
+        f"(`replay`), p50 in ms, and the ratio to the engine's raw-driver floor (one bare write) "
+        f"in the same run; {meta['cpus']} CPUs ({meta['machine']}), {meta['started_at'][:10]}:",
         "",
         f"| backend | fresh p50, 1 worker | x floor | fresh ops/s, {top} workers | replay p50 | "
         "x floor | exactly once |",
