@@ -109,13 +109,33 @@ if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now th
 end
 """
 
-# ARGV: token, fence, response, retention_us, grace_ms. Reply: 1 or nil.
+
+def _finish_check(finished: str, nonce: int) -> str:
+    """``_HOLDER_CHECK`` for the calls that end a lease (``complete``, ``release``).
+
+    They store their call's nonce in ``nc``. redis-py resends a call whose reply was lost
+    (the connection broke after the script ran); the resent call then finds the key already
+    ``finished`` by its own token, fence and nonce, and answers 1 as the first run did, not
+    nil, which would tell the caller it was fenced out and nothing was written.
+    """
+    return f"""
+local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fen', 'ea', 'la', 'nc')
+if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now then
+  if h[1] == '{finished}' and h[2] == ARGV[1] and h[3] == ARGV[2] and h[6] == ARGV[{nonce}] then
+    return 1
+  end
+  return false
+end
+"""
+
+
+# ARGV: token, fence, response, retention_us, grace_ms, nonce. Reply: 1 or nil.
 _COMPLETE = (
     _PRELUDE
-    + _HOLDER_CHECK
+    + _finish_check("c", 6)
     + """
 local ea = now + ARGV[4]
-redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', ea)
+redis.call('HSET', KEYS[1], 'st', 'c', 'res', ARGV[3], 'ea', ea, 'nc', ARGV[6])
 redis.call('HDEL', KEYS[1], 'la')
 redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
 redis.call('PUBLISH', KEYS[1], 'c')
@@ -123,13 +143,13 @@ return 1
 """
 )
 
-# ARGV: token, fence. Reply: 1 or nil. The hash stays as a tombstone (with its fence) until
-# the key expires, so the next acquisition gets a higher fence than any lease handed out.
+# ARGV: token, fence, nonce. Reply: 1 or nil. The hash stays as a tombstone (with its fence)
+# until the key expires, so the next acquisition gets a higher fence than any lease handed out.
 _RELEASE = (
     _PRELUDE
-    + _HOLDER_CHECK
+    + _finish_check("r", 3)
     + """
-redis.call('HSET', KEYS[1], 'st', 'r')
+redis.call('HSET', KEYS[1], 'st', 'r', 'nc', ARGV[3])
 redis.call('HDEL', KEYS[1], 'la')
 redis.call('PUBLISH', KEYS[1], 'r')
 return 1
@@ -755,13 +775,14 @@ class RedisStore:
             response,
             _micros(keep),
             self._grace_ms,
+            new_token(),
         )
         return reply is not None
 
     async def release(self, lease: Lease) -> bool:
         self._check_open()
         reply = await self._run(
-            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence)
+            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence), new_token()
         )
         return reply is not None
 
