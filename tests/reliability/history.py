@@ -408,9 +408,8 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
             op = event.get("op", kind)
             if kind == "end":
                 op = "release" if event["outcome"].startswith("release") else "complete"
-            if op != "wait":
-                seconds = event["t1"] - event["t0"]
-                report.max_call_seconds[op] = max(report.max_call_seconds.get(op, 0.0), seconds)
+            seconds = event["t1"] - event["t0"]
+            report.max_call_seconds[op] = max(report.max_call_seconds.get(op, 0.0), seconds)
         if kind == "reserve":
             counts["attempts"] += 1
             if event["probe"]:
