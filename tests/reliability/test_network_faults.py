@@ -1,7 +1,8 @@
 """Network faults between the store and its engine (tests/reliability/fault_proxy.py in front
-of PostgreSQL and Redis): every call ends in a result or a typed ``IdemstoreError`` within a
-bound the configured timeouts give, the store carries on by itself once the network is back,
-and the history of worker processes running through the faults still checks out."""
+of PostgreSQL, Redis and, for the single-fault tests, DynamoDB's endpoint): every call ends in
+a result or a typed ``IdemstoreError`` within a bound the configured timeouts give, the store
+carries on by itself once the network is back, and the history of worker processes running
+through the faults still checks out."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -41,9 +42,20 @@ class Proxied:
     bound: float  # the longest a call may take: what its timeouts allow, plus SLACK
 
 
+def engine_address(url: str) -> tuple[str, int]:
+    """Where the store at ``url`` connects: its host, or its ``endpoint_url`` (DynamoDB)."""
+    endpoint = dict(parse_qsl(urlsplit(url).query)).get("endpoint_url")
+    parts = urlsplit(endpoint or url)
+    return parts.hostname or "127.0.0.1", parts.port or 0
+
+
 def via(url: str, port: int) -> str:
-    """``url`` with its host and port replaced by the proxy's."""
+    """``url`` with the engine's address replaced by the proxy's."""
     parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    if "endpoint_url" in query:
+        query["endpoint_url"] = f"http://127.0.0.1:{port}"
+        return urlunsplit(parts._replace(query=urlencode(query)))
     user = parts.netloc.rpartition("@")[0]
     netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
     return urlunsplit(parts._replace(netloc=netloc))
@@ -52,8 +64,14 @@ def via(url: str, port: int) -> str:
 # Per backend: the fixture of a fresh store URL, the timeout options, and the bound they give.
 # Redis: each of retries + 1 attempts waits at most for a connection and a reply, with at most
 # 0.5 s of backoff between them. PostgreSQL: a connection (when the pool needs a new one), then
-# the statement (asyncpg does not retry).
+# the statement (asyncpg does not retry). DynamoDB: each of max_attempts waits for a
+# connection and a reply, with the SDK's backoff (at most 2 s before the second attempt).
 BACKENDS: dict[str, tuple[str, str, float]] = {
+    "dynamodb": (
+        "dynamodb_store_url",
+        "connect_timeout=0.5&read_timeout=0.5&max_attempts=2",
+        2 * (0.5 + 0.5) + 2 + SLACK,
+    ),
     "postgres": (
         "postgres_store_url",
         "command_timeout=1&connect_timeout=1",
@@ -71,8 +89,7 @@ BACKENDS: dict[str, tuple[str, str, float]] = {
 def proxied(request: pytest.FixtureRequest, seed: int) -> Iterator[Proxied]:
     fixture, options, bound = BACKENDS[request.param]
     direct = request.getfixturevalue(fixture)
-    target = urlsplit(direct)
-    proxy = FaultProxy(target.hostname or "127.0.0.1", target.port or 0, seed=seed).start()
+    proxy = FaultProxy(*engine_address(direct), seed=seed).start()
     try:
         url = via(direct, proxy.port) + "&" + options
         yield Proxied(request.param, url, direct, proxy, bound)
@@ -269,6 +286,9 @@ class NetworkFaultSchedule(FaultScenario):
 
 
 @pytest.mark.slow
+# DynamoDB (moto) runs these histories about four times slower; its single-fault tests above
+# and its SIGKILL history (test_history.py) cover it.
+@pytest.mark.parametrize("proxied", ["postgres", "redis"], indirect=True)
 def test_history_holds_through_network_faults(
     proxied: Proxied,
     tmp_path: Path,
