@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import json
@@ -50,17 +49,21 @@ class Result:
 class _Heartbeat:
     """Extends a lease about every third of its length until stopped or lost."""
 
-    __slots__ = ("_store", "_task", "_ttl", "lease", "lost")
+    __slots__ = ("_stopping", "_store", "_task", "_ttl", "lease", "lost")
 
     def __init__(self, store: IdempotencyStore, lease: Lease, ttl: float) -> None:
         self._store = store
         self._ttl = ttl
         self.lease = lease
         self.lost = False
+        self._stopping = False
         self._task = asyncio.create_task(self._beat(), name=f"idemstore-heartbeat:{lease.key}")
 
     async def _beat(self) -> None:
-        while True:
+        # The flag, not only cancel(), ends the loop: a driver may swallow a cancellation that
+        # lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
+        # CPython gh-86296), and the loop must still end after that call.
+        while not self._stopping:
             await asyncio.sleep(self._ttl / 3)
             try:
                 extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
@@ -75,9 +78,11 @@ class _Heartbeat:
             self.lease = extended
 
     async def stop(self) -> None:
+        self._stopping = True
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        # gather, not suppress(CancelledError): a cancellation of our caller while it waits
+        # here must propagate, only the heartbeat's own is expected.
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 class Idempotency:
