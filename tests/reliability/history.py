@@ -273,9 +273,10 @@ class Worker:
         rng = self._rng
         key = lease.key
         held = [lease]
+        stopping = asyncio.Event()
         beat = None
         if rng.random() < config.heartbeat_probability:
-            beat = asyncio.create_task(self._heartbeat(held))
+            beat = asyncio.create_task(self._heartbeat(held, stopping))
         if rng.random() < config.long_work_probability:
             work = rng.uniform(config.lease_ttl * 0.8, config.long_work_max)
         else:
@@ -286,6 +287,9 @@ class Worker:
             # On cancellation (an in-process "kill") the heartbeat dies with the work, as it
             # would with the process.
             if beat is not None:
+                # The flag too: redis-py on Python 3.11 may swallow the cancel (see
+                # tests/reliability/test_cancellation.py).
+                stopping.set()
                 beat.cancel()
                 await asyncio.gather(beat, return_exceptions=True)
         lease = held[0]
@@ -309,9 +313,9 @@ class Worker:
         self._log.write(ev="end", **ids, t0=t0, t1=time.time(), outcome=outcome)
         return ok and stored is True
 
-    async def _heartbeat(self, held: list[Lease]) -> None:
+    async def _heartbeat(self, held: list[Lease], stopping: asyncio.Event) -> None:
         ttl = self.config.lease_ttl
-        while True:
+        while not stopping.is_set():
             await asyncio.sleep(ttl / 3)
             lease = held[0]
             t0 = time.time()
