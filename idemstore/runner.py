@@ -54,17 +54,21 @@ class _Heartbeat:
     try them; ``lapsed`` is only for logging.
     """
 
-    __slots__ = ("_store", "_task", "_ttl", "lapsed", "lease")
+    __slots__ = ("_stopping", "_store", "_task", "_ttl", "lapsed", "lease")
 
     def __init__(self, store: IdempotencyStore, lease: Lease, ttl: float) -> None:
         self._store = store
         self._ttl = ttl
         self.lease = lease
         self.lapsed = False
+        self._stopping = False
         self._task = asyncio.create_task(self._beat(), name=f"idemstore-heartbeat:{lease.key}")
 
     async def _beat(self) -> None:
-        while True:
+        # The flag, not only cancel(), ends the loop: a driver may swallow a cancellation that
+        # lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
+        # CPython gh-86296), and the loop must still end after that call.
+        while not self._stopping:
             await asyncio.sleep(self._ttl / 3)
             try:
                 extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
@@ -79,6 +83,7 @@ class _Heartbeat:
             self.lease = extended
 
     async def stop(self) -> None:
+        self._stopping = True
         self._task.cancel()
         # asyncio.wait, not await: the heartbeat's own CancelledError must not be confused
         # with (and swallow) a cancellation of the caller arriving meanwhile.

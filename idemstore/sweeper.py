@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Self
 
@@ -49,13 +48,19 @@ class Sweeper:
                 return total
 
     async def _loop(self) -> None:
-        while True:
+        # Ends once stop() forgot this task, not only on cancel(): a driver may swallow a
+        # cancellation that lands as its call completes (redis-py through asyncio.wait_for on
+        # Python 3.11, CPython gh-86296).
+        me = asyncio.current_task()
+        while self._task is me:
             try:
                 removed = await self.sweep_once()
                 if removed:
                     logger.info("swept %d expired idempotency records", removed)
             except Exception:
                 logger.exception("idempotency sweep failed; retrying in %.1fs", self.every)
+            if self._task is not me:
+                return
             await asyncio.sleep(self.every)
 
     def start(self) -> None:
@@ -66,8 +71,8 @@ class Sweeper:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # gather, not suppress(CancelledError): our caller's own cancellation propagates.
+            await asyncio.gather(task, return_exceptions=True)
 
     @property
     def running(self) -> bool:

@@ -1,0 +1,1 @@
+"""Reliability: histories under kills, engine restarts, network faults and bad input."""

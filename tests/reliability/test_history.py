@@ -1,0 +1,219 @@
+"""Worker processes killed with SIGKILL in mid-work never make a key run twice while its lease
+lives, and every replay is the one stored result (history check, tests/reliability/history.py).
+The checker itself is tested first, on histories with each kind of broken promise."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from idemstore import Record, Status, open_store
+from tests.reliability.history import (
+    check_history,
+    run_history,
+    run_history_in_process,
+)
+from tests.test_process_race import SHARED_STORE_URL_FIXTURES
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from tests.reliability.history import HistoryReport
+
+TTL = 0.5
+
+
+def assert_history_holds(report: HistoryReport) -> None:
+    assert report.violations == [], report.summary()
+    assert report.untyped_errors == [], report.summary()
+    assert report.counts["duplicates found"] == 0
+
+
+def report_row(report: HistoryReport) -> dict[str, Any]:
+    return {**report.run, **report.counts, "max_call_seconds": report.max_call_seconds}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", sorted(SHARED_STORE_URL_FIXTURES))
+def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
+    request: pytest.FixtureRequest,
+    backend: str,
+    tmp_path: Path,
+    seed: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
+    report = run_history(url, tmp_path, workers=4, keys_per_round=30, kills=6, seed=seed)
+    report_counts({"backend": backend, **report_row(report)})
+    assert_history_holds(report)
+    assert report.run["kills"] >= 1
+    assert report.counts["executions"] >= report.counts["keys"]
+
+
+async def test_cancelled_worker_tasks_never_run_a_key_twice_on_memory(
+    tmp_path: Path, seed: int, report_counts: Callable[[dict[str, Any]], None]
+) -> None:
+    async with open_store("memory://") as store:
+        report = await run_history_in_process(
+            store, tmp_path, workers=4, keys_per_round=30, kills=6, seed=seed
+        )
+    report_counts({"backend": "memory", **report_row(report)})
+    assert_history_holds(report)
+    assert report.run["kills"] >= 1
+
+
+# -- the checker catches what it must ---------------------------------------------------------
+
+
+def acquired(key: str, fence: int, at: float, *, takeover: bool = False, w: str = "a") -> Any:
+    return {
+        "ev": "reserve",
+        "w": w,
+        "key": key,
+        "t0": at,
+        "t1": at,
+        "outcome": "acquired",
+        "probe": False,
+        "fence": fence,
+        "token": f"tok{fence}",
+        "takeover": takeover,
+        "lease_expires_at": at + TTL,
+        "acquired_at": at,
+    }
+
+
+def completed(key: str, fence: int, at: float, response: bytes, outcome: str = "completed") -> Any:
+    ids = {"w": "a", "key": key, "fence": fence, "token": f"tok{fence}"}
+    return [
+        {"ev": "completing", **ids, "t0": at, "response": response.hex()},
+        {"ev": "end", **ids, "t0": at, "t1": at, "outcome": outcome},
+    ]
+
+
+def replayed(key: str, fence: int, response: bytes, *, w: str = "b") -> Any:
+    return {
+        "ev": "reserve",
+        "w": w,
+        "key": key,
+        "t0": 9.0,
+        "t1": 9.0,
+        "outcome": "replayed",
+        "probe": False,
+        "fence": fence,
+        "token": f"tok{fence}",
+        "status": "completed",
+        "response": response.hex(),
+    }
+
+
+def final(key: str, fence: int, response: bytes) -> dict[str, Record | None]:
+    record = Record("", key, "fp", Status.COMPLETED, f"tok{fence}", fence, response, 0, 99, None)
+    return {key: record}
+
+
+def test_checker_passes_a_takeover_after_the_lease_lapsed() -> None:
+    events = [
+        acquired("k", 1, 1.0),  # killed in mid-work: no end
+        acquired("k", 2, 1.0 + TTL, takeover=True, w="b"),
+        *completed("k", 2, 2.0, b"r"),
+        replayed("k", 2, b"r"),
+    ]
+    report = check_history(events, final("k", 2, b"r"))
+    assert report.violations == []
+    assert report.counts["killed in mid-work"] == 1
+    assert report.counts["re-executions"] == 1
+
+
+def test_checker_catches_a_second_execution_while_the_lease_lives() -> None:
+    events = [
+        acquired("k", 1, 1.0),
+        acquired("k", 2, 1.2, takeover=True),
+        *completed("k", 2, 2, b"r"),
+    ]
+    report = check_history(events, final("k", 2, b"r"))
+    assert any("executed again" in v for v in report.violations)
+    assert report.counts["duplicates found"] == 1
+
+
+def test_checker_catches_a_heartbeat_extended_lease_taken_over() -> None:
+    extend = {
+        "ev": "extend",
+        "w": "a",
+        "key": "k",
+        "fence": 1,
+        "token": "tok1",
+        "t0": 1.3,
+        "t1": 1.3,
+        "lease_expires_at": 1.3 + TTL,
+    }
+    events = [
+        acquired("k", 1, 1.0),
+        extend,
+        acquired("k", 2, 1.0 + TTL, takeover=True),
+        *completed("k", 2, 2, b"r"),
+    ]
+    report = check_history(events, final("k", 2, b"r"))
+    assert any("executed again" in v for v in report.violations)
+
+
+def test_checker_catches_a_stale_owner_that_completed() -> None:
+    events = [
+        acquired("k", 1, 1.0),
+        acquired("k", 2, 2.0, takeover=True),
+        *completed("k", 1, 2.5, b"stale"),
+        *completed("k", 2, 3.0, b"r", outcome="lost"),
+    ]
+    report = check_history(events, final("k", 1, b"stale"))
+    assert any("stale owner" in v for v in report.violations)
+
+
+def test_checker_catches_two_acknowledged_completions() -> None:
+    events = [
+        acquired("k", 1, 1.0),
+        *completed("k", 1, 1.1, b"one"),
+        acquired("k", 2, 5.0, takeover=True),
+        *completed("k", 2, 5.1, b"two"),
+    ]
+    report = check_history(events, final("k", 2, b"two"))
+    assert any("2 completions acknowledged" in v for v in report.violations)
+
+
+def test_checker_catches_a_replay_that_differs_by_one_byte() -> None:
+    events = [acquired("k", 1, 1.0), *completed("k", 1, 1.1, b"r\x00"), replayed("k", 1, b"r\x01")]
+    report = check_history(events, final("k", 1, b"r\x00"))
+    assert any("differs from the stored one" in v for v in report.violations)
+
+
+def test_checker_catches_a_lost_acknowledged_completion() -> None:
+    # The store forgot fence 1's completion (say, a crash), so the key ran again from fence 1.
+    events = [
+        acquired("k", 1, 1.0),
+        *completed("k", 1, 1.1, b"first"),
+        acquired("k", 1, 3.0, w="b") | {"token": "other"},
+    ]
+    events.append({**events[-1], "ev": "completing", "response": b"second".hex()})
+    events.append({**events[-2], "ev": "end", "outcome": "completed"})
+    record = Record("", "k", "fp", Status.COMPLETED, "other", 1, b"second", 0, 99, None)
+    report = check_history(events, {"k": record})
+    assert any("fence 1 acquired after fence 1" in v for v in report.violations)
+    assert any("acknowledged completion (fence 1) was lost" in v for v in report.violations)
+
+
+def test_checker_catches_a_refused_complete_that_was_stored() -> None:
+    events = [acquired("k", 1, 1.0), *completed("k", 1, 1.1, b"r", outcome="lost")]
+    report = check_history(events, final("k", 1, b"r"))
+    assert any("complete said 'lost'" in v for v in report.violations)
+
+
+def test_checker_catches_other_arguments_acquiring_a_key() -> None:
+    probe = acquired("k", 2, 3.0) | {"probe": True}
+    events = [acquired("k", 1, 1.0), *completed("k", 1, 1.1, b"r"), probe]
+    report = check_history(events, final("k", 1, b"r"))
+    assert any("other arguments acquired" in v for v in report.violations)
+
+
+def test_checker_catches_a_key_left_unfinished() -> None:
+    report = check_history([acquired("k", 1, 1.0)], {"k": None})
+    assert any("not completed at the end" in v for v in report.violations)
