@@ -388,7 +388,7 @@ class SQLiteStore:
                         )
                         # WAL: readers never block the writer and vice versa, and processes share
                         # the file safely. An in-memory database answers "memory": fine.
-                        await self._enable_wal(conn)
+                        await conn.execute("PRAGMA journal_mode = WAL")
                         await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
                     except BaseException:
                         await conn.close()
@@ -399,26 +399,6 @@ class SQLiteStore:
                     self._check_open()
                 self._conn = conn
             return self._conn
-
-    async def _enable_wal(self, conn: aiosqlite.Connection) -> None:
-        """``PRAGMA journal_mode = WAL``, retried for up to ``busy_timeout``.
-
-        Switching a fresh file to WAL takes a lock that SQLite tries once, without the busy
-        handler: of several connections opening a new file at once, the losers got "database
-        is locked" at once (about one race in twenty here) instead of waiting their turn.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._busy_timeout
-        pause = 0.005
-        while True:
-            try:
-                await conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or loop.time() >= deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.1)
 
     async def _connected(self) -> aiosqlite.Connection:
         """The connection, once the schema is known to be current (migrating it if allowed)."""

@@ -216,18 +216,6 @@ async def test_stores_opening_a_fresh_file_at_once_migrate_it_once(tmp_path: Pat
     assert versions(path) == [(m.name, m.checksum) for m in load_migrations("sqlite")]
 
 
-async def test_stores_racing_to_switch_fresh_files_to_wal_all_connect(tmp_path: Path) -> None:
-    # SQLite tries the lock for the switch to WAL once, without the busy handler: the losers
-    # of this race used to fail at once with "database is locked" (about one race in twenty).
-    for index in range(40):
-        path = tmp_path / f"fresh-{index}.db"
-        stores = [SQLiteStore(str(path)) for _ in range(4)]
-        try:
-            await asyncio.gather(*(store.ping() for store in stores))
-        finally:
-            await asyncio.gather(*(store.close() for store in stores))
-
-
 async def test_the_dry_run_sql_run_by_hand_yields_the_migrated_schema(tmp_path: Path) -> None:
     by_hand, by_store = tmp_path / "by_hand.db", tmp_path / "by_store.db"
     store = SQLiteStore(str(by_hand))
