@@ -225,6 +225,28 @@ async def test_a_lost_reply_never_turns_a_stored_completion_into_a_refusal(
                 assert record.response == b"stored"
 
 
+async def test_a_lost_reply_never_turns_a_release_into_a_refusal(proxied: Proxied) -> None:
+    async with open_store(proxied.url) as store:
+        for _ in range(3):
+            key = new_key()
+            await warm_up(store)
+            lease = await acquire(store, key)
+            await store.release(await acquire(store, new_key()))  # prepares release too
+            proxied.proxy.drop_next_reply()
+            result, seconds = await timed(lambda: store.release(lease))  # noqa: B023
+            assert result is True or isinstance(result, StoreUnavailableError), result
+            assert seconds < proxied.bound
+            await recovered(store)
+            again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+            if again.outcome is Outcome.IN_PROGRESS:
+                # The cut came before the release ran: the holder still holds the key.
+                assert result is not True
+                assert await store.release(lease) is True
+            else:
+                assert again.outcome is Outcome.ACQUIRED and again.lease is not None
+                assert again.lease.fence == lease.fence + 1 and not again.takeover
+
+
 async def test_a_lost_reserve_reply_leaves_the_key_to_lapse_not_to_run_twice(
     proxied: Proxied,
 ) -> None:
