@@ -411,30 +411,39 @@ class SQLiteStore:
         async with self._open_lock:
             self._check_open()
             if self._conn is None:
-                with self._errors():
-                    conn = aiosqlite.connect(
-                        self._database, isolation_level=None, timeout=BUSY_ATTEMPT
-                    )
-                    try:
-                        await conn
-                    except BaseException:
-                        await _stopped(conn)
-                        raise
-                    try:
-                        # WAL: readers never block the writer and vice versa, and processes share
-                        # the file safely. An in-memory database answers "memory": fine. Turning
-                        # a fresh file to WAL needs its lock, which another opener may hold.
-                        await self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-                        await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
-                    except BaseException:
-                        await conn.close()
-                        raise
-                if self._closed:
-                    # close() ran while we connected: do not leave a connection behind.
-                    await conn.close()
-                    self._check_open()
-                self._conn = conn
+
+                async def setup(conn: aiosqlite.Connection) -> None:
+                    # WAL: readers never block the writer and vice versa, and processes share
+                    # the file safely. An in-memory database answers "memory": fine. Turning
+                    # a fresh file to WAL needs its lock, which another opener may hold.
+                    await self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+                    await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+
+                self._conn = await self._open_connection(setup)
             return self._conn
+
+    async def _open_connection(
+        self, setup: Callable[[aiosqlite.Connection], Awaitable[None]]
+    ) -> aiosqlite.Connection:
+        """A new connection with ``setup`` run on it, closed again if that fails or the store
+        was closed meanwhile. Called under ``_open_lock``."""
+        with self._errors():
+            conn = aiosqlite.connect(self._database, isolation_level=None, timeout=BUSY_ATTEMPT)
+            try:
+                await conn
+            except BaseException:
+                await _stopped(conn)
+                raise
+            try:
+                await setup(conn)
+            except BaseException:
+                await conn.close()
+                raise
+        if self._closed:
+            # close() ran while we connected: do not leave a connection behind.
+            await conn.close()
+            self._check_open()
+        return conn
 
     async def _connected(self) -> aiosqlite.Connection:
         """The connection, once the schema is known to be current (migrating it if allowed)."""
@@ -505,25 +514,12 @@ class SQLiteStore:
         async with self._open_lock:
             self._check_open()
             if self._reader is None:
-                with self._errors():
-                    conn = aiosqlite.connect(
-                        self._database, isolation_level=None, timeout=BUSY_ATTEMPT
-                    )
-                    try:
-                        await conn
-                    except BaseException:
-                        await _stopped(conn)
-                        raise
-                    try:
-                        # Opened after the write connection made the file WAL and migrated it.
-                        await conn.execute("PRAGMA query_only = ON")
-                    except BaseException:
-                        await conn.close()
-                        raise
-                if self._closed:
-                    await conn.close()
-                    self._check_open()
-                self._reader = conn
+
+                async def setup(conn: aiosqlite.Connection) -> None:
+                    # Opened after the write connection made the file WAL and migrated it.
+                    await conn.execute("PRAGMA query_only = ON")
+
+                self._reader = await self._open_connection(setup)
             return self._reader
 
     async def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
