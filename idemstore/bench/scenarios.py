@@ -225,7 +225,15 @@ async def run_floor(floor: Floor, scenario: str, load: Load, prefix: str) -> Tim
 
 
 def hasher_value(size: int) -> dict[str, Any]:
-    """Tool-call arguments of about ``size`` bytes of JSON: nested objects, floats, Unicode."""
+    """Tool-call arguments of about ``size`` bytes of JSON, built deterministically.
+
+    The base is a small ``charge_card`` call; past it, order lines are added until the JSON is
+    ``size`` bytes, each shaped like a real API object: non-ASCII text (accents, CJK, emoji),
+    quotes and newlines to escape, ints, prices and coordinates as floats, integral and tiny
+    floats, nulls, booleans, nested objects and arrays, keys with accents, and now and then
+    emoji keys (which sort by UTF-16 code units, not code points). Every value stays in
+    RFC 8785's domain (no integer beyond 2**53), so ``rfc8785`` can hash it too.
+    """
     value: dict[str, Any] = {
         "name": "charge_card",
         "arguments": {
@@ -240,10 +248,49 @@ def hasher_value(size: int) -> dict[str, Any]:
         },
     }
     items: list[dict[str, Any]] = value["arguments"]["items"]
+    rng = random.Random(size)
     while len(json.dumps(value)) < size:
-        n = len(items)
-        items.append({"sku": f"sku-{n}", "qty": n % 7 + 1, "price": round(9.99 + n * 1.5, 2)})
+        items.append(_order_line(rng, len(items)))
     return value
+
+
+_TITLES = (
+    "Kaffeebohnen, 1 kg — Röstung „mittel“",
+    "抹茶ラテ（無糖）",
+    'Café crème "Grand Cru" ☕',
+    "Pão de queijo congelado",
+    "Смесь орехов и сухофруктов",
+    "Ørret-filet, røkt",
+    "Brötchen mit Kürbiskernen 🎃",
+    "Spicy ramen 🍜 (extra hot)",
+)
+_COLOURS = ("dunkelblau", "rot", "grün", "weiß", "naturfarben")
+
+
+def _order_line(rng: random.Random, n: int) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "sku": f"SKU-{n:05d}",
+        "title": rng.choice(_TITLES),
+        "qty": rng.randint(1, 12),
+        "unit_price": rng.choice((round(rng.uniform(0.5, 250), 2), float(rng.randint(1, 40)))),
+        "discount": rng.choice((None, 0.1, 0.15)),
+        "tax": {"rate": rng.choice((0.19, 0.07, 0.2)), "included": rng.random() < 0.5},
+        "dimensions_cm": [round(rng.uniform(1, 60), 1) for _ in range(3)],
+        "weight_kg": round(rng.uniform(0.05, 12), 3),
+        "attributes": {"größe": rng.choice("SMLX"), "farbe": rng.choice(_COLOURS)},
+        "warehouse": {
+            "id": f"wh_{rng.randrange(16**8):08x}",
+            "location": [round(rng.uniform(-60, 70), 6), round(rng.uniform(-180, 180), 6)],
+            "stock": rng.randint(0, 50_000),
+        },
+        "tags": rng.sample(["gift", "fragile", "bio", "vegan", "sale", "neu"], k=2),
+        "updated_ms": 1_764_500_000_000 + rng.randrange(10**9),
+        "note": rng.choice((None, 'Bitte "vorsichtig" behandeln.\nDanke!', "\tam Tor abgeben")),
+    }
+    if n % 5 == 4:
+        line["reactions"] = {"👍": rng.randint(1, 9), "ok": 1, "\uff01": rng.randint(0, 3)}
+        line["tolerance"] = rng.choice((1e-05, 2.5e-7))
+    return line
 
 
 def _rfc8785_hash(value: Any) -> str:
