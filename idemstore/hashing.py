@@ -5,14 +5,22 @@ it to integers a double cannot hold: such an integer is written with its exact d
 digits, while an integer a double holds exactly is written as that double. So ``1`` and
 ``1.0``, or ``10**21`` and ``1e21``, give the same bytes, and two numbers give the same bytes
 exactly when they are mathematically equal.
+
+How it is fast: the standard library's C JSON encoder (compact separators, sorted keys, no
+ASCII escaping) already writes JCS for strings, literals, structure, integers up to 2**53 and
+most floats. One Python pass over the value validates it and rewrites only what that encoder
+would get wrong for JCS: floats whose ``repr`` is not their ECMAScript form, integers beyond
+2**53, keys whose code-point order is not their UTF-16 order, subclasses, and ``default=``
+conversions. A number the encoder cannot be made to write is passed as a placeholder string
+that is unquoted afterwards.
 """
 
 from __future__ import annotations
 
 import hashlib
-from json.encoder import encode_basestring
+import json
+import re
 from math import isfinite
-from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import CanonicalizationError
@@ -35,7 +43,25 @@ _TOO_DEEP = (
     " recursion limit) or contains a reference cycle"
 )
 
-_utf16_key = methodcaller("encode", "utf-16-be")
+# JCS escapes exactly the controls U+0000-U+001F (\b \t \n \f \r by name, the rest as
+# lowercase \u00xx), '"' and '\', and writes everything else as UTF-8: that is what the C
+# encoder does with ensure_ascii=False. allow_nan=False is a second guard (the pass below
+# already refuses NaN and infinities); check_circular=False because that pass bounds depth.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False,
+    separators=(",", ":"),
+    sort_keys=True,
+    allow_nan=False,
+    check_circular=False,
+)
+
+# Wraps the JCS text of a number the encoder cannot be made to write (such as 1e-7, which
+# repr writes 1e-07): the encoder quotes it as a string, and the quotes and marks are removed
+# afterwards. A lone surrogate, so no string the caller may pass can contain it: every
+# string with one is refused, and a mark count that does not add up means such a string.
+_MARK = "\udfff"
+
+_NON_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
 class _Failure(Exception):
@@ -122,35 +148,227 @@ def _big_int(value: int) -> str:
     return digits
 
 
-def _strict_encode_basestring(text: str) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise _Failure(
-            f"string contains a lone surrogate ({text[error.start]!r}), which is not Unicode"
-        ) from None
-    return encode_basestring(text)
+class _Utf16Key(str):
+    """A key of an object that has a non-BMP key: orders by UTF-16 code units, as JCS does.
+
+    Code-point order and UTF-16 order differ only between a character past U+FFFF (a
+    surrogate pair in UTF-16) and one in U+E000-U+FFFF, so only such objects get these keys;
+    the encoder sorts them with ``<`` and writes them as plain strings.
+    """
+
+    __slots__ = ()
+
+    def __lt__(self, other: str) -> bool:
+        return self.encode("utf-16-be") < other.encode("utf-16-be")
+
+    def __gt__(self, other: str) -> bool:
+        return self.encode("utf-16-be") > other.encode("utf-16-be")
 
 
-def _sorted_keys(obj: dict[Any, Any]) -> list[str]:
-    """The keys in RFC 8785 order: by UTF-16 code units."""
+class _Run:
+    """What one canonicalization carries beside the value."""
+
+    __slots__ = ("default", "marks")
+
+    def __init__(self, default: Callable[[Any], object] | None) -> None:
+        self.default = default
+        self.marks = 0  # placeholders written; each puts two _MARKs in the text
+
+
+def _placeholder(text: str, run: _Run) -> str:
+    run.marks += 1
+    return _MARK + text + _MARK
+
+
+def _float_for_encoder(value: float, run: _Run) -> object:
+    """A float, as the float, int or placeholder the encoder writes as its JCS form."""
+    text = _float(value)
+    if text == float.__repr__(value):
+        return value
+    if text.lstrip("-").isdigit():
+        # Integral: JCS writes the digits (zero-padded past 2**53), as the encoder writes
+        # this int.
+        return int(text)
+    return _placeholder(text, run)
+
+
+def _int_for_encoder(value: int, run: _Run) -> object:
+    """An integer beyond +-2**53, as the int or placeholder the encoder writes as its form."""
+    text = _big_int(value)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return _placeholder(text, run)
+
+
+# The functions below are one validating pass over a value, returning what the encoder writes
+# as its JCS form: the value itself when the encoder already writes it right (containers are
+# copied only when something in them changes), or a copy with the changes. On a problem they
+# raise _Failure, whose segments locate it.
+#
+# The scalar dispatch is repeated in _object and _array rather than factored out: a call per
+# scalar would cost more than all the rest of the pass.
+
+
+def _value(value: object, run: _Run, depth: int) -> object:
+    """Any value: the top level, a subclass of a JSON type, or a foreign object."""
+    if depth >= _MAX_DEPTH:
+        raise _Failure(_TOO_DEEP)
+    kind = type(value)
+    if kind is dict:
+        return _object(value, run, depth)  # type: ignore[arg-type]
+    if kind is list or kind is tuple:
+        return _array(value, run, depth)  # type: ignore[arg-type]
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        # The encoder writes a str subclass by its characters, like a str.
+        return value
+    if isinstance(value, int):
+        # int(), not the value: an IntEnum's repr is not its number.
+        number = int(value)
+        return number if -_EXACT_INT <= number <= _EXACT_INT else _int_for_encoder(number, run)
+    if isinstance(value, float):
+        return _float_for_encoder(float(value), run)
+    if isinstance(value, dict):
+        return _object(dict(value), run, depth)
+    if isinstance(value, list | tuple):
+        return _array(list(value), run, depth)
+    if run.default is None:
+        raise _Failure(f"{kind.__name__} is not a JSON type (and no default= was given)")
+    return _value(run.default(value), run, depth + 1)
+
+
+def _non_str_key(obj: dict[Any, Any]) -> _Failure:
+    for key in obj:
+        if not isinstance(key, str):
+            return _Failure(f"object key {key!r} ({type(key).__name__}) is not a str", str(key))
+    raise AssertionError("called for an object whose keys are all str")
+
+
+def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
+    if depth >= _MAX_DEPTH:
+        raise _Failure(_TOO_DEEP)
+    depth += 1
     try:
         # One C-level pass both type-checks the keys and finds whether they are all ASCII.
-        all_ascii = "".join(obj).isascii()
+        keys = "".join(obj)
     except TypeError:
-        for key in obj:
-            if not isinstance(key, str):
-                raise _Failure(
-                    f"object key {key!r} ({type(key).__name__}) is not a str", str(key)
-                ) from None
-        raise
-    if all_ascii:
-        # For ASCII, code-point order is UTF-16 code-unit order.
-        return sorted(obj)
+        raise _non_str_key(obj) from None
+    changed: dict[Any, Any] | None = None
+    key: str = ""
+    new: object
     try:
-        return sorted(obj, key=_utf16_key)
-    except UnicodeEncodeError:
-        for key in obj:
+        for key, item in obj.items():
+            kind = type(item)
+            if kind is str:
+                continue
+            if kind is float:
+                if item % 1.0:
+                    # Not integral, or NaN. Inside this range repr writes what ECMAScript does.
+                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                        continue
+                    new = _float_for_encoder(item, run)
+                elif -_EXACT_INT <= item <= _EXACT_INT:
+                    new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
+                else:
+                    new = _float_for_encoder(item, run)
+            elif kind is int:
+                if -_EXACT_INT <= item <= _EXACT_INT:
+                    continue
+                new = _int_for_encoder(item, run)
+            elif kind is dict:
+                new = _object(item, run, depth)
+                if new is item:
+                    continue
+            elif kind is list or kind is tuple:
+                new = _array(item, run, depth)
+                if new is item:
+                    continue
+            elif item is None or kind is bool:
+                continue
+            else:
+                new = _value(item, run, depth)
+                if new is item:
+                    continue
+            if changed is None:
+                changed = dict(obj)
+            changed[key] = new
+    except _Failure as failure:
+        failure.segments.append(key)
+        raise
+    except RecursionError:
+        raise _Failure(_TOO_DEEP, key) from None
+    result = obj if changed is None else changed
+    if not keys.isascii() and _NON_BMP.search(keys):
+        return {_Utf16Key(key): item for key, item in result.items()}
+    return result
+
+
+def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
+    if depth >= _MAX_DEPTH:
+        raise _Failure(_TOO_DEEP)
+    depth += 1
+    changed: list[Any] | None = None
+    index = 0
+    new: object
+    try:
+        for index, item in enumerate(items):
+            kind = type(item)
+            if kind is str:
+                continue
+            if kind is float:
+                if item % 1.0:
+                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                        continue
+                    new = _float_for_encoder(item, run)
+                elif -_EXACT_INT <= item <= _EXACT_INT:
+                    new = int(item)
+                else:
+                    new = _float_for_encoder(item, run)
+            elif kind is int:
+                if -_EXACT_INT <= item <= _EXACT_INT:
+                    continue
+                new = _int_for_encoder(item, run)
+            elif kind is dict:
+                new = _object(item, run, depth)
+                if new is item:
+                    continue
+            elif kind is list or kind is tuple:
+                new = _array(item, run, depth)
+                if new is item:
+                    continue
+            elif item is None or kind is bool:
+                continue
+            else:
+                new = _value(item, run, depth)
+                if new is item:
+                    continue
+            if changed is None:
+                changed = list(items)
+            changed[index] = new
+    except _Failure as failure:
+        failure.segments.append(index)
+        raise
+    except RecursionError:
+        raise _Failure(_TOO_DEEP, index) from None
+    return items if changed is None else changed
+
+
+def _check_unicode(value: object, default: Callable[[Any], object] | None) -> None:
+    """Raise ``_Failure`` at the first string or key of ``value`` with a lone surrogate.
+
+    Only called once the text turned out not to be Unicode, to say where: checking every
+    string up front would slow the common case. ``value`` has passed ``_Pass`` already.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise _Failure(
+                f"string contains a lone surrogate ({value[error.start]!r}), which is not Unicode"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in dict(value).items():
             try:
                 key.encode("utf-8")
             except UnicodeEncodeError as error:
@@ -159,130 +377,30 @@ def _sorted_keys(obj: dict[Any, Any]) -> list[str]:
                     " which is not Unicode",
                     key,
                 ) from None
-        raise
-
-
-def _walk(
-    value: object,
-    parts: list[str],
-    encode_str: Callable[[str], str],
-    default: Callable[[Any], object] | None,
-    depth: int,
-) -> None:
-    """Append the canonical text of ``value`` to ``parts``.
-
-    Exact-type scalars inside containers are handled inline; anything else recurses. On a
-    problem, raises ``_Failure`` whose segments locate it.
-    """
-    if depth >= _MAX_DEPTH:
-        raise _Failure(_TOO_DEEP)
-    append = parts.append
-    kind = type(value)
-    if kind is dict or kind is list or kind is tuple:
-        container: Any = value
-    elif isinstance(value, dict):
-        container = dict(value)
-        kind = dict
+            try:
+                _check_unicode(item, default)
+            except _Failure as failure:
+                failure.segments.append(key)
+                raise
     elif isinstance(value, list | tuple):
-        container = value
-        kind = list
-    else:
-        _walk_scalar(value, parts, encode_str, default, depth)
-        return
-    if not container:
-        append("{}" if kind is dict else "[]")
-        return
-    depth += 1
-    item: Any
-    # The scalar dispatch is repeated in both loops rather than factored out: a function call
-    # per scalar measured about 1.6x slower overall.
-    if kind is dict:
-        keys = _sorted_keys(container)
-        append("{")
-        key = ""
-        try:
-            for key in keys:
-                append(encode_str(key))
-                append(":")
-                item = container[key]
-                kind = type(item)
-                if kind is str:
-                    append(encode_str(item))
-                elif kind is int:
-                    append(repr(item) if -_EXACT_INT <= item <= _EXACT_INT else _big_int(item))
-                elif item is None:
-                    append("null")
-                elif item is True:
-                    append("true")
-                elif item is False:
-                    append("false")
-                elif kind is float:
-                    append(_float(item))
-                else:
-                    _walk(item, parts, encode_str, default, depth)
-                append(",")
-        except _Failure as failure:
-            failure.segments.append(key)
-            raise
-        except RecursionError:
-            raise _Failure(_TOO_DEEP, key) from None
-        parts[-1] = "}"
-    else:
-        append("[")
-        index = 0
-        try:
-            # index is read by the except clauses below, to name where a failure is.
-            for index, item in enumerate(container):  # noqa: B007
-                kind = type(item)
-                if kind is str:
-                    append(encode_str(item))
-                elif kind is int:
-                    append(repr(item) if -_EXACT_INT <= item <= _EXACT_INT else _big_int(item))
-                elif item is None:
-                    append("null")
-                elif item is True:
-                    append("true")
-                elif item is False:
-                    append("false")
-                elif kind is float:
-                    append(_float(item))
-                else:
-                    _walk(item, parts, encode_str, default, depth)
-                append(",")
-        except _Failure as failure:
-            failure.segments.append(index)
-            raise
-        except RecursionError:
-            raise _Failure(_TOO_DEEP, index) from None
-        parts[-1] = "]"
+        for index, item in enumerate(value):
+            try:
+                _check_unicode(item, default)
+            except _Failure as failure:
+                failure.segments.append(index)
+                raise
+    elif default is not None and not isinstance(value, int | float) and value is not None:
+        _check_unicode(default(value), default)
 
 
-def _walk_scalar(
-    value: object,
-    parts: list[str],
-    encode_str: Callable[[str], str],
-    default: Callable[[Any], object] | None,
-    depth: int,
-) -> None:
-    """``_walk`` for a top-level scalar, a subclass of a JSON type, or a foreign object."""
-    if value is None:
-        parts.append("null")
-    elif value is True:
-        parts.append("true")
-    elif value is False:
-        parts.append("false")
-    elif isinstance(value, str):
-        parts.append(encode_str(value))
-    elif isinstance(value, int):
-        # int(), not repr(): an IntEnum's repr is not its number.
-        number = int(value)
-        parts.append(repr(number) if -_EXACT_INT <= number <= _EXACT_INT else _big_int(number))
-    elif isinstance(value, float):
-        parts.append(_float(float(value)))
-    elif default is None:
-        raise _Failure(f"{type(value).__name__} is not a JSON type (and no default= was given)")
-    else:
-        _walk(default(value), parts, encode_str, default, depth + 1)
+def _not_unicode(value: object, default: Callable[[Any], object] | None) -> CanonicalizationError:
+    try:
+        _check_unicode(value, default)
+    except _Failure as failure:
+        return failure.to_error()
+    except RecursionError:
+        return CanonicalizationError(_TOO_DEEP, "")
+    return CanonicalizationError("value contains a lone surrogate, which is not Unicode", "")
 
 
 def canonical_json(value: object, *, default: Callable[[Any], object] | None = None) -> bytes:
@@ -297,26 +415,32 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
     and infinities, non-str keys, strings with lone surrogates, non-JSON objects without
     ``default``, and nesting deeper than 1000 levels (which includes reference cycles).
     """
-    parts: list[str] = []
+    run = _Run(default)
     try:
-        _walk(value, parts, encode_basestring, default, 0)
+        ready = _value(value, run, 0)
+        text = _ENCODER.encode(ready)
     except _Failure as failure:
         raise failure.to_error() from None
     except RecursionError:
         raise CanonicalizationError(_TOO_DEEP, "") from None
-    try:
-        return "".join(parts).encode("utf-8")
     except UnicodeEncodeError:
-        pass
-    # A lone surrogate somewhere: checking every string up front would slow the common case,
-    # so walk again checking each one, to say where it is.
+        # A lone surrogate in a key of an object sorted by UTF-16 code units.
+        raise _not_unicode(value, default) from None
+    if run.marks:
+        # Around each placeholder: '"' MARK number MARK '"'. Drop the quotes with the marks.
+        pieces = text.split(_MARK)
+        last = len(pieces) - 1
+        if last != 2 * run.marks:
+            # A string of the caller's holds the mark, a lone surrogate.
+            raise _not_unicode(value, default)
+        for i in range(0, last, 2):
+            pieces[i] = pieces[i][:-1]
+            pieces[i + 2] = pieces[i + 2][1:]
+        text = "".join(pieces)
     try:
-        _walk(value, [], _strict_encode_basestring, default, 0)
-    except _Failure as failure:
-        raise failure.to_error() from None
-    except RecursionError:
-        raise CanonicalizationError(_TOO_DEEP, "") from None
-    raise CanonicalizationError("value contains a lone surrogate, which is not Unicode", "")
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _not_unicode(value, default) from None
 
 
 def fingerprint(value: object, *, default: Callable[[Any], object] | None = None) -> str:

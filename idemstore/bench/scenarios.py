@@ -256,7 +256,7 @@ def hasher_value(size: int) -> dict[str, Any]:
 
 _TITLES = (
     "Kaffeebohnen, 1 kg — Röstung „mittel“",
-    "抹茶ラテ（無糖）",
+    "抹茶ラテ\uff08無糖\uff09",  # fullwidth parentheses
     'Café crème "Grand Cru" ☕',
     "Pão de queijo congelado",
     "Смесь орехов и сухофруктов",
