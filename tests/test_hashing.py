@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from enum import IntEnum, StrEnum
@@ -15,6 +17,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import idemstore.hashing
+from idemstore.bench.scenarios import hasher_value
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import canonical_json, fingerprint
 
@@ -34,6 +38,83 @@ json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=6) | st.dictionaries(st.text(), children),
     max_leaves=40,
+)
+
+
+# Characters where the fast path branches: the escaped controls, '"' and '\\', U+007F and
+# U+2028 (which JCS does not escape), and both sides of the place where code-point order and
+# UTF-16 order disagree (U+E000-U+FFFF against characters past U+FFFF).
+EDGE_CHARACTERS = st.sampled_from(
+    ["\x00", "\x08", "\t", "\n", "\x0b", "\x0c", "\r", "\x1f", '"', "\\", "/", "\x7f",
+     "a", "é", "\u2028", "\u2029", "\ud7ff", "\ue000", "\ufeff", "\uffff", "\U00010000",
+     "\U0001f600", "\U0010ffff"]
+)  # fmt: skip
+# codec="utf-8" leaves out lone surrogates, which are not Unicode (and are refused).
+edge_text = st.text(EDGE_CHARACTERS | st.characters(codec="utf-8"), max_size=8)
+
+
+def _near(value: float) -> list[float]:
+    return [math.nextafter(value, -math.inf), value, math.nextafter(value, math.inf)]
+
+
+# Doubles around every boundary of the ECMAScript layout and of the encoder's repr: 1e-7 and
+# 1e-6 (exponent or not), 1e-4 (repr's plain range), 1e16 and 2**53 (integral, repr's exponent
+# form), 1e21 (ECMAScript's exponent form), the subnormals and the largest double.
+EDGE_FLOATS = sorted(
+    {
+        sign * x
+        for base in (1e-7, 1e-6, 1e-5, 1e-4, 1.0, 1e15, 2.0**53, 1e16, 1e20, 1e21, 1e22)
+        for x in _near(base)
+        for sign in (1, -1)
+    }
+    | {0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 0.5, 24.0}
+)
+edge_floats = st.sampled_from(EDGE_FLOATS) | st.floats(allow_nan=False, allow_infinity=False)
+edge_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-SAFE_INT, max_value=SAFE_INT)
+    | st.sampled_from([SAFE_INT, -SAFE_INT, 2**31, 10**15])
+    | edge_floats
+    | edge_text
+)
+edge_values = st.recursive(
+    edge_scalars,
+    lambda children: (
+        st.lists(children, max_size=6)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(edge_text, children, max_size=6)
+    ),
+    max_leaves=60,
+)
+
+
+class Wrapped:
+    """A non-JSON object that default= turns into the JSON value it carries."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def unwrap(value: Any) -> Any:
+    """The value with every Wrapped replaced by what it carries (what default= yields)."""
+    if isinstance(value, Wrapped):
+        return unwrap(value.value)
+    if isinstance(value, dict):
+        return {key: unwrap(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [unwrap(item) for item in value]
+    return value
+
+
+wrapped_values = st.recursive(
+    edge_scalars,
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(edge_text, children, max_size=5)
+        | children.map(Wrapped)
+    ),
+    max_leaves=30,
 )
 
 
@@ -71,6 +152,58 @@ def test_output_is_identical_to_rfc8785_over_its_domain(value: Any) -> None:
     assert canonical_json(value) == rfc8785.dumps(value)
 
 
+@settings(max_examples=500, deadline=None)
+@given(edge_values)
+def test_output_is_identical_to_rfc8785_on_edge_keys_strings_and_numbers(value: Any) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(edge_text, edge_scalars, min_size=2, max_size=12))
+def test_object_keys_sort_like_rfc8785_whatever_their_planes(value: dict[str, Any]) -> None:
+    assert canonical_json({"outer": [value, {"x": value}]}) == rfc8785.dumps(
+        {"outer": [value, {"x": value}]}
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(wrapped_values)
+def test_default_results_are_canonicalized_like_the_values_they_stand_for(value: Any) -> None:
+    converted = canonical_json(value, default=lambda wrapped: wrapped.value)
+
+    assert converted == rfc8785.dumps(unwrap(value))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=100, max_value=400), edge_scalars)
+def test_deep_nesting_is_identical_to_rfc8785(depth: int, leaf: Any) -> None:
+    value: Any = leaf
+    for level in range(depth):
+        value = [value, 1.0] if level % 2 else {"k\U0001f600": value, "\uffff": 1e-7}
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.builds(
+        lambda mantissa, exponent: mantissa * 2**exponent,
+        st.integers(min_value=-(2**53), max_value=2**53).filter(lambda m: m % 2),
+        st.integers(min_value=1, max_value=970),
+    )
+)
+def test_integer_a_double_holds_is_written_as_rfc8785_writes_that_double(n: int) -> None:
+    # rfc8785 refuses integers past 2**53; the extension writes these as their doubles.
+    assert canonical_json([n, {"n": n}]) == rfc8785.dumps([float(n), {"n": float(n)}])
+
+
+def test_realistic_tool_call_is_identical_to_rfc8785() -> None:
+    # The bench's 13 KB value: non-ASCII text, emoji keys, integral and tiny floats.
+    value = hasher_value(13_000)
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
 @settings(max_examples=1000, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_every_finite_float_is_written_like_rfc8785(value: float) -> None:
@@ -103,6 +236,21 @@ def test_strings_escape_only_quote_backslash_and_control_characters() -> None:
     text = '"\\\x00\x08\t\n\x0c\r\x1f\x7f/\u2028é😀'
 
     assert canonical_json(text) == ('"\\"\\\\\\u0000\\b\\t\\n\\f\\r\\u001f\x7f/\u2028é😀"'.encode())
+
+
+@pytest.mark.parametrize("code", range(0x20))
+def test_every_control_character_is_escaped_as_rfc8785_says(code: int) -> None:
+    named = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"}
+    expected = named.get(code, f"\\u{code:04x}")
+
+    assert canonical_json(chr(code)) == f'"{expected}"'.encode()
+    assert canonical_json({chr(code): 0}) == f'{{"{expected}":0}}'.encode()
+
+
+def test_non_ascii_beyond_the_controls_is_written_as_utf8_unescaped() -> None:
+    text = "\x7f\x80\xa0\u2028\u2029\ufeff\uffff\U0010ffff"
+
+    assert canonical_json([text]) == f'["{text}"]'.encode()
 
 
 def test_literals_are_written_as_json_literals() -> None:
@@ -288,6 +436,57 @@ def test_lone_surrogate_in_a_key_raises_with_its_path() -> None:
 
     # Escaped, so the message stays printable.
     assert caught.value.path == "/a/k\\udc00"
+
+
+def test_lone_surrogate_in_a_key_beside_a_non_bmp_key_raises_with_its_path() -> None:
+    # Such an object is sorted by UTF-16 code units, which a lone surrogate has none of.
+    with pytest.raises(CanonicalizationError, match="surrogate") as caught:
+        canonical_json({"a": {"\U0001f600": 1, "k\ud800": 2}})
+
+    assert caught.value.path == "/a/k\\ud800"
+
+
+def test_string_holding_the_placeholder_mark_raises_instead_of_corrupting_numbers() -> None:
+    # 1e-7 reaches the encoder as a marked placeholder; a caller's string holding the same
+    # (lone surrogate) mark must be refused, not unquoted along with it.
+    mark = "\udfff"
+    value = {"a": 1e-7, "b": [mark + "5" + mark], "c": mark}
+
+    with pytest.raises(CanonicalizationError, match="surrogate") as caught:
+        canonical_json(value)
+
+    assert caught.value.path == "/b/0"
+
+
+def test_canonicalizing_leaves_the_value_unchanged() -> None:
+    # Integral and tiny floats, big integers, subclasses and non-BMP keys are all rewritten
+    # on the way to the encoder: in copies.
+    class Ordered(dict[str, Any]):
+        pass
+
+    value: dict[str, Any] = {
+        "floats": [1.0, 1e-7, -0.0, 1e16, (2.0,)],
+        "ints": [2**60, 2**53 + 1, 10**21],
+        "keys": {"\U0001f600": {"x": 3.0}, "\uffff": Ordered(b=1.0)},
+    }
+    before = copy.deepcopy(value)
+
+    canonical_json(value)
+
+    assert value == before
+    assert repr(value) == repr(before)  # 1.0 is still a float, not the int 1
+
+
+def test_encoder_without_the_c_accelerator_writes_the_same_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    value = {"b": [1, 2.5, "é\n", None, True], "a": {"\U0001f600": 1}}
+    fast = idemstore.hashing._one_call_encoder()
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    plain = idemstore.hashing._one_call_encoder()
+
+    assert plain == idemstore.hashing._ENCODER.encode
+    assert plain(value) == fast(value)
 
 
 def test_reference_cycle_raises_instead_of_recursing_forever() -> None:
