@@ -364,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         default=DEFAULT_PAYLOAD_BYTES,
         metavar="N",
-        help=f"response size (default {DEFAULT_PAYLOAD_BYTES})",
+        help=f"response size, and the hasher's value size (default {DEFAULT_PAYLOAD_BYTES})",
     )
     bench.add_argument(
         "--out", metavar="DIR", help="write results.json, results.md and PNG charts there"

@@ -230,8 +230,9 @@ def hasher_value(size: int) -> dict[str, Any]:
     The base is a small ``charge_card`` call; past it, order lines are added until the JSON is
     ``size`` bytes, each shaped like a real API object: non-ASCII text (accents, CJK, emoji),
     quotes and newlines to escape, ints, prices and coordinates as floats, integral and tiny
-    floats, nulls, booleans, nested objects and arrays, keys with accents, and now and then
-    emoji keys (which sort by UTF-16 code units, not code points). Every value stays in
+    floats, nulls, booleans, nested objects and arrays, keys with accents, and on every tenth
+    line emoji keys (which sort by UTF-16 code units, not code points) and a tiny float (which
+    ECMAScript and ``repr`` lay out differently). Every value stays in
     RFC 8785's domain (no integer beyond 2**53), so ``rfc8785`` can hash it too.
     """
     value: dict[str, Any] = {
@@ -287,7 +288,7 @@ def _order_line(rng: random.Random, n: int) -> dict[str, Any]:
         "updated_ms": 1_764_500_000_000 + rng.randrange(10**9),
         "note": rng.choice((None, 'Bitte "vorsichtig" behandeln.\nDanke!', "\tam Tor abgeben")),
     }
-    if n % 5 == 4:
+    if n % 10 == 9:
         line["reactions"] = {"👍": rng.randint(1, 9), "ok": 1, "\uff01": rng.randint(0, 3)}
         line["tolerance"] = rng.choice((1e-05, 2.5e-7))
     return line
