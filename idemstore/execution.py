@@ -29,8 +29,11 @@ wait_timeout=None, on_failure="release")``
     owns (its lease is kept alive from this moment). Raises ``ConflictError`` (other
     fingerprint), ``InProgressError`` (held by another caller and the policy is not to wait,
     or the wait timed out), or the store's error. Cancel-safe: a ``reserve`` that completes
-    after the caller was cancelled is released before the cancellation propagates, so no
-    lease is left that nobody owns.
+    after the caller was cancelled is released before the cancellation propagates (so the
+    cancellation takes as long as that reserve, which the store's timeouts bound; a second
+    cancellation stops waiting for it, and the release still happens), and no lease is left
+    that nobody owns. An ``Execution`` keeps its key alive until it is settled, released or
+    failed: enter its ``async with`` block (or hand it to whoever settles it) right away.
 
 ``await policy.run(key, fingerprint, work, *, scope="") -> Result``
     ``begin`` plus the simplest execution: ``work()`` returns the bytes to record.
@@ -48,7 +51,8 @@ wait_timeout=None, on_failure="release")``
       cannot cut it short (the cancellation still propagates).
     - ``await release()``: give the key up without recording (a retry runs again). Quiet:
       a store error is logged, not raised. Shielded.
-    - ``await fail(error)``: apply the policy's ``on_failure`` to ``error``. Shielded.
+    - ``await fail(error)``: apply the policy's ``on_failure`` to ``error``. Shielded, and
+      quiet like ``release`` (a store error while recording the error is logged).
     - ``async with execution:`` exiting with an exception (a cancellation included) applies
       ``fail``; exiting normally without settling releases the key (nothing recorded). Once
       settled (or released), later exceptions are the consumer's, not the request's: they
@@ -167,8 +171,7 @@ class LeaseKeeper:
             if extended is None:
                 self.lapsed = True
                 return
-            if not self._stopping:
-                self.lease = extended
+            self.lease = extended
 
     async def stop(self) -> Lease:
         """Stop extending; return the latest lease (the one to complete or release)."""
@@ -401,7 +404,12 @@ class Execution:
                 logger.exception("on_failure could not encode the error of key %r", self.key)
                 encoded = None
             if encoded is not None:
-                await self.settle(encoded)
+                try:
+                    await self.settle(encoded)
+                except Exception:
+                    # The work's own error is what its caller must see; the key stays held
+                    # until the lease lapses.
+                    logger.warning("could not record the error of key %r", self.key, exc_info=True)
                 return
         await self.release()
 
