@@ -1,4 +1,4 @@
-"""The stateless-replica example in docs/mcp-server.md, run as written: two replicas, one store.
+"""The examples in docs/mcp-server.md, run as written, each against a shared store.
 
 Issue 14, case 5: with a shared store and no ``scope=``, a retry that lands on the other
 replica must replay, not run the tool a second time.
@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from tests.conftest import ROOT
 from tests.mcp_server.conftest import call
@@ -24,13 +24,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-MARKER = "<!-- example: fastmcp-replicas -->"
 
-
-def documented_example() -> str:
+def documented_example(name: str) -> str:
+    """The code block after ``<!-- example: NAME -->`` in docs/mcp-server.md."""
+    marker = f"<!-- example: {name} -->"
     text = (ROOT / "docs" / "mcp-server.md").read_text()
-    found = re.search(re.escape(MARKER) + r"\s*```python\n(.*?)```", text, re.DOTALL)
-    assert found, f"no {MARKER} code block in docs/mcp-server.md"
+    found = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", text, re.DOTALL)
+    assert found, f"no {marker} code block in docs/mcp-server.md"
     return found.group(1)
 
 
@@ -44,7 +44,7 @@ def free_port() -> int:
 def replicas(tmp_path: Path, sqlite_file_store_url: str) -> Iterator[list[str]]:
     """Two processes of the documented server on one store; their URLs."""
     script = tmp_path / "server.py"
-    script.write_text(documented_example())
+    script.write_text(documented_example("fastmcp-replicas"))
     processes, urls = [], []
     for _ in range(2):
         port = free_port()
@@ -93,3 +93,21 @@ async def test_documented_replicas_without_scope_run_a_key_once(
         retry = await call(two, "charge", {"amount": 5, "currency": "eur"}, key="order-9")
     assert isinstance(first, dict) and retry == first
     assert (tmp_path / "ledger.txt").read_text() == "5 eur\n"
+
+
+@pytest.mark.slow
+async def test_documented_lowlevel_server_replays_after_a_restart(
+    tmp_path: Path, sqlite_file_store_url: str
+) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(documented_example("lowlevel-stdio"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IDEMSTORE_URL": sqlite_file_store_url}
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(script)], env=env, cwd=tmp_path
+    )
+    outcomes = []
+    for _ in range(2):  # the second process is the server after a restart
+        async with Client(params) as client:
+            outcomes.append(await call(client, "charge", {"amount": 5}, key="order-7"))
+    assert isinstance(outcomes[0], dict) and outcomes[1] == outcomes[0]
+    assert (tmp_path / "ledger.txt").read_text() == "5\n"
