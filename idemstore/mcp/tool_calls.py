@@ -13,7 +13,8 @@ requests. Everything about ``tools/call`` idempotency is here, so every relay be
    (``idemstore.execution``) and returns a task whose result is the bytes to send the client
    (``None``: send nothing). ``exchange(forward)`` is the relay's: send ``forward`` (the bytes
    the server gets: the SEP key stripped) and return the server's final response as a
-   ``ServerResponse``, or raise ``ServerGone``.
+   ``ServerResponse``, or raise ``ServerGone``. With ``reply``, the task sends the answer
+   itself. ``core.close()`` ends every pending call when the relay stops (keys released).
 4. ``core.cancel(request_id)`` for a client's ``notifications/cancelled``: ``True`` when the
    server saw the request and must get the notification too.
 5. ``core.on_response(message, line)`` for every server response: the bytes to relay (the
