@@ -451,12 +451,14 @@ class Execution:
             logger.info("key %r is held until its lease lapses after a failure", self.key)
             return
         if callable(policy) and isinstance(error, Exception):
-            # The encoder runs before the state changes: if it raises, the key is released.
+            # The encoder runs before the state changes: if it raises (or returns something
+            # that is not bytes), the key is released.
+            encoded: bytes | None = None
             try:
-                encoded = policy(error)
+                returned = policy(error)
+                encoded = None if returned is None else check_response(returned)
             except Exception:
                 logger.exception("on_failure could not encode the error of key %r", self.key)
-                encoded = None
             if encoded is not None:
                 try:
                     await self.settle(encoded)
