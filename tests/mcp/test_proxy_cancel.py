@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     Spawn = Callable[[list[str]], Awaitable[RawPeer]]
 
-LATENCY = 0.5  # seconds per chunk, each way: the window in which the client cancels
+LATENCY = 1.0  # seconds per chunk, each way: the window in which the client cancels
 KEY_SCOPE = "cancel-tests"
 RUN_ID = "cancel-run"
 
