@@ -13,8 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
-from idemstore.execution import ExecutionPolicy, LeaseKeeper, Result
-from idemstore.execution import _release_quietly as _release_quietly
+from idemstore.execution import ExecutionPolicy, Result
 from idemstore.hashing import fingerprint as canonical_fingerprint
 
 if TYPE_CHECKING:
@@ -25,10 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["Idempotency", "Result"]
 
 logger = logging.getLogger("idemstore.runner")
-
-# Transitional: the MCP proxy still imports these two names from here until it is ported onto
-# idemstore.execution (branch consumers-mcp); delete both then.
-_Heartbeat = LeaseKeeper
 
 P = ParamSpec("P")
 T = TypeVar("T")
