@@ -27,10 +27,11 @@ from idemstore.mcp.http_relay import error_response, request_headers, response_h
 from idemstore.mcp.sse_stream import SSEReader, render_event
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 
     from idemstore.protocol import IdempotencyStore
 
+    Execute = Callable[[bytes], Awaitable[dict[str, Any] | None]]
     SendUpstream = Callable[
         [str, str, list[tuple[str, str]], bytes | AsyncIterator[bytes]],
         Awaitable[httpx.Response],
@@ -69,19 +70,16 @@ def rendered(headers: Mapping[str, str], data: bytes) -> Response:
 
 
 class UpstreamAnswer:
-    """The upstream's answer to one forwarded ``tools/call``, read to its end by a task.
+    """The upstream's answer to one forwarded ``tools/call``, read to its end by ``pump``.
 
-    ``final`` resolves to the decoded final response (``None`` when the answer had none: a
+    ``pump`` returns the decoded final response, or ``None`` when the answer had none (a
     non-2xx status, a stream cut before it, a body that is not the response). ``response()``
-    is what the client gets: the same status, headers and bytes, streamed as they arrive.
+    is what the client gets meanwhile: the same status, headers and bytes, as they arrive.
     """
 
     def __init__(self, upstream: httpx.Response, request_id: object) -> None:
         self.upstream = upstream
         self.request_id = request_id
-        self.final: asyncio.Future[dict[str, Any] | None] = (
-            asyncio.get_running_loop().create_future()
-        )
         self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._cut = False
         media = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -97,8 +95,8 @@ class UpstreamAnswer:
             return message
         return None
 
-    async def pump(self) -> None:
-        """Read the upstream answer to its end; resolve ``final``; feed the client's queue."""
+    async def pump(self) -> dict[str, Any] | None:
+        """Read the upstream answer to its end, feeding the client's copy; the final response."""
         found: dict[str, Any] | None = None
         try:
             if not 200 <= self.upstream.status_code < 300:
@@ -117,15 +115,14 @@ class UpstreamAnswer:
                     found = self._matches(json.loads(body))
                 self._chunks.put_nowait(body)
         except (httpx.HTTPError, ValueError) as exc:
-            # A cut stream: whatever was found stands (the final response came whole); the
-            # client's copy is cut too, so it sees what the upstream did.
+            # A cut stream: a final response that came whole still stands (the tool ran and
+            # said so); the client's copy is cut too, so it sees what the upstream did.
             logger.warning("upstream answer to a tools/call broke off: %s", exc)
             self._cut = True
         finally:
             await self.upstream.aclose()
-            if not self.final.done():
-                self.final.set_result(found)
             self._chunks.put_nowait(None)
+        return found
 
     async def _body(self) -> AsyncIterator[bytes]:
         while True:
@@ -162,7 +159,7 @@ class ToolCalls:
         self._send = send_upstream
         self._upstream = upstream
         self._options = options
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: set[asyncio.Task[Any]] = set()
 
     async def handle(
         self, message: dict[str, Any], body: bytes, *, headers: Mapping[str, str], scope: str
@@ -173,27 +170,54 @@ class ToolCalls:
         """
         return None
 
-    async def forward(
-        self, path: str, headers: Mapping[str, str], body: bytes, request_id: object
-    ) -> UpstreamAnswer | Response:
-        """Send the call upstream and start reading its answer in a task of its own.
+    async def answer(
+        self,
+        *,
+        path: str,
+        headers: Mapping[str, str],
+        request_id: object,
+        run: Callable[[Execute], Coroutine[Any, Any, bytes]],
+    ) -> Response:
+        """Run one call through the core, detached from the client's connection.
 
-        Returns the running answer, or the gateway's own 502 when the upstream cannot be
-        reached (nothing ran there).
+        ``run(execute)`` is the core's execution path: it reserves the key and either calls
+        ``execute(body)`` once (forward upstream; the final response, ``None`` when none came)
+        or decides without the upstream (a replay, an error). It returns the JSON-RPC answer
+        for the client. When the upstream was reached, the client gets the upstream's own
+        answer as it streams instead.
         """
-        forwarded = request_headers(headers.items(), rewritten=True)
-        try:
-            upstream = await self._send("POST", path, forwarded, body)
-        except httpx.HTTPError as exc:
-            logger.warning("tools/call not forwarded: %s: %s", type(exc).__name__, exc)
-            return error_response(
-                502, f"the MCP upstream could not be reached ({type(exc).__name__})"
-            )
-        answer = UpstreamAnswer(upstream, request_id)
-        task = asyncio.create_task(answer.pump(), name="mcp-gateway:tools/call")
+        loop = asyncio.get_running_loop()
+        live: asyncio.Future[Response] = loop.create_future()
+
+        async def execute(body: bytes) -> dict[str, Any] | None:
+            forwarded = request_headers(headers.items(), rewritten=True)
+            try:
+                upstream = await self._send("POST", path, forwarded, body)
+            except httpx.HTTPError as exc:
+                logger.warning("tools/call not forwarded: %s: %s", type(exc).__name__, exc)
+                if not live.done():
+                    message = f"the MCP upstream could not be reached ({type(exc).__name__})"
+                    live.set_result(error_response(502, message))
+                return None
+            answer = UpstreamAnswer(upstream, request_id)
+            if not live.done():
+                live.set_result(answer.response())
+            return await answer.pump()
+
+        task = loop.create_task(run(execute), name="mcp-gateway:tools/call")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        return answer
+        # Waiting does not cancel the task: a client that goes away leaves it to finish.
+        pending: set[asyncio.Future[Any]] = {live, task}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if live.done():
+            return live.result()
+        try:
+            data = task.result()
+        except Exception:
+            logger.exception("tools/call failed in the gateway")
+            return error_response(500, "the gateway failed while handling tools/call")
+        return rendered(headers, data)
 
     async def drain(self) -> None:
         """Wait for every call already forwarded to be read to its end (and recorded)."""
