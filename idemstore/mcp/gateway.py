@@ -72,16 +72,19 @@ class GatewayScope:
     """
 
     header: str = "authorization"
-    namespace: str = "mcp-gateway"
 
-    def of(self, headers: Mapping[str, str]) -> str:
-        """The scope of a request with ``headers`` (case-insensitive lookup)."""
+    def of(self, headers: Mapping[str, str], upstream: str) -> str:
+        """The scope of a request with ``headers`` (case-insensitive) sent to ``upstream``.
+
+        Gateways in front of other upstreams never share records, even in one store.
+        """
         value = headers.get(self.header)
         if value is None:
             boundary = "anonymous"
         else:
             boundary = hashlib.sha256(value.encode("utf-8")).hexdigest()[:32]
-        return f"{self.namespace}/{self.header.lower()}/{boundary}"
+        server = hashlib.sha256(upstream.encode("utf-8")).hexdigest()[:16]
+        return f"mcp-gateway/{server}/{self.header.lower()}/{boundary}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +204,7 @@ class McpGateway:
                     message,
                     body,
                     headers=request.headers,
-                    scope=self._scope.of(request.headers),
+                    scope=self._scope.of(request.headers, self.config.upstream),
                 )
                 if answer is not None:
                     return answer

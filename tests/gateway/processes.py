@@ -98,9 +98,9 @@ class Upstream:
         raise AssertionError(f"{name} did not execute {count} time(s)")
 
 
-def start_upstream(where: Path, mode: str) -> Upstream:
+def start_upstream(where: Path, mode: str, port: int | None = None) -> Upstream:
     """``mode``: ``stateful``, ``stateless`` (both answer with SSE) or ``stateless-json``."""
-    port = free_port()
+    port = port or free_port()
     log = where / f"executions-{port}.log"
     argv = [sys.executable, "-m", "tests.gateway.upstream", "--port", str(port), "--log", str(log)]
     if mode.startswith("stateless"):
