@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from hashlib import sha256
@@ -35,6 +34,8 @@ from idemstore.errors import (
     MissingDependencyError,
 )
 from idemstore.hashing import fingerprint
+from idemstore.mcp import sep3182
+from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
 from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
 from idemstore.runner import Idempotency
 
@@ -48,14 +49,9 @@ try:
     from mcp.server.auth.provider import principal_components
     from mcp.server.request_state import authenticated_principal
     from mcp.shared.exceptions import MCPError
-    from mcp_types import (
-        INTERNAL_ERROR,
-        INVALID_PARAMS,
-        INVALID_REQUEST,
-        METHOD_NOT_FOUND,
-        PARSE_ERROR,
-    )
-    from mcp_types.methods import is_input_required
+    from mcp_types import SERVER_INFO_META_KEY
+    from mcp_types.methods import is_input_required, serialize_server_result
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(
@@ -75,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFLICT",
+    "DEFAULT_SCOPE",
     "IN_PROGRESS",
     "INVALID_KEY",
     "KEY_FIELD",
@@ -85,31 +82,12 @@ __all__ = [
 
 logger = logging.getLogger("idemstore.mcp.server")
 
-KEY_FIELD = "idempotencyKey"
-IN_PROGRESS = "idempotency_key_in_progress"
-CONFLICT = "idempotency_key_conflict"
-INVALID_KEY = "idempotency_key_invalid"
-STORE_UNAVAILABLE = "idempotency_store_unavailable"
-
-# JSON-RPC codes for the SEP's two rejections. The SEP defines no code of its own (clients
-# key off error.data.type); a key reused with other arguments is a client error in the
-# arguments, a duplicate in flight is a request that cannot be served as sent.
-CONFLICT_CODE = INVALID_PARAMS
-IN_PROGRESS_CODE = INVALID_REQUEST
-
-# JSON-RPC errors that mean the request was refused before any tool ran (unknown method,
-# malformed or invalid params, the handshake gate). They are not recorded: nothing happened
-# that a retry could duplicate, and a retry is refused again for the same reason.
-_REFUSAL_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
-
-# MRTR (SEP-2322) continuation fields: such a request resumes an operation the server said is
-# unfinished; the SEP leaves it outside idempotency, so it passes straight through.
-_CONTINUATION_FIELDS = ("requestState", "inputResponses")
-
-# Without an authenticated principal or a scope= option, records are scoped to this process:
-# no two processes (and so no two stdio clients sharing a store file) ever match each
-# other's keys by accident. Servers whose callers span processes pass scope=.
-_PROCESS_SCOPE = f"process:{secrets.token_hex(16)}"
+# Without an authenticated principal or a scope= option, records are scoped to this stable
+# value: every replica and every restart of a deployment sharing a store agrees on it, so a
+# retry that lands on another process still finds the original. (A per-process default would
+# silently defeat a shared store.) Deployments that share one store between unrelated servers,
+# or whose callers are distinguished by something other than the SDK's auth, pass scope=.
+DEFAULT_SCOPE = "mcp-server/shared"
 
 _FORMAT_VERSION = 1
 
@@ -183,12 +161,16 @@ def _rpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> M
     return MCPError(code=code, message=message, data=data)
 
 
+def _wire_error(body: dict[str, Any]) -> MCPError:
+    return _rpc_error(body["code"], body["message"], body.get("data"))
+
+
 def _error_outcome(exc: MCPError) -> _Outcome:
     error = exc.error
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.data is not None:
         body["data"] = error.data
-    return _Outcome("error", body, record=error.code not in _REFUSAL_CODES, original=exc)
+    return _Outcome("error", body, record=error.code not in sep3182.REFUSAL_CODES, original=exc)
 
 
 def _raise_outcome(kind: str, exc: BaseException) -> _Outcome:
@@ -253,18 +235,9 @@ class _Sep3182:
 
     def advertise(self, result: object) -> object:
         """An ``initialize``/``server/discover`` result with ``tools.idempotency`` added."""
-        if isinstance(result, BaseModel | Mapping):
-            wire = _dump(result)
-        else:
+        if not isinstance(result, BaseModel | Mapping):
             return result
-        capabilities = dict(wire.get("capabilities") or {})
-        tools = capabilities.get("tools")
-        capabilities["tools"] = {
-            **(tools if isinstance(tools, Mapping) else {}),
-            "idempotency": dict(self.capability),
-        }
-        wire["capabilities"] = capabilities
-        return wire
+        return sep3182.with_capability(_dump(result), self.capability)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -276,21 +249,14 @@ class _Sep3182:
         """
         if not isinstance(params, Mapping):
             return None
-        key = params.get(KEY_FIELD)
-        # An explicit null is the same as no key: dropping the field is in any client's power.
-        if key is None:
-            return None
-        if any(params.get(name) is not None for name in _CONTINUATION_FIELDS):
+        key = sep3182.key_of(params)  # absent and null alike mean no key
+        if key is None or sep3182.is_continuation(params):
             return None
         try:
             check_identity(key, "", max_key_length=self._max_key_length)
         except InvalidKeyError as exc:
-            raise _rpc_error(
-                INVALID_PARAMS,
-                f"Invalid {KEY_FIELD}: {exc}; send a non-empty string of at most "
-                f"{self._max_key_length} characters",
-                {"type": INVALID_KEY, KEY_FIELD: key if isinstance(key, str) else None},
-            ) from None
+            why = f"{exc}; send a non-empty string of at most {self._max_key_length} characters"
+            raise _wire_error(sep3182.invalid_key_error(key, why)) from None
         name = params.get("name")
         arguments = params.get("arguments")
         # Absent and null arguments both mean "no arguments", as for the tool itself.
@@ -299,18 +265,20 @@ class _Sep3182:
         try:
             print_ = fingerprint({"name": name, "arguments": arguments})
         except CanonicalizationError as exc:
-            raise _rpc_error(INVALID_PARAMS, f"Invalid tool arguments: {exc}") from None
+            why = f"not JSON values: {exc}"
+            raise _wire_error(sep3182.invalid_key_error(key, why, "tool arguments")) from None
+        assert isinstance(key, str)  # check_identity accepted it
         return _ToolCall(key=key, name=str(name), fingerprint=print_)
 
     def scope_of(self, ctx: ServerRequestContext[Any, Any], principal: str | None) -> str:
-        """The authorization boundary records are kept in: principal, else option, else process."""
+        """The authorization boundary records are kept in: principal, else option, else shared."""
         if principal is not None:
             return _principal_scope(principal)
         scope = self._scope
         if callable(scope):
             scope = scope(ctx)
         if scope is None:
-            return _PROCESS_SCOPE
+            return DEFAULT_SCOPE
         if not isinstance(scope, str):
             raise TypeError(f"the scope callable returned {type(scope).__name__}, not str")
         if len(scope) > MAX_SCOPE_LENGTH or "\x00" in scope:
@@ -356,19 +324,9 @@ class _Sep3182:
             assert fresh is not None
             return fresh
         except InProgressError:
-            raise _rpc_error(
-                IN_PROGRESS_CODE,
-                f"A request with {KEY_FIELD} {call.key!r} is already in progress; "
-                "retry after a short delay",
-                {"type": IN_PROGRESS, KEY_FIELD: call.key},
-            ) from None
+            raise _wire_error(sep3182.in_progress_error(call.key)) from None
         except ConflictError:
-            raise _rpc_error(
-                CONFLICT_CODE,
-                f"{KEY_FIELD} {call.key!r} was already used with different arguments; "
-                "use a new key for a different call",
-                {"type": CONFLICT, KEY_FIELD: call.key},
-            ) from None
+            raise _wire_error(sep3182.conflict_error(call.key)) from None
         except IdemstoreError as exc:
             if fresh is not None:
                 # The tool ran; its caller gets what it produced even though the store failed.
@@ -380,11 +338,7 @@ class _Sep3182:
                 )
                 return fresh
             logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
-            raise _rpc_error(
-                INTERNAL_ERROR,
-                "The idempotency store is unavailable; the tool was not run. Retry later.",
-                {"type": STORE_UNAVAILABLE, KEY_FIELD: call.key},
-            ) from exc
+            raise _wire_error(sep3182.store_unavailable_error(call.key)) from exc
         if not result.replayed:
             assert fresh is not None
             return fresh
@@ -392,9 +346,8 @@ class _Sep3182:
             return _Outcome.decode(result.value)
         except _RecordUnreadable as exc:
             logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
-            raise _rpc_error(
-                INTERNAL_ERROR, f"The record for {KEY_FIELD} {call.key!r} is unreadable"
-            ) from None
+            message = f"The record for {KEY_FIELD} {call.key!r} is unreadable"
+            raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
 
 
 def _core(
@@ -439,7 +392,7 @@ class ServerIdempotency:
         max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.
     """
 
-    __slots__ = ("_sep",)
+    __slots__ = ("_sep", "_stamp")
 
     def __init__(
         self,
@@ -452,6 +405,10 @@ class ServerIdempotency:
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
     ) -> None:
+        # The SDK's serverInfo stamp of 2026-era results, learnt from the discover result or
+        # a tool result this server produced (a middleware cannot reach the Server): a replay
+        # rendered for a 2026 connection carries it too, once known.
+        self._stamp: object = None
         self._sep = _core(
             store,
             retention,
@@ -474,7 +431,9 @@ class ServerIdempotency:
             return await call_next(ctx)
         method = ctx.method
         if method in ("initialize", "server/discover"):
-            return self._sep.advertise(await call_next(ctx))  # type: ignore[return-value]
+            advertised = self._sep.advertise(await call_next(ctx))
+            self._learn_stamp(advertised)
+            return advertised  # type: ignore[return-value]
         if method != "tools/call":
             return await call_next(ctx)
         call = self._sep.read(ctx.params)
@@ -493,13 +452,55 @@ class ServerIdempotency:
             except Exception as exc:
                 return _raise_outcome("exception", exc)
             wire = _dump(result)
-            return _Outcome("result", wire, record=not is_input_required(wire), original=result)
+            if is_input_required(wire):
+                return _Outcome("result", wire, record=False, original=result)
+            self._learn_stamp(wire)
+            return _Outcome("result", _era_neutral(wire), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
-        return _deliver_lowlevel(outcome)
+        return _deliver_lowlevel(outcome, ctx.protocol_version, self._stamp)
+
+    def _learn_stamp(self, wire: object) -> None:
+        meta = wire.get("_meta") if isinstance(wire, Mapping) else None
+        if isinstance(meta, Mapping) and meta.get(SERVER_INFO_META_KEY) is not None:
+            self._stamp = meta[SERVER_INFO_META_KEY]
 
 
-def _deliver_lowlevel(outcome: _Outcome) -> HandlerResult:
+def _era_neutral(wire: dict[str, Any]) -> dict[str, Any]:
+    """A ``CallToolResult`` as the SDK serialized it, without what belongs to one era.
+
+    The low-level SDK hands a middleware the wire dict of the connection's era: a 2026-era one
+    has ``resultType`` and the ``serverInfo`` ``_meta`` stamp. Records must replay on either.
+    """
+    neutral = {k: v for k, v in wire.items() if k != "resultType"}
+    meta = neutral.get("_meta")
+    if isinstance(meta, Mapping) and SERVER_INFO_META_KEY in meta:
+        rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+        if rest:
+            neutral["_meta"] = rest
+        else:
+            del neutral["_meta"]
+    return neutral
+
+
+def _render(body: dict[str, Any], version: str, stamp: object) -> dict[str, Any]:
+    """An era-neutral ``CallToolResult`` as the SDK would send it on a ``version`` connection."""
+    wire = dict(body)
+    if version in MODERN_PROTOCOL_VERSIONS:
+        wire["resultType"] = "complete"
+        if stamp is not None:
+            meta = wire.get("_meta")
+            wire["_meta"] = {
+                **(meta if isinstance(meta, Mapping) else {}),
+                SERVER_INFO_META_KEY: stamp,
+            }
+    try:
+        return serialize_server_result("tools/call", version, wire)
+    except (KeyError, ValueError):
+        return wire  # a version the SDK's surface does not know: as recorded
+
+
+def _deliver_lowlevel(outcome: _Outcome, version: str, stamp: object) -> HandlerResult:
     original = outcome.original
     if not outcome.replayed:
         if isinstance(original, BaseException):
@@ -507,9 +508,9 @@ def _deliver_lowlevel(outcome: _Outcome) -> HandlerResult:
         return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
     body = outcome.body
     if outcome.kind == "result":
-        return dict(body)
+        return _render(body, version, stamp)
     if outcome.kind == "error":
-        raise _rpc_error(body["code"], body["message"], body.get("data"))
+        raise _wire_error(body)
     raise ReplayedToolError(body.get("message", ""))
 
 
@@ -655,7 +656,7 @@ def _deliver_fastmcp(outcome: _Outcome) -> ToolResult:
             is_error=wire.is_error,
         )
     if outcome.kind == "error":
-        raise _rpc_error(body["code"], body["message"], body.get("data"))
+        raise _wire_error(body)
     message = body.get("message", "")
     if body.get("class") == "not_found":
         raise NotFoundError(message)
