@@ -270,10 +270,12 @@ async def _gateway(args: argparse.Namespace) -> int:
             run_id=args.run_id,
             lease_ttl=args.lease,
             retention=args.retention,
+            sep_retention=args.sep_retention,
             in_flight=args.in_flight,
             implicit=not args.no_implicit,
             tools=args.tools or ("*",),
             exclude_tools=args.exclude_tools or (),
+            dedupe_read_only=args.dedupe_read_only,
         )
         await serve(gateway, host, port, log_level=args.log_level)
     return 0
@@ -310,9 +312,16 @@ def _gateway_parser(commands: Any) -> None:
     gateway.add_argument(
         "--retention",
         type=_positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a derived or _meta key's result is replayed (default 600)",
+    )
+    gateway.add_argument(
+        "--sep-retention",
+        type=_positive_float,
         default=86400.0,
         metavar="SECONDS",
-        help="how long an outcome is replayed (default 86400)",
+        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
     )
     gateway.add_argument(
         "--lease",
@@ -335,6 +344,11 @@ def _gateway_parser(commands: Any) -> None:
     )
     gateway.add_argument(
         "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
+    )
+    gateway.add_argument(
+        "--dedupe-read-only",
+        action="store_true",
+        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
     )
     gateway.add_argument(
         "--connect-timeout",

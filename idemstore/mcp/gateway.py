@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the packaging test
         "pip install 'idemstore[gateway]'"
     ) from None
 
-from idemstore.mcp.gateway_calls import ToolCalls, capability_added
+from idemstore.mcp.gateway_calls import ToolCalls
 from idemstore.mcp.http_relay import (
     error_response,
     request_headers,
@@ -47,7 +47,7 @@ from idemstore.mcp.http_relay import (
 from idemstore.mcp.sse_stream import SSEReader, render_event
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
     from idemstore.protocol import IdempotencyStore
 
@@ -56,7 +56,8 @@ __all__ = ["GatewayConfig", "GatewayScope", "McpGateway", "parse_listen", "serve
 logger = logging.getLogger("idemstore.mcp.gateway")
 
 _METHODS = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
-_CAPABILITY_METHODS = frozenset({"initialize", "server/discover"})
+# Requests whose answers the gateway reads: the capability, the tools' readOnlyHint.
+_READ_ANSWERS = frozenset({"initialize", "server/discover", "tools/list"})
 _DEFAULT_MAX_BODY = 16 * 1024 * 1024
 
 
@@ -151,9 +152,7 @@ class McpGateway:
         self._origin, self._path = config.endpoint()
         self._scope = scope or GatewayScope()
         self._client: httpx.AsyncClient | None = None
-        self._calls = ToolCalls(
-            store, self._send_upstream, upstream=config.upstream, **call_options
-        )
+        self._calls = ToolCalls(store, self._send_upstream, **call_options)
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=_METHODS)],
             lifespan=self._lifespan,
@@ -203,13 +202,15 @@ class McpGateway:
                 answer = await self._calls.handle(
                     message,
                     body,
+                    path=self._target(request),
                     headers=request.headers,
                     scope=self._scope.of(request.headers, self.config.upstream),
                 )
-                if answer is not None:
+                if isinstance(answer, Response):
                     return answer
-            elif method in _CAPABILITY_METHODS:
-                return await self._with_capability(request, body, message["id"])
+                body = answer  # no key to run: relayed (a null idempotencyKey stripped)
+            elif method in _READ_ANSWERS:
+                return await self._read_answer(request, body, message)
         return await self._relay(request, body)
 
     async def _read_body(self, request: Request) -> bytes | None:
@@ -252,7 +253,11 @@ class McpGateway:
             return _unreachable(exc)
         return streamed(response)
 
-    async def _with_capability(self, request: Request, body: bytes, request_id: object) -> Response:
+    async def _read_answer(
+        self, request: Request, body: bytes, message: dict[str, Any]
+    ) -> Response:
+        """Relay a request whose answer the core reads, JSON or event stream alike."""
+        relay = self._calls.reader(message)
         headers = request_headers(request.headers.items(), rewritten=True)
         try:
             response = await self._send_upstream("POST", self._target(request), headers, body)
@@ -260,17 +265,17 @@ class McpGateway:
             return _unreachable(exc)
         media = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if media == "text/event-stream":
-            return streamed(response, _events_with_capability(response, request_id, self.config))
+            return streamed(response, _relayed_events(response, relay, self.config))
         if media != "application/json":
             return streamed(response)
         try:
             original = await response.aread()
         except httpx.HTTPError as exc:
-            await response.aclose()
             return _unreachable(exc)
-        await response.aclose()
-        changed = _answer_with_capability(_json_message(original), request_id)
-        data = original if changed is None else changed
+        finally:
+            await response.aclose()
+        answer = _json_message(original)
+        data = relay(answer, original) if isinstance(answer, dict) else original
         relayed = Response(data, status_code=response.status_code)
         relayed.raw_headers = [
             *response_headers(response, drop=("content-length", "content-encoding")),
@@ -279,24 +284,24 @@ class McpGateway:
         return relayed
 
 
-def _answer_with_capability(message: object, request_id: object) -> bytes | None:
-    """The answer to ``request_id`` re-encoded with the capability; ``None``: leave it be."""
-    if not isinstance(message, dict) or "method" in message or message.get("id") != request_id:
-        return None
-    changed = capability_added(message)
-    if changed is None:
-        return None
-    return json.dumps(changed, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-async def _events_with_capability(
-    response: httpx.Response, request_id: object, config: GatewayConfig
+async def _relayed_events(
+    response: httpx.Response,
+    relay: Callable[[dict[str, Any], bytes], bytes],
+    config: GatewayConfig,
 ) -> AsyncIterator[bytes]:
     reader = SSEReader(config.max_body_bytes)
     async for chunk in response.aiter_bytes():
         for event in reader.feed(chunk):
-            changed = _answer_with_capability(event.message(), request_id)
-            yield event.raw if changed is None else render_event(changed, event_id=event.id)
+            message = event.message()
+            if not isinstance(message, dict) or event.data is None:
+                yield event.raw
+                continue
+            line = event.data.encode("utf-8")
+            relayed = relay(message, line)
+            if relayed is line:
+                yield event.raw
+            else:
+                yield render_event(relayed.rstrip(b"\n"), event_id=event.id)
     tail = reader.pending()
     if tail:
         yield tail
