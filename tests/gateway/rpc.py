@@ -57,8 +57,8 @@ async def post(
     accept: str = BOTH,
     headers: dict[str, str] | None = None,
 ) -> Answer:
-    sent = {"accept": accept, "content-type": "application/json", **(headers or {})}
-    sent["mcp-protocol-version"] = PROTOCOL
+    sent = {"accept": accept, "content-type": "application/json", "mcp-protocol-version": PROTOCOL}
+    sent.update(headers or {})
     if session is not None:
         sent["mcp-session-id"] = session
     response = await client.post(url, json=message, headers=sent)

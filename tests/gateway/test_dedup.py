@@ -73,6 +73,40 @@ async def test_concurrent_duplicates_on_both_replicas_execute_once(
 
 
 @ONE_MODE
+async def test_a_tool_listed_as_read_only_always_runs_without_a_key(
+    upstream: Upstream, gateways: Callable[..., Child]
+) -> None:
+    url = gateway_url(gateways(upstream.url))
+    async with httpx.AsyncClient(timeout=30) as client:
+        listing = await post(client, url, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        (look,) = [t for t in listing.final()["result"]["tools"] if t["name"] == "look"]
+        assert look["annotations"]["readOnlyHint"] is True
+        for n in range(2):
+            await post(client, url, call(f"l{n}", "look", {"n": 1}))
+            await post(client, url, call(f"r{n}", "record", {"n": 1}))
+        # An explicit key is honoured even for a read-only tool.
+        for n in range(2):
+            await post(client, url, call(f"k{n}", "look", {"n": 2}, idempotencyKey="look-2"))
+    assert upstream.executions("look") == ["look"] * 3
+    assert upstream.executions("record") == ["record"]
+
+
+@ONE_MODE
+async def test_a_null_sep_key_is_stripped_and_read_as_absent(
+    upstream: Upstream, gateways: Callable[..., Child]
+) -> None:
+    url = gateway_url(gateways(upstream.url, "memory://", "--no-implicit"))
+    async with httpx.AsyncClient(timeout=30) as client:
+        answers = [
+            await post(client, url, call(n, "record", {"n": 4}, idempotencyKey=None))
+            for n in range(2)
+        ]
+    # FastMCP would refuse an unknown params member; both calls ran (no key, no derivation).
+    assert [_text(a.final()) for a in answers] == ["recorded 4", "recorded 4"]
+    assert upstream.executions("record") == ["record", "record"]
+
+
+@ONE_MODE
 async def test_sep_key_reused_with_other_arguments_is_a_conflict(
     upstream: Upstream, gateways: Callable[..., Child]
 ) -> None:

@@ -52,6 +52,33 @@ async def test_initialize_answer_declares_the_idempotency_capability(
     assert ours["result"] == theirs["result"]
 
 
+async def test_server_discover_answer_declares_the_idempotency_capability(
+    upstream: Upstream, gateways: Callable[..., Child]
+) -> None:
+    gateway = gateways(upstream.url)
+    version = "2026-07-28"
+    discover = {
+        "jsonrpc": "2.0",
+        "id": "d",
+        "method": "server/discover",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+    headers = {"mcp-method": "server/discover", "mcp-protocol-version": version}
+    async with httpx.AsyncClient() as client:
+        direct = await post(client, upstream.url, discover, headers=headers)
+        through = await post(client, gateway_url(gateway), discover, headers=headers)
+    assert through.status == direct.status == 200
+    theirs, ours = direct.final()["result"], through.final()["result"]
+    assert "idempotency" not in theirs["capabilities"]["tools"]
+    assert ours["capabilities"]["tools"].pop("idempotency") == {}
+    assert ours == theirs
+
+
 async def test_session_header_status_codes_and_delete_pass_through(
     upstream: Upstream, gateways: Callable[..., Child]
 ) -> None:

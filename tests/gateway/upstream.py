@@ -52,7 +52,7 @@ def build() -> FastMCP[Any]:
             await ctx.report_progress(2, 2)
         return f"progress {n} done"
 
-    @mcp.tool
+    @mcp.tool(annotations={"readOnlyHint": True})
     async def look(n: int = 0) -> str:
         """A read-only tool."""
         executed("look")
