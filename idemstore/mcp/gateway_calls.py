@@ -159,6 +159,17 @@ class UpstreamAnswer:
             # tell the client an incomplete stream was whole.
             raise ConnectionError("the upstream answer was cut")
 
+    @property
+    def buffered(self) -> bool:
+        """Whether the client gets the answer whole (a 2xx JSON body), not as it arrives."""
+        return not self.streaming and 200 <= self.upstream.status_code < 300
+
+    def whole_response(self) -> Response:
+        """A buffered answer as the upstream sent it, its headers (``Content-Length``) kept."""
+        whole = Response(b"".join(self._held), status_code=self.upstream.status_code)
+        whole.raw_headers = response_headers(self.upstream)
+        return whole
+
     def response(self) -> Response:
         """The client's copy of the answer (status, headers, bytes as they arrive)."""
         relayed = StreamingResponse(self._body(), status_code=self.upstream.status_code)
@@ -305,7 +316,7 @@ class ToolCalls:
                 return None
             answer = UpstreamAnswer(upstream, request_id)
             forwarded_answers.append(answer)
-            if not live.done():
+            if not live.done() and not answer.buffered:
                 live.set_result(answer.response())
             return await answer.until_final()
 
@@ -316,6 +327,8 @@ class ToolCalls:
                 # The outcome is recorded (or the key released): now the client may see it.
                 for answer in forwarded_answers:
                     await answer.finish()
+                    if not live.done() and answer.buffered:
+                        live.set_result(answer.whole_response())
 
         task = loop.create_task(drive(), name="mcp-gateway:tools/call")
         self._running.add(task)
