@@ -21,9 +21,9 @@ import contextvars
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha256
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import (
     CanonicalizationError,
@@ -33,11 +33,12 @@ from idemstore.errors import (
     InvalidKeyError,
     MissingDependencyError,
 )
+from idemstore.execution import ExecutionPolicy
 from idemstore.hashing import fingerprint
 from idemstore.mcp import sep3182
+from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
 from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
-from idemstore.runner import Idempotency
 
 try:
     import mcp_types
@@ -50,8 +51,7 @@ try:
     from mcp.server.request_state import authenticated_principal
     from mcp.shared.exceptions import MCPError
     from mcp_types import SERVER_INFO_META_KEY
-    from mcp_types.methods import is_input_required, serialize_server_result
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+    from mcp_types.methods import is_input_required
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(
@@ -89,8 +89,6 @@ logger = logging.getLogger("idemstore.mcp.server")
 # or whose callers are distinguished by something other than the SDK's auth, pass scope=.
 DEFAULT_SCOPE = "mcp-server/shared"
 
-_FORMAT_VERSION = 1
-
 # FastMCP: a tool calling a tool inside one wire request must not be deduplicated again
 # under the wire request's key.
 _executing: contextvars.ContextVar[object | None] = contextvars.ContextVar(
@@ -116,47 +114,6 @@ class _ToolCall:
     fingerprint: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """What a tool call produced, in a form both adapters can record and replay.
-
-    ``kind`` is ``result`` (``body`` is the wire ``CallToolResult``, ``isError`` ones
-    included), ``error`` (``body`` is a JSON-RPC error object) or ``raise`` (``body`` names the
-    kind of exception the tool raised and its message). ``original`` is the adapter's own
-    object for the execution that produced it; a replay has none and rebuilds from ``body``.
-    """
-
-    kind: Literal["result", "error", "raise"]
-    body: dict[str, Any]
-    record: bool = True
-    original: object = field(default=None, compare=False)
-    replayed: bool = False
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {"v": _FORMAT_VERSION, "kind": self.kind, "body": self.body},
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8")
-
-    @classmethod
-    def decode(cls, data: bytes) -> _Outcome:
-        try:
-            loaded = json.loads(data)
-            kind, body = loaded["kind"], loaded["body"]
-            if loaded.get("v") != _FORMAT_VERSION or kind not in ("result", "error", "raise"):
-                raise ValueError(f"unknown record format {loaded.get('v')!r}/{kind!r}")
-            if not isinstance(body, dict):
-                raise ValueError("record body is not an object")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise _RecordUnreadable(str(exc)) from exc
-        return cls(kind, body, replayed=True)
-
-
-class _RecordUnreadable(Exception):
-    """Internal: a stored record is not one this module wrote."""
-
-
 def _rpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> MCPError:
     return MCPError(code=code, message=message, data=data)
 
@@ -165,16 +122,16 @@ def _wire_error(body: dict[str, Any]) -> MCPError:
     return _rpc_error(body["code"], body["message"], body.get("data"))
 
 
-def _error_outcome(exc: MCPError) -> _Outcome:
+def _error_outcome(exc: MCPError) -> ToolOutcome:
     error = exc.error
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.data is not None:
         body["data"] = error.data
-    return _Outcome("error", body, record=error.code not in sep3182.REFUSAL_CODES, original=exc)
+    return ToolOutcome("error", body, record=error.code not in sep3182.REFUSAL_CODES, original=exc)
 
 
-def _raise_outcome(kind: str, exc: BaseException) -> _Outcome:
-    return _Outcome("raise", {"class": kind, "message": str(exc)}, original=exc)
+def _raise_outcome(kind: str, exc: BaseException) -> ToolOutcome:
+    return ToolOutcome("raise", {"class": kind, "message": str(exc)}, original=exc)
 
 
 def _dump(result: object) -> dict[str, Any]:
@@ -196,7 +153,7 @@ def _principal_scope(principal: str) -> str:
 class _Sep3182:
     """The SEP-3182 rules over any store; the adapters supply execution and delivery."""
 
-    __slots__ = ("_max_key_length", "_max_response_bytes", "_runner", "_scope", "capability")
+    __slots__ = ("_max_key_length", "_max_response_bytes", "_policy", "_scope", "capability")
 
     def __init__(
         self,
@@ -210,7 +167,7 @@ class _Sep3182:
         max_response_bytes: int | None,
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
-        self._runner = Idempotency(
+        self._policy = ExecutionPolicy(
             store, lease_ttl=lease_ttl, retention=retention, in_flight="reject"
         )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
@@ -220,7 +177,7 @@ class _Sep3182:
         self._scope = scope
         self._max_key_length = max_key_length
         self._max_response_bytes = max_response_bytes
-        retention = self._runner.retention
+        retention = self._policy.retention
         self.capability: dict[str, Any] = {}
         if advertise_retention:
             self.capability["retentionSeconds"] = (
@@ -229,7 +186,7 @@ class _Sep3182:
 
     @property
     def retention(self) -> float:
-        return self._runner.retention
+        return self._policy.retention
 
     # -- capability --------------------------------------------------------------------------
 
@@ -289,15 +246,15 @@ class _Sep3182:
         self,
         call: _ToolCall,
         scope: str,
-        execute: Callable[[], Awaitable[_Outcome]],
-    ) -> _Outcome:
+        execute: Callable[[], Awaitable[ToolOutcome]],
+    ) -> ToolOutcome:
         """Run ``execute`` at most once for ``(scope, call.key)`` and return its outcome.
 
         A duplicate gets the recorded outcome (``replayed=True``). Raises ``MCPError`` for a
         duplicate in flight, a conflicting reuse, or a store that cannot be reached before the
         tool ran.
         """
-        fresh: _Outcome | None = None
+        fresh: ToolOutcome | None = None
 
         async def work() -> bytes:
             nonlocal fresh
@@ -319,7 +276,7 @@ class _Sep3182:
             return encoded
 
         try:
-            result = await self._runner.run(call.key, call.fingerprint, work, scope=scope)
+            result = await self._policy.run(call.key, call.fingerprint, work, scope=scope)
         except _NotRecorded:
             assert fresh is not None
             return fresh
@@ -343,8 +300,8 @@ class _Sep3182:
             assert fresh is not None
             return fresh
         try:
-            return _Outcome.decode(result.value)
-        except _RecordUnreadable as exc:
+            return ToolOutcome.decode(result.value)
+        except RecordUnreadable as exc:
             logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
             message = f"The record for {KEY_FIELD} {call.key!r} is unreadable"
             raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
@@ -441,21 +398,21 @@ class ServerIdempotency:
             return await call_next(ctx)
         scope = self._sep.scope_of(ctx, authenticated_principal(ctx))
 
-        async def execute() -> _Outcome:
+        async def execute() -> ToolOutcome:
             try:
                 result = await call_next(ctx)
             except MCPError as exc:
                 return _error_outcome(exc)
             except ValidationError as exc:
                 # The SDK's params validation: the request never reached the tool.
-                return _Outcome("error", {}, record=False, original=exc)
+                return ToolOutcome("error", {}, record=False, original=exc)
             except Exception as exc:
                 return _raise_outcome("exception", exc)
             wire = _dump(result)
             if is_input_required(wire):
-                return _Outcome("result", wire, record=False, original=result)
+                return ToolOutcome("result", wire, record=False, original=result)
             self._learn_stamp(wire)
-            return _Outcome("result", _era_neutral(wire), original=result)
+            return ToolOutcome("result", era_neutral(wire), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
         return _deliver_lowlevel(outcome, ctx.protocol_version, self._stamp)
@@ -466,41 +423,7 @@ class ServerIdempotency:
             self._stamp = meta[SERVER_INFO_META_KEY]
 
 
-def _era_neutral(wire: dict[str, Any]) -> dict[str, Any]:
-    """A ``CallToolResult`` as the SDK serialized it, without what belongs to one era.
-
-    The low-level SDK hands a middleware the wire dict of the connection's era: a 2026-era one
-    has ``resultType`` and the ``serverInfo`` ``_meta`` stamp. Records must replay on either.
-    """
-    neutral = {k: v for k, v in wire.items() if k != "resultType"}
-    meta = neutral.get("_meta")
-    if isinstance(meta, Mapping) and SERVER_INFO_META_KEY in meta:
-        rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
-        if rest:
-            neutral["_meta"] = rest
-        else:
-            del neutral["_meta"]
-    return neutral
-
-
-def _render(body: dict[str, Any], version: str, stamp: object) -> dict[str, Any]:
-    """An era-neutral ``CallToolResult`` as the SDK would send it on a ``version`` connection."""
-    wire = dict(body)
-    if version in MODERN_PROTOCOL_VERSIONS:
-        wire["resultType"] = "complete"
-        if stamp is not None:
-            meta = wire.get("_meta")
-            wire["_meta"] = {
-                **(meta if isinstance(meta, Mapping) else {}),
-                SERVER_INFO_META_KEY: stamp,
-            }
-    try:
-        return serialize_server_result("tools/call", version, wire)
-    except (KeyError, ValueError):
-        return wire  # a version the SDK's surface does not know: as recorded
-
-
-def _deliver_lowlevel(outcome: _Outcome, version: str, stamp: object) -> HandlerResult:
+def _deliver_lowlevel(outcome: ToolOutcome, version: str, stamp: object) -> HandlerResult:
     original = outcome.original
     if not outcome.replayed:
         if isinstance(original, BaseException):
@@ -508,7 +431,7 @@ def _deliver_lowlevel(outcome: _Outcome, version: str, stamp: object) -> Handler
         return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
     body = outcome.body
     if outcome.kind == "result":
-        return _render(body, version, stamp)
+        return render_result(body, version, stamp)
     if outcome.kind == "error":
         raise _wire_error(body)
     raise ReplayedToolError(body.get("message", ""))
@@ -601,7 +524,7 @@ class FastMCPIdempotency(Middleware):
             return await call_next(context)
         scope = self._sep.scope_of(srctx, _fastmcp_principal())
 
-        async def execute() -> _Outcome:
+        async def execute() -> ToolOutcome:
             token = _executing.set(srctx)
             try:
                 result = await call_next(context)
@@ -618,8 +541,8 @@ class FastMCPIdempotency(Middleware):
             if isinstance(result, InputRequiredToolResult) or not isinstance(result, ToolResult):
                 # An MRTR ask is not an outcome; an extension's own result shape (a task
                 # handle) is not one this module can rebuild: neither is recorded.
-                return _Outcome("result", {}, record=False, original=result)
-            return _Outcome("result", _tool_result_wire(result), original=result)
+                return ToolOutcome("result", {}, record=False, original=result)
+            return ToolOutcome("result", _tool_result_wire(result), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
         return _deliver_fastmcp(outcome)
@@ -637,7 +560,7 @@ def _tool_result_wire(result: ToolResult) -> dict[str, Any]:
     return wire
 
 
-def _deliver_fastmcp(outcome: _Outcome) -> ToolResult:
+def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
     original = outcome.original
     if not outcome.replayed:
         if isinstance(original, BaseException):

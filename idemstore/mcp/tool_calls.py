@@ -42,7 +42,6 @@ mcp-idempotent. A late answer to a cancelled call is relayed as the server wrote
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import json
 import logging
@@ -499,9 +498,15 @@ class ToolCallCore:
             if stored is None:
                 await execution.release()
             else:
-                with contextlib.suppress(Exception):
+                try:
                     if not await execution.settle(stored):
                         logger.warning("outcome of key %r was not stored", call.key)
+                except Exception:
+                    # The server answered: its caller gets the answer even though the
+                    # store failed; a retry after the lease lapses runs again.
+                    logger.warning(
+                        "could not record the outcome of key %r", call.key, exc_info=True
+                    )
         return response.line
 
     # -- server to client ----------------------------------------------------------------
