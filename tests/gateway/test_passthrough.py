@@ -27,7 +27,7 @@ async def test_official_client_works_through_the_gateway_unchanged(
         expected = "2025-11-25" if client_mode == "legacy" else "2026-07-28"
         assert client.protocol_version == expected
         names = [tool.name for tool in (await client.list_tools()).tools]
-        assert names == ["record", "slow", "progress", "look"]
+        assert names == ["record", "slow", "progress", "look", "headers"]
         result = await client.call_tool("record", {"n": 7, "note": "via gateway"})
         assert result.content[0].text == "recorded 7 via gateway"
         progress = await client.call_tool("progress", {"n": 1})
@@ -92,7 +92,7 @@ async def test_session_header_status_codes_and_delete_pass_through(
             client, url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session=session
         )
         assert listed.status == 200
-        assert len(listed.final()["result"]["tools"]) == 4
+        assert len(listed.final()["result"]["tools"]) == 5
         if stateful:
             # A session the upstream does not know: its 404 comes back as it was.
             ping = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
@@ -109,6 +109,35 @@ async def test_session_header_status_codes_and_delete_pass_through(
         through_get = await client.get(url, headers={"accept": "application/json"})
         assert through_get.status_code == direct_get.status_code
         assert through_get.content == direct_get.content
+
+
+async def test_end_to_end_headers_reach_the_upstream_and_hop_by_hop_ones_do_not(
+    upstream: Upstream, gateways: Callable[..., Child]
+) -> None:
+    gateway = gateways(upstream.url, "memory://", "--no-implicit")
+    url = gateway_url(gateway)
+    sent = {
+        "authorization": "Bearer t0ken",
+        "x-custom": "kept",
+        "connection": "keep-alive, x-hop",
+        "x-hop": "dropped",
+        "te": "trailers",
+    }
+    async with httpx.AsyncClient() as client:
+        opened = await open_session(client, url, headers=sent)
+        session = opened.headers.get("mcp-session-id")
+        message = {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "headers", "arguments": {}},
+        }
+        answer = await post(client, url, message, session=session, headers=sent)
+    seen = answer.final()["result"]["structuredContent"]
+    assert seen["authorization"] == "Bearer t0ken"
+    assert seen["x-custom"] == "kept"
+    assert "x-hop" not in seen and "te" not in seen
+    assert seen["host"] == f"127.0.0.1:{upstream.child.port}"  # the upstream's own
 
 
 async def test_progress_events_reach_the_client_on_the_stream_before_the_result(

@@ -58,6 +58,13 @@ def build() -> FastMCP[Any]:
         executed("look")
         return f"looked {n}"
 
+    @mcp.tool
+    async def headers() -> dict[str, str]:
+        """The request headers this call reached the upstream with (not an execution)."""
+        from fastmcp.server.dependencies import get_http_headers
+
+        return get_http_headers(include_all=True)
+
     return mcp
 
 
