@@ -56,20 +56,29 @@ async def test_a_retry_on_the_other_replica_executes_once(
 
 
 @ONE_MODE
+@pytest.mark.parametrize("key", ["derived", "sep"])
 async def test_concurrent_duplicates_on_both_replicas_execute_once(
-    upstream: Upstream, gateways: Callable[..., Child], redis_store_url: str
+    upstream: Upstream, gateways: Callable[..., Child], redis_store_url: str, key: str
 ) -> None:
     urls = [
         gateway_url(gateways(upstream.url, redis_store_url, "--run-id", "race")) for _ in range(2)
     ]
+    params = {"idempotencyKey": "race-1"} if key == "sep" else {}
     async with httpx.AsyncClient(timeout=30) as client:
         duplicates = [
-            post(client, urls[i % 2], call(i, "slow", {"n": 1, "seconds": 0.5})) for i in range(8)
+            post(client, urls[i % 2], call(i, "slow", {"n": 1, "seconds": 0.5}, **params))
+            for i in range(8)
         ]
-        answers = await asyncio.gather(*duplicates)
-    # No SEP key: duplicates of the running call wait for it and get its result.
-    assert {_text(answer.final()) for answer in answers} == {"slow 1 done"}
+        answers = [answer.final() for answer in await asyncio.gather(*duplicates)]
     assert upstream.executions("slow") == ["slow"]
+    results = {_text(answer) for answer in answers if "result" in answer}
+    assert results == {"slow 1 done"}
+    rejected = [answer["error"]["data"]["type"] for answer in answers if "error" in answer]
+    if key == "derived":
+        assert rejected == []  # duplicates of a running call wait for it and get its result
+    else:
+        # SEP-3182: a duplicate while the original runs is rejected at once, never run.
+        assert set(rejected) <= {"idempotency_key_in_progress"}
 
 
 @ONE_MODE
