@@ -75,8 +75,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
 from idemstore.errors import (
     ConfigurationError,
@@ -88,7 +89,7 @@ from idemstore.protocol import Outcome
 from idemstore.records import check_duration, check_response
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Coroutine
     from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
@@ -106,7 +107,7 @@ logger = logging.getLogger("idemstore.execution")
 
 T = TypeVar("T")
 
-FailurePolicy = "Literal['release', 'hold'] | Callable[[Exception], bytes | None]"
+FailurePolicy: TypeAlias = Literal["release", "hold"] | Callable[[Exception], bytes | None]
 """What ``on_failure`` accepts (see ``ExecutionPolicy``)."""
 
 
@@ -231,7 +232,7 @@ class ExecutionPolicy:
         retention: float = 86400.0,
         in_flight: Literal["wait", "reject"] = "wait",
         wait_timeout: float | None = None,
-        on_failure: Literal["release", "hold"] | Callable[[Exception], bytes | None] = "release",
+        on_failure: FailurePolicy = "release",
     ) -> None:
         if in_flight not in ("wait", "reject"):
             raise ConfigurationError(f"in_flight must be 'wait' or 'reject', not {in_flight!r}")
@@ -450,12 +451,14 @@ class Execution:
             logger.info("key %r is held until its lease lapses after a failure", self.key)
             return
         if callable(policy) and isinstance(error, Exception):
-            # The encoder runs before the state changes: if it raises, the key is released.
+            # The encoder runs before the state changes: if it raises (or returns something
+            # that is not bytes), the key is released.
+            encoded: bytes | None = None
             try:
-                encoded = policy(error)
+                returned = policy(error)
+                encoded = None if returned is None else check_response(returned)
             except Exception:
                 logger.exception("on_failure could not encode the error of key %r", self.key)
-                encoded = None
             if encoded is not None:
                 try:
                     await self.settle(encoded)

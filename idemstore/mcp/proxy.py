@@ -173,10 +173,10 @@ class IdempotentProxy:
     """
 
     __slots__ = (
+        "_call_tasks",
         "_client_lock",
         "_client_writer",
         "_core",
-        "_deliveries",
         "_lease_ttl",
         "_max_line",
         "_responses",
@@ -224,7 +224,7 @@ class IdempotentProxy:
         self._lease_ttl = lease_ttl
         self._max_line = max_line_bytes
         self._responses: dict[str, asyncio.Future[ServerResponse]] = {}
-        self._deliveries: set[asyncio.Task[None]] = set()
+        self._call_tasks: set[asyncio.Task[bytes | None]] = set()
         self._client_writer: ByteWriter | None = None
         self._server_writer: ByteWriter | None = None
         self._client_lock = asyncio.Lock()
@@ -262,10 +262,10 @@ class IdempotentProxy:
             client.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await client
-            if self._deliveries:
-                await asyncio.wait(set(self._deliveries), timeout=self._lease_ttl)
+            if self._call_tasks:
+                await asyncio.wait(set(self._call_tasks), timeout=self._lease_ttl)
             await self._core.close()
-            await asyncio.gather(*self._deliveries, return_exceptions=True)
+            await asyncio.gather(*self._call_tasks, return_exceptions=True)
 
     # -- client to server -----------------------------------------------------------------
 
@@ -332,25 +332,9 @@ class IdempotentProxy:
                 if self._responses.get(call.id_key) is future:
                     del self._responses[call.id_key]
 
-        answer = self._core.start(call, exchange)
-
-        async def deliver() -> None:
-            try:
-                line = await answer
-            except asyncio.CancelledError:
-                if not self._server_closed:
-                    return  # the client cancelled it before it reached the server
-                # The relay is ending before this call could be served.
-                why = "the MCP server exited before answering; the call may or may not have run"
-                error = sep3182.error(sep3182.INTERNAL_ERROR, why, sep3182.SERVER_EXITED)
-                await self._send_client(error_line(call.request_id, error))
-                return
-            if line is not None:
-                await self._send_client(line)
-
-        task = asyncio.create_task(deliver(), name=f"mcp-proxy:answer:{call.id_key}")
-        self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
+        task = self._core.start(call, exchange, self._send_client)
+        self._call_tasks.add(task)
+        task.add_done_callback(self._call_tasks.discard)
 
     async def _send_server(self, data: bytes) -> None:
         writer = self._server_writer

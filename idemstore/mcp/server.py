@@ -343,7 +343,8 @@ class ServerIdempotency:
         scope: records are scoped to the authenticated principal (the SDK's auth context)
             when there is one. Otherwise to ``scope``: a string, or a callable given the
             ``ServerRequestContext`` that returns the caller's authorization boundary (or
-            ``None`` for the default). Default: this process (see docs/mcp-server.md).
+            ``None`` for the default). Default: ``DEFAULT_SCOPE``, the same in every
+            replica and restart (see docs/mcp-server.md).
         advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability.
         max_key_length: longest key accepted (longer ones are invalid params).
         max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.

@@ -13,7 +13,8 @@ requests. Everything about ``tools/call`` idempotency is here, so every relay be
    (``idemstore.execution``) and returns a task whose result is the bytes to send the client
    (``None``: send nothing). ``exchange(forward)`` is the relay's: send ``forward`` (the bytes
    the server gets: the SEP key stripped) and return the server's final response as a
-   ``ServerResponse``, or raise ``ServerGone``.
+   ``ServerResponse``, or raise ``ServerGone``. With ``reply``, the task sends the answer
+   itself. ``core.close()`` ends every pending call when the relay stops (keys released).
 4. ``core.cancel(request_id)`` for a client's ``notifications/cancelled``: ``True`` when the
    server saw the request and must get the notification too.
 5. ``core.on_response(message, line)`` for every server response: the bytes to relay (the
@@ -135,7 +136,7 @@ class _Pending:
     call: ToolCall
     sent: asyncio.Event = field(default_factory=asyncio.Event)  # forwarded, or answered
     task: asyncio.Task[bytes | None] | None = None
-    drive: asyncio.Task[bytes | None] | None = None
+    forwarded: bool = False
     execution: Execution | None = None
     cancelled: bool = False
 
@@ -170,6 +171,11 @@ def _writable_id(request_id: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _server_exited(request_id: object) -> bytes:
+    why = "the MCP server exited before answering; the call may or may not have run"
+    return error_line(request_id, sep3182.error(sep3182.INTERNAL_ERROR, why, sep3182.SERVER_EXITED))
 
 
 def _outcome(message: dict[str, Any], kind: KeyKind) -> bytes | None:
@@ -207,6 +213,7 @@ class ToolCallCore:
 
     __slots__ = (
         "_cancel_grace",
+        "_closing",
         "_dedupe_read_only",
         "_exclude_tools",
         "_implicit",
@@ -259,6 +266,7 @@ class ToolCallCore:
         self._read_only: dict[str, bool] = {}
         self._watch: dict[str, str] = {}
         self._pending: dict[str, _Pending] = {}
+        self._closing = False
 
     @property
     def busy(self) -> bool:
@@ -363,13 +371,21 @@ class ToolCallCore:
         return ToolCall(request_id, identity, kind, key, scope, print_, name, forward)
 
     def start(
-        self, call: ToolCall, exchange: Callable[[bytes], Awaitable[ServerResponse]]
+        self,
+        call: ToolCall,
+        exchange: Callable[[bytes], Awaitable[ServerResponse]],
+        reply: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> asyncio.Task[bytes | None]:
-        """Run ``call``; the task's result is what to send the client (``None``: nothing)."""
+        """Run ``call``; the task's result is what to send the client (``None``: nothing).
+
+        With ``reply``, the task sends that answer itself (``reply(line)``) and returns it,
+        which saves a relay a task per call; a call still pending when ``close()`` runs is then
+        answered with a ``mcp_server_exited`` error.
+        """
         pending = _Pending(call)
         self._pending[call.id_key] = pending
         pending.task = asyncio.create_task(
-            self._answer(pending, exchange), name=f"mcp-relay:call:{call.id_key}"
+            self._reply(pending, exchange, reply), name=f"mcp-relay:call:{call.id_key}"
         )
         return pending.task
 
@@ -379,7 +395,7 @@ class ToolCallCore:
         if pending is None:
             return True  # not a call the core holds: the server's business
         task = pending.task
-        if pending.drive is None:
+        if not pending.forwarded or task is None:
             # The server never saw this request: stop reserving or waiting, tell nobody.
             if task is not None:
                 task.cancel()
@@ -396,16 +412,15 @@ class ToolCallCore:
             execution = pending.execution
             self._spawn(execution.release(), f"release {call.key!r}")
             logger.info("released %s key %r: the client cancelled the call", call.kind, call.key)
-        drive = pending.drive
         loop = asyncio.get_running_loop()
-        loop.call_later(self._cancel_grace, self._give_up, drive)
+        loop.call_later(self._cancel_grace, self._give_up, task)
         return True
 
     @staticmethod
-    def _give_up(drive: asyncio.Task[bytes | None]) -> None:
+    def _give_up(task: asyncio.Task[bytes | None]) -> None:
         # A cancelled call the server never answered (MCP servers need not): stop keeping it.
-        if not drive.done():
-            drive.cancel()
+        if not task.done():
+            task.cancel()
 
     @staticmethod
     def _spawn(coroutine: Awaitable[None], what: str) -> None:
@@ -429,10 +444,27 @@ class ToolCallCore:
 
     async def close(self) -> None:
         """Stop every pending call (the relay is ending); their keys are released."""
-        tasks = [t for p in self._pending.values() for t in (p.task, p.drive) if t is not None]
+        self._closing = True
+        tasks = [p.task for p in self._pending.values() if p.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _reply(
+        self,
+        pending: _Pending,
+        exchange: Callable[[bytes], Awaitable[ServerResponse]],
+        reply: Callable[[bytes], Awaitable[None]] | None,
+    ) -> bytes | None:
+        try:
+            line = await self._answer(pending, exchange)
+        except asyncio.CancelledError:
+            if reply is None or not self._closing:
+                raise  # cancelled by the client before it reached the server: no answer
+            line = _server_exited(pending.call.request_id)
+        if reply is not None and line is not None:
+            await reply(line)
+        return line
 
     async def _answer(
         self, pending: _Pending, exchange: Callable[[bytes], Awaitable[ServerResponse]]
@@ -456,19 +488,15 @@ class ToolCallCore:
             if isinstance(claim, Replay):
                 logger.info("replayed %s key %r (fence %d)", call.kind, call.key, claim.fence)
                 return _replay_line(call.request_id, claim.response)
+            # From here on a client's cancellation never cancels this task (see cancel()): the
+            # execution stays owned, its lease kept alive, while the server works.
             pending.execution = claim
-            # The server's part runs on its own task: a client's cancellation stops the wait
-            # for it, never the execution (its key stays held while the server works).
-            pending.drive = asyncio.create_task(self._drive(pending, claim, exchange))
+            pending.forwarded = True
             pending.sent.set()
-            return await asyncio.shield(pending.drive)
+            return await self._drive(pending, claim, exchange)
         finally:
             pending.sent.set()
-            drive = pending.drive
-            if drive is None or drive.done():
-                self._forget(pending)
-            else:
-                drive.add_done_callback(lambda _: self._forget(pending))
+            self._forget(pending)
 
     def _forget(self, pending: _Pending) -> None:
         if self._pending.get(pending.call.id_key) is pending:
@@ -486,9 +514,7 @@ class ToolCallCore:
         except ServerGone:
             if not execution.finished:
                 await execution.release()
-            why = "the MCP server exited before answering; the call may or may not have run"
-            error = sep3182.error(sep3182.INTERNAL_ERROR, why, sep3182.SERVER_EXITED)
-            return error_line(call.request_id, error)
+            return _server_exited(call.request_id)
         except BaseException:
             if not execution.finished:
                 await execution.release()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     Spawn = Callable[[list[str]], Awaitable[RawPeer]]
 
-LATENCY = 0.5  # seconds per chunk, each way: the window in which the client cancels
+LATENCY = 1.0  # seconds per chunk, each way: the window in which the client cancels
 KEY_SCOPE = "cancel-tests"
 RUN_ID = "cancel-run"
 
@@ -101,3 +101,20 @@ async def test_a_cancelled_sep_call_keeps_its_key_while_a_slow_server_runs_it(
     await proxy.call(3, "charge", arguments={"amount": 1}, idempotencyKey="k-slow")
     assert (await proxy.response(3))["result"] == original["result"]
     assert len(executions(counter)) == 1
+
+
+@pytest.mark.slow
+async def test_a_cancelled_sep_call_the_server_never_answers_frees_its_key_after_the_grace(
+    spawn: Spawn, counter: Path
+) -> None:
+    # MCP servers do not answer a cancelled request: the key cannot stay held forever.
+    server = mock_command("--counter", str(counter), "--drop-first", "1")
+    proxy = await spawn(proxy_command("--lease", "0.6", "--cancel-grace", "1.5", server=server))
+    await proxy.call(1, "charge", arguments={"amount": 1}, idempotencyKey="k-mute")
+    await until_executed(counter)
+    await proxy.send(_cancel(1))
+    await proxy.call(2, "charge", arguments={"amount": 1}, idempotencyKey="k-mute")
+    assert (await proxy.response(2))["error"]["data"]["type"] == "idempotency_key_in_progress"
+    await asyncio.sleep(2.0)
+    await proxy.call(3, "charge", arguments={"amount": 1}, idempotencyKey="k-mute")
+    assert (await proxy.response(3))["result"]["content"][0]["text"] == "charged 1 (execution 2)"
