@@ -17,7 +17,7 @@ from idemstore.errors import ConfigurationError, IdemstoreError
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
-SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy")
+SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy", "gateway")
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000
 DEFAULT_PAYLOAD_BYTES = 256
@@ -249,6 +249,139 @@ async def _proxy(args: argparse.Namespace) -> int:
         return await run_stdio_proxy(proxy, command)
 
 
+async def _gateway(args: argparse.Namespace) -> int:
+    from idemstore.mcp.gateway import GatewayConfig, GatewayScope, McpGateway, parse_listen, serve
+
+    host, port = parse_listen(args.listen)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="idemstore gateway: %(levelname)s %(name)s: %(message)s",
+    )
+    config = GatewayConfig(
+        upstream=args.upstream,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+        max_body_bytes=args.max_body_bytes,
+    )
+    scope = GatewayScope(header=args.scope_header.lower())
+    async with open_store(args.store) as store:
+        gateway = McpGateway(
+            store,
+            config,
+            scope=scope,
+            run_id=args.run_id,
+            lease_ttl=args.lease,
+            retention=args.retention,
+            sep_retention=args.sep_retention,
+            in_flight=args.in_flight,
+            implicit=not args.no_implicit,
+            tools=args.tools or ("*",),
+            exclude_tools=args.exclude_tools or (),
+            dedupe_read_only=args.dedupe_read_only,
+        )
+        await serve(gateway, host, port, log_level=args.log_level)
+    return 0
+
+
+def _gateway_parser(commands: Any) -> None:
+    gateway = commands.add_parser(
+        "gateway",
+        help="deduplicate tools/call in front of a remote MCP server (Streamable HTTP)",
+        description=(
+            "Serve a Streamable HTTP reverse proxy in front of one MCP endpoint, replaying the "
+            "recorded result to retried tools/call requests; replicas sharing --store "
+            "deduplicate together."
+        ),
+    )
+    gateway.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to serve")
+    gateway.add_argument(
+        "--upstream", required=True, metavar="URL", help="the MCP endpoint, e.g. http://h:9000/mcp"
+    )
+    gateway.add_argument(
+        "--store", default="memory://", metavar="URL", help="store URL (default memory://)"
+    )
+    gateway.add_argument(
+        "--scope-header",
+        default="authorization",
+        metavar="NAME",
+        help="header whose (hashed) value scopes records (default: Authorization)",
+    )
+    gateway.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="scope of derived keys; replicas that share it deduplicate key-less calls",
+    )
+    gateway.add_argument(
+        "--retention",
+        type=_positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a derived or _meta key's result is replayed (default 600)",
+    )
+    gateway.add_argument(
+        "--sep-retention",
+        type=_positive_float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
+    )
+    gateway.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease of a running call, heartbeated every third (default 30)",
+    )
+    gateway.add_argument(
+        "--in-flight",
+        choices=("wait", "reject"),
+        default="wait",
+        help="a duplicate of a running call without a SEP-3182 key: wait (default) or reject",
+    )
+    gateway.add_argument(
+        "--no-implicit", action="store_true", help="deduplicate only calls that carry a key"
+    )
+    gateway.add_argument(
+        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
+    )
+    gateway.add_argument(
+        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
+    )
+    gateway.add_argument(
+        "--dedupe-read-only",
+        action="store_true",
+        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
+    )
+    gateway.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="to open an upstream connection (default 10)",
+    )
+    gateway.add_argument(
+        "--read-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="between bytes of an upstream answer (default: none, streams idle long)",
+    )
+    gateway.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest POST body read (default 16 MiB; larger gets 413)",
+    )
+    gateway.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="logs go to stderr (default warning)",
+    )
+    gateway.set_defaults(handler=_gateway)
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -462,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     proxy.set_defaults(handler=_proxy)
+    _gateway_parser(commands)
     return parser
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from idemstore import __version__
 from idemstore.bench.floors import floor_for_url
+from idemstore.bench.gateway_scenario import run_gateway
 from idemstore.bench.local import start_local_servers, stop_local_servers
 from idemstore.bench.results import BenchResult, Measurement, Unavailable
 from idemstore.bench.scenarios import (
@@ -339,7 +340,7 @@ async def run_bench(
     result = BenchResult(meta=_meta(), config=config.to_dict(), unavailable=list(unavailable))
     store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
     total = len(targets) * store_steps * len(config.concurrency)
-    total += ("hasher" in config.scenarios) + ("proxy" in config.scenarios)
+    total += sum(name in config.scenarios for name in ("hasher", "proxy", "gateway"))
     progress.start(total)
     run_id = secrets.token_hex(3)
     started = time.perf_counter()
@@ -357,6 +358,14 @@ async def run_bench(
             result.unavailable.append(proxied)
         else:
             result.measurements.append(proxied)
+        progress.advance()
+    if "gateway" in config.scenarios:
+        progress.step("gateway (mcp over http)")
+        through = await run_gateway(one_worker)
+        if isinstance(through, Unavailable):
+            result.unavailable.append(through)
+        else:
+            result.measurements.append(through)
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result

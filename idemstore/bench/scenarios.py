@@ -46,7 +46,8 @@ __all__ = [
 ]
 
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "replay", "contention", "mixed")
-SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy")
+# gateway: idemstore.bench.gateway_scenario (HTTP, its own module).
+SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy", "gateway")
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.

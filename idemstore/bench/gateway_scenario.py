@@ -1,0 +1,198 @@
+"""The ``gateway`` bench scenario: what ``idemstore gateway`` adds to a Streamable HTTP call.
+
+One run starts the mock HTTP MCP endpoint (``idemstore.bench.mock_http_server``) and an
+``idemstore gateway`` in front of it (memory store), both on loopback, then times the same
+``tools/call`` requests (fresh arguments each: every one reserves, runs and completes a derived
+key) sent directly and through the gateway, over one pooled httpx connection each, one at a
+time. The added latency is the difference of the percentiles. Then ``IDENTICAL_CALLS``
+identical calls go through the gateway and the upstream's executions are counted: 1 is right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from idemstore.bench.results import Measurement, Timing, Unavailable
+
+__all__ = ["run_gateway"]
+
+GATEWAY_STORE = "memory://"
+IDENTICAL_CALLS = 5
+START_TIMEOUT = 30.0
+RPC_TIMEOUT = 30.0
+_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _checkout_env() -> dict[str, str]:
+    import os
+
+    root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+async def _spawn(*argv: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *argv,
+        env=_checkout_env(),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def _listening(process: asyncio.subprocess.Process, port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.returncode is not None:
+            raise RuntimeError(f"a bench process exited with status {process.returncode}")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return
+    raise TimeoutError(f"a bench process did not listen on port {port}")
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def _time_calls(
+    client: Any, url: str, ops: int | None, duration: float | None, pad: str
+) -> Timing:
+    timing = Timing()
+    clock = time.perf_counter_ns
+    deadline = None if duration is None else time.monotonic() + duration
+    j = 0
+    started = time.perf_counter()
+    while (j < ops) if ops is not None else (deadline is not None and time.monotonic() < deadline):
+        body = {
+            "jsonrpc": "2.0",
+            "id": j + 1,
+            "method": "tools/call",
+            "params": {"name": "record", "arguments": {"n": j, "pad": pad}},
+        }
+        begun = clock()
+        try:
+            response = await client.post(url, json=body, headers=_HEADERS)
+            answer = response.json()
+            if response.status_code != 200 or "result" not in answer:
+                raise RuntimeError(f"tools/call failed: {response.status_code} {answer}")
+        except Exception as exc:
+            timing.record_error(exc)
+        else:
+            timing.latencies_ns.append(clock() - begun)
+        j += 1
+    timing.seconds = time.perf_counter() - started
+    return timing
+
+
+async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
+    import httpx
+
+    counter = tmp / "executions"
+    counter.touch()
+    upstream_port, gateway_port = _free_port(), _free_port()
+    upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
+    upstream = await _spawn(
+        "-m", "idemstore.bench.mock_http_server", "--port", str(upstream_port),
+        "--counter", str(counter),
+    )  # fmt: skip
+    gateway = await _spawn(
+        "-m", "idemstore", "gateway", "--listen", f"127.0.0.1:{gateway_port}",
+        "--upstream", upstream_url, "--store", GATEWAY_STORE,
+    )  # fmt: skip
+    gateway_url = f"http://127.0.0.1:{gateway_port}/mcp"
+    pad = "x" * load.payload_bytes
+    try:
+        await _listening(upstream, upstream_port)
+        await _listening(gateway, gateway_port)
+        timeout = httpx.Timeout(RPC_TIMEOUT)
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            # One untimed call each way: connections open, imports settle.
+            await _time_calls(client, upstream_url, 1, None, "warm")
+            await _time_calls(client, gateway_url, 1, None, "warm")
+            # Interleave halves so that drift on a shared machine lands on both sides.
+            half = None if load.ops is None else max(1, load.ops // 2)
+            span = None if load.duration is None else load.duration / 4
+            direct, through = Timing(), Timing()
+            for _ in range(2):
+                for timing, url in ((direct, upstream_url), (through, gateway_url)):
+                    part = await _time_calls(client, url, half, span, pad)
+                    timing.latencies_ns += part.latencies_ns
+                    timing.seconds += part.seconds
+                    for name, count in part.errors.items():
+                        timing.errors[name] = timing.errors.get(name, 0) + count
+            before = len(counter.read_text().split())
+            body = {
+                "jsonrpc": "2.0",
+                "method": "tools/call",
+                "params": {"name": "record", "arguments": {"n": "identical"}},
+            }
+            for i in range(IDENTICAL_CALLS):
+                await client.post(gateway_url, json={**body, "id": f"same-{i}"}, headers=_HEADERS)
+            executions = len(counter.read_text().split()) - before
+    finally:
+        await _stop(gateway)
+        await _stop(upstream)
+    return through, direct, executions
+
+
+async def run_gateway(load: Any) -> Measurement | Unavailable:
+    """``tools/call`` through ``idemstore gateway`` (memory store) against the upstream direct."""
+    for module in ("httpx", "starlette", "uvicorn"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            why = f"{exc}: pip install 'idemstore[gateway]'"
+            return Unavailable("mcp gateway", why, scenario="gateway")
+    try:
+        with tempfile.TemporaryDirectory(prefix="idemstore-bench-gateway-") as tmp:
+            through, direct, executions = await _measure(load, Path(tmp))
+    except (OSError, RuntimeError, TimeoutError, ValueError) as exc:
+        return Unavailable("mcp gateway", f"{type(exc).__name__}: {exc}", scenario="gateway")
+    through.executions = executions
+    through.unique_keys = 1
+    notes: dict[str, Any] = {"identical_calls": IDENTICAL_CALLS, "store": GATEWAY_STORE}
+    for label in ("p50", "p99"):
+        ours, theirs = through.latency_ms()[label], direct.latency_ms()[label]
+        if ours is not None and theirs is not None:
+            notes[f"added_{label}_ms"] = ours - theirs
+    return Measurement(
+        backend="mcp gateway",
+        scenario="gateway",
+        concurrency=1,
+        subject=through,
+        floor=direct,
+        floor_name="the same HTTP endpoint called directly",
+        url=GATEWAY_STORE,
+        expected_executions=1,
+        notes=notes,
+    )

@@ -1,0 +1,353 @@
+"""``tools/call`` over Streamable HTTP: the transport half of the gateway's deduplication.
+
+The decisions (which key, which scope, replay or run or reject, what gets recorded) belong to
+the core the stdio proxy runs too; this module only does what HTTP adds:
+
+- running a call upstream **detached from the client's connection**: once forwarded, the
+  upstream's answer is read to its end whatever the client does, so its outcome is recorded
+  (a client that disconnects mid-call leaves a retry to replay it, or to wait for it);
+- finding the final response in a JSON body or in an event stream, while the client gets every
+  event as it arrives;
+- rendering a replay or an error as JSON or as a one-event stream, whichever the retry's
+  ``Accept`` allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.responses import Response, StreamingResponse
+
+from idemstore.mcp.http_relay import error_response, request_headers, response_headers
+from idemstore.mcp.sse_stream import SSEReader, render_event
+from idemstore.mcp.tool_calls import (
+    Answer,
+    Forward,
+    ServerGone,
+    ServerResponse,
+    ToolCallCore,
+    dumps,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+
+    from idemstore.protocol import IdempotencyStore
+
+    Execute = Callable[[bytes], Awaitable[dict[str, Any] | None]]
+    SendUpstream = Callable[
+        [str, str, list[tuple[str, str]], bytes | AsyncIterator[bytes]],
+        Awaitable[httpx.Response],
+    ]
+
+__all__ = ["ToolCalls", "UpstreamAnswer", "rendered"]
+
+logger = logging.getLogger("idemstore.mcp.gateway")
+
+_MAX_EVENT_BYTES = 64 * 1024 * 1024
+
+
+def _accepts(headers: Mapping[str, str], media: str) -> bool:
+    accept = headers.get("accept", "")
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return not accept or media in types or "*/*" in types
+
+
+def rendered(headers: Mapping[str, str], data: bytes) -> Response:
+    """One JSON-RPC message as the client accepts it: JSON if it may, else a one-event stream."""
+    data = data.rstrip(b"\n")
+    if _accepts(headers, "application/json") or not _accepts(headers, "text/event-stream"):
+        return Response(data, media_type="application/json")
+    return Response(
+        render_event(data),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache"},
+    )
+
+
+class UpstreamAnswer:
+    """The upstream's answer to one forwarded ``tools/call``, relayed to the client as it comes.
+
+    ``until_final()`` reads up to the final response and returns it decoded (``None`` when the
+    answer has none: a non-2xx status, a stream cut before it, a body that is not the
+    response). The bytes that carry the final response are held back until ``finish()``: the
+    core records the outcome first, so a client that retries the moment it has its answer
+    gets the replay, not "in progress". ``finish()`` then relays them and reads the rest.
+    ``response()`` is the client's copy: the same status, headers and bytes.
+    """
+
+    def __init__(self, upstream: httpx.Response, request_id: object) -> None:
+        self.upstream = upstream
+        self.request_id = request_id
+        self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._held: list[bytes] = []
+        self._rest: AsyncIterator[bytes] | None = None
+        self._cut = False
+        media = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
+        self.streaming = media == "text/event-stream"
+
+    def _matches(self, message: object) -> dict[str, Any] | None:
+        if (
+            isinstance(message, dict)
+            and "method" not in message
+            and message.get("id") == self.request_id
+            and ("result" in message or "error" in message)
+        ):
+            return message
+        return None
+
+    async def until_final(self) -> dict[str, Any] | None:
+        """Relay the answer up to its final response; that response, decoded."""
+        try:
+            if not 200 <= self.upstream.status_code < 300:
+                async for chunk in self.upstream.aiter_raw():
+                    self._chunks.put_nowait(chunk)
+                return None
+            if not self.streaming:
+                body = await self.upstream.aread()
+                self._held.append(body)
+                try:
+                    return self._matches(json.loads(body))
+                except (ValueError, RecursionError):
+                    return None
+            reader = SSEReader(_MAX_EVENT_BYTES)
+            self._rest = self.upstream.aiter_bytes()
+            async for chunk in self._rest:
+                found = None
+                for event in reader.feed(chunk):
+                    found = found or self._matches(event.message())
+                if found is not None:
+                    self._held.append(chunk)
+                    return found
+                self._chunks.put_nowait(chunk)
+            return None
+        except (httpx.HTTPError, ValueError) as exc:
+            # A cut stream: no final response came whole, nothing is recorded; the client's
+            # copy is cut too, so it sees what the upstream did.
+            logger.warning("upstream answer to a tools/call broke off: %s", exc)
+            self._cut = True
+            return None
+
+    async def finish(self) -> None:
+        """Relay what was held back and the rest of the answer; close the upstream."""
+        try:
+            for chunk in self._held:
+                self._chunks.put_nowait(chunk)
+            if self._rest is not None and not self._cut:
+                async for chunk in self._rest:
+                    self._chunks.put_nowait(chunk)
+        except httpx.HTTPError as exc:
+            logger.warning("upstream stream broke off after the final response: %s", exc)
+            self._cut = True
+        finally:
+            await self.upstream.aclose()
+            self._chunks.put_nowait(None)
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self._chunks.get()
+            if chunk is None:
+                break
+            yield chunk
+        if self._cut:
+            # End the client's response abruptly, as the upstream's ended: a clean end would
+            # tell the client an incomplete stream was whole.
+            raise ConnectionError("the upstream answer was cut")
+
+    @property
+    def buffered(self) -> bool:
+        """Whether the client gets the answer whole (a 2xx JSON body), not as it arrives."""
+        return not self.streaming and 200 <= self.upstream.status_code < 300
+
+    def whole_response(self) -> Response:
+        """A buffered answer as the upstream sent it, its headers (``Content-Length``) kept."""
+        whole = Response(b"".join(self._held), status_code=self.upstream.status_code)
+        whole.raw_headers = response_headers(self.upstream)
+        return whole
+
+    def response(self) -> Response:
+        """The client's copy of the answer (status, headers, bytes as they arrive)."""
+        relayed = StreamingResponse(self._body(), status_code=self.upstream.status_code)
+        relayed.raw_headers = response_headers(
+            self.upstream, drop=("content-length", "content-encoding")
+        )
+        return relayed
+
+
+class _CallCore(ToolCallCore):
+    """The shared core for one HTTP request, knowing what every request taught the gateway.
+
+    Each POST is its own exchange in Streamable HTTP: JSON-RPC ids are only unique per client,
+    and the key scope is the request's authorization boundary. So every ``tools/call`` gets a
+    core of its own (cheap: no I/O), while the ``readOnlyHint`` annotations read from the
+    ``tools/list`` answers relayed so far are the gateway's and shared.
+    """
+
+    def __init__(
+        self, store: IdempotencyStore, read_only: Mapping[str, bool], **options: Any
+    ) -> None:
+        super().__init__(store, **options)
+        self._hints = read_only
+
+    def is_read_only(self, name: str) -> bool:
+        return self._hints.get(name, False)
+
+
+class ToolCalls:
+    """Deduplicated ``tools/call`` for the gateway: one per gateway, shared by all requests.
+
+    ``run_id`` scopes derived keys (replicas that share it deduplicate key-less calls); every
+    other option is the core's (``idemstore.mcp.tool_calls.ToolCallCore``). Explicit and
+    derived keys are both scoped to the request's authorization boundary.
+    """
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        send_upstream: SendUpstream,
+        *,
+        run_id: str | None = None,
+        **options: Any,
+    ) -> None:
+        self._store = store
+        self._send = send_upstream
+        self._run_id = run_id if run_id is not None else uuid.uuid4().hex
+        self._options = options
+        self._read_only: dict[str, bool] = {}
+        self._running: set[asyncio.Task[Any]] = set()
+        self._core("mcp-gateway/check")  # a bad option fails at start, not on the first call
+
+    def _core(self, scope: str) -> _CallCore:
+        return _CallCore(
+            self._store,
+            self._read_only,
+            key_scope=scope,
+            run_id=f"{self._run_id}/{scope}",
+            **self._options,
+        )
+
+    def reader(self, message: dict[str, Any]) -> Callable[[dict[str, Any], bytes], bytes]:
+        """For an ``initialize``, ``server/discover`` or ``tools/list`` request: how to relay
+        each message of its answer (``(message, its bytes) -> bytes to send``).
+
+        The capability is added by the core; ``tools/list`` annotations are kept for later
+        calls through this gateway.
+        """
+        core = ToolCallCore(self._store, run_id="reader")
+        core.note_request(message)
+
+        def relay(answer: dict[str, Any], line: bytes) -> bytes:
+            if "method" in answer or answer.get("id") != message.get("id"):
+                return line
+            relayed = core.on_response(answer, line)
+            result = answer.get("result")
+            tools = result.get("tools") if isinstance(result, dict) else None
+            if message.get("method") == "tools/list" and isinstance(tools, list):
+                for tool in tools:
+                    if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                        self._read_only[tool["name"]] = core.is_read_only(tool["name"])
+            return relayed
+
+        return relay
+
+    async def handle(
+        self,
+        message: dict[str, Any],
+        body: bytes,
+        *,
+        path: str,
+        headers: Mapping[str, str],
+        scope: str,
+    ) -> Response | bytes:
+        """The client's answer to a ``tools/call``, or the bytes to relay upstream unread."""
+        core = self._core(scope)
+        verdict = core.prepare(message, body)
+        if isinstance(verdict, Forward):
+            return verdict.line
+        if isinstance(verdict, Answer):
+            return rendered(headers, verdict.line)
+        call = verdict
+
+        async def run(execute: Execute) -> bytes | None:
+            async def exchange(forward: bytes) -> ServerResponse:
+                final = await execute(forward)
+                if final is None:
+                    raise ServerGone("the upstream gave no final response")
+                return ServerResponse(final, dumps(final) + b"\n")
+
+            return await core.start(call, exchange)
+
+        return await self.answer(path=path, headers=headers, request_id=call.request_id, run=run)
+
+    async def answer(
+        self,
+        *,
+        path: str,
+        headers: Mapping[str, str],
+        request_id: object,
+        run: Callable[[Execute], Coroutine[Any, Any, bytes | None]],
+    ) -> Response:
+        """Run one call through the core, detached from the client's connection.
+
+        ``run(execute)`` is the core's execution path: it reserves the key and either calls
+        ``execute(body)`` once (forward upstream; the final response, ``None`` when none came)
+        or decides without the upstream (a replay, an error). It returns the JSON-RPC answer
+        for the client. When the upstream was reached, the client gets the upstream's own
+        answer as it streams instead.
+        """
+        loop = asyncio.get_running_loop()
+        live: asyncio.Future[Response] = loop.create_future()
+        forwarded_answers: list[UpstreamAnswer] = []
+
+        async def execute(body: bytes) -> dict[str, Any] | None:
+            forwarded = request_headers(headers.items(), rewritten=True)
+            try:
+                upstream = await self._send("POST", path, forwarded, body)
+            except httpx.HTTPError as exc:
+                logger.warning("tools/call not forwarded: %s: %s", type(exc).__name__, exc)
+                if not live.done():
+                    message = f"the MCP upstream could not be reached ({type(exc).__name__})"
+                    live.set_result(error_response(502, message))
+                return None
+            answer = UpstreamAnswer(upstream, request_id)
+            forwarded_answers.append(answer)
+            if not live.done() and not answer.buffered:
+                live.set_result(answer.response())
+            return await answer.until_final()
+
+        async def drive() -> bytes | None:
+            try:
+                return await run(execute)
+            finally:
+                # The outcome is recorded (or the key released): now the client may see it.
+                for answer in forwarded_answers:
+                    await answer.finish()
+                    if not live.done() and answer.buffered:
+                        live.set_result(answer.whole_response())
+
+        task = loop.create_task(drive(), name="mcp-gateway:tools/call")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        # Waiting does not cancel the task: a client that goes away leaves it to finish.
+        pending: set[asyncio.Future[Any]] = {live, task}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if live.done():
+            return live.result()
+        try:
+            data = task.result()
+        except Exception:
+            logger.exception("tools/call failed in the gateway")
+            data = None
+        if data is None:
+            return error_response(500, "the gateway failed while handling tools/call")
+        return rendered(headers, data)
+
+    async def drain(self) -> None:
+        """Wait for every call already forwarded to be read to its end (and recorded)."""
+        while self._running:
+            await asyncio.gather(*list(self._running), return_exceptions=True)
