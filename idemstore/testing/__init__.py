@@ -1,0 +1,210 @@
+"""idemstore's store contract suite, shipped as a pytest plugin.
+
+Installing idemstore registers this module with pytest (the ``pytest11`` entry point
+``idemstore.testing``); where plugin autoloading is off, ``pytest_plugins =
+["idemstore.testing"]`` in a ``conftest.py`` loads it. Loaded, it does nothing until asked.
+
+One line of configuration runs the whole contract suite (``idemstore.testing.contract``)
+against a store::
+
+    [pytest]
+    idemstore_contract = mystore://?option=1
+
+Each line of ``idemstore_contract`` (or each ``--idemstore-contract SPEC``) is one store the
+suite runs on, as a test id of its own:
+
+- a store URL: opened afresh for every test. ``{tmp_path}`` in it becomes the test's temporary
+  directory and ``{unique}`` a fresh token (for a key prefix, a table, a schema), so every test
+  sees an empty store; its schema is brought up to date first (``idemstore.schema``);
+- ``package.module:factory``: called for every test, with no arguments; it returns a store, a
+  store URL, or an awaitable of either;
+- the id of a registered fixture variant (``sqlite-file``, ``postgres``, ``redis-cluster``…,
+  see ``idemstore.registry``).
+
+With no ``idemstore_contract`` the suite runs on every registered fixture variant: that is
+what idemstore's own test run does. The suite's tests take the fixture ``store``; a test
+module of a backend's own may take it too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import pytest_asyncio
+
+from idemstore.registry import engines, fixture_variants, load_target, scheme_of
+from idemstore.schema import run_schema
+from idemstore.testing.fixtures import backend_unavailable
+from idemstore.urls import open_store, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = [
+    "CONTRACT_DIR",
+    "ContractTarget",
+    "backend_unavailable",
+    "contract_targets",
+    "idemstore_contract_target",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "store",
+]
+
+CONTRACT_DIR = Path(__file__).resolve().parent / "contract"
+INI_OPTION = "idemstore_contract"
+
+
+@dataclass(frozen=True, slots=True)
+class ContractTarget:
+    """One store the contract suite runs on: ``kind`` is ``variant`` (``value`` is a fixture
+    name), ``url`` (a URL template) or ``factory`` (``"module:callable"``)."""
+
+    id: str
+    kind: str
+    value: str
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("idemstore", "idemstore contract suite")
+    group.addoption(
+        "--idemstore-contract",
+        action="append",
+        dest=INI_OPTION,
+        metavar="SPEC",
+        help="run idemstore's contract suite on this store URL, module:factory or fixture "
+        "variant id (repeatable; overrides the idemstore_contract ini option)",
+    )
+    parser.addini(
+        INI_OPTION,
+        type="linelist",
+        default=[],
+        help="stores (URL, module:factory or fixture variant id, one per line) that "
+        "idemstore's contract suite runs on; setting it collects the suite",
+    )
+
+
+def _specs(config: pytest.Config) -> list[str]:
+    given = config.getoption(INI_OPTION) or config.getini(INI_OPTION)
+    return [spec.strip() for spec in given if spec.strip()]
+
+
+def _target(spec: str, seen: dict[str, int]) -> ContractTarget:
+    if "://" in spec:
+        kind, base = "url", scheme_of(spec)
+    elif ":" in spec:
+        kind, base = "factory", spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
+    else:
+        variants = {variant.id: variant for variant in fixture_variants()}
+        variant = variants.get(spec)
+        if variant is None:
+            raise pytest.UsageError(
+                f"{INI_OPTION}: {spec!r} is not a URL, a module:factory or a fixture variant "
+                f"id; registered variant ids: {', '.join(sorted(variants))}"
+            )
+        return ContractTarget(variant.id, "variant", variant.fixture)
+    seen[base] = seen.get(base, 0) + 1
+    name = base if seen[base] == 1 else f"{base}-{seen[base]}"
+    return ContractTarget(name, kind, spec)
+
+
+def contract_targets(config: pytest.Config) -> list[ContractTarget]:
+    """The stores the ``store`` fixture is parametrized over in this session."""
+    specs = _specs(config)
+    if not specs:
+        return [
+            ContractTarget(variant.id, "variant", variant.fixture) for variant in fixture_variants()
+        ]
+    seen: dict[str, int] = {}
+    return [_target(spec, seen) for spec in specs]
+
+
+def _covers(args: list[str], folder: Path) -> bool:
+    for arg in args:
+        path = Path(arg.split("::", 1)[0]).resolve()
+        if path == folder or path in folder.parents or folder in path.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Each engine's fixtures come from the module its registry entry names: an engine
+    # registered by a plugin loaded before this point gets its fixtures the same way.
+    for engine in engines():
+        if engine.fixture_module is not None:
+            config.pluginmanager.import_plugin(engine.fixture_module)
+    # Asking for the suite by configuration collects it, unless paths were named on the
+    # command line (then the caller chose what runs: name the suite's folder, or use
+    # --pyargs idemstore.testing.contract).
+    if (
+        _specs(config)
+        and config.args_source is not pytest.Config.ArgsSource.ARGS
+        and not _covers(config.args, CONTRACT_DIR)
+    ):
+        config.args.append(str(CONTRACT_DIR))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "idemstore_contract_target" in metafunc.fixturenames:
+        targets = contract_targets(metafunc.config)
+        metafunc.parametrize(
+            "idemstore_contract_target",
+            targets,
+            ids=[target.id for target in targets],
+            indirect=True,
+        )
+
+
+@pytest.fixture
+def idemstore_contract_target(request: pytest.FixtureRequest) -> ContractTarget:
+    """The store this test of the contract suite runs on (parametrized by the plugin)."""
+    target: ContractTarget | None = getattr(request, "param", None)
+    if target is None:
+        pytest.fail("idemstore_contract_target is parametrized by idemstore.testing only")
+    return target
+
+
+def _fill(template: str, tmp_path: Path) -> str:
+    return template.replace("{tmp_path}", str(tmp_path)).replace("{unique}", uuid.uuid4().hex[:12])
+
+
+async def _made_by(target: ContractTarget) -> Any:
+    made = load_target(target.value)()
+    if inspect.isawaitable(made):
+        made = await made
+    return made
+
+
+@pytest_asyncio.fixture
+async def store(
+    request: pytest.FixtureRequest,
+    idemstore_contract_target: ContractTarget,
+    tmp_path: Path,
+) -> AsyncIterator[IdempotencyStore]:
+    """A fresh, empty, entered store of the target under test; closed after the test."""
+    target = idemstore_contract_target
+    made: Any
+    if target.kind == "variant":
+        made = request.getfixturevalue(target.value)
+    elif target.kind == "url":
+        made = _fill(target.value, tmp_path)
+    else:
+        made = await _made_by(target)
+    if isinstance(made, str):
+        if target.kind != "variant":
+            try:
+                await run_schema(made, "apply")
+            except ImportError as exc:
+                backend_unavailable(target.id, f"{redact_url(made)}: {exc}")
+        made = open_store(made)
+    async with made as opened:
+        yield opened
