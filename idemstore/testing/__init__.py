@@ -56,6 +56,7 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
+    "pytest_pycollect_makeitem",
     "store",
 ]
 
@@ -151,6 +152,16 @@ def pytest_configure(config: pytest.Config) -> None:
         and not _covers(config.args, CONTRACT_DIR)
     ):
         config.args.append(str(CONTRACT_DIR))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    # The suite's tests are plain ``async def``: mark them for pytest-asyncio here, before the
+    # item is made, so they run the same in a project whose asyncio_mode is strict.
+    if inspect.iscoroutinefunction(obj) and CONTRACT_DIR in Path(collector.path).parents:
+        marks = getattr(obj, "pytestmark", [])
+        if not any(mark.name == "asyncio" for mark in marks):
+            pytest.mark.asyncio(obj)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
