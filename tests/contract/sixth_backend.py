@@ -14,6 +14,7 @@ records (so they never repeat, even after ``delete`` or ``sweep``), and waiters 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Self
@@ -190,13 +191,11 @@ class SnapshotStore:
             left = deadline - loop.time()
             if lease_end is None or lease_end <= now or left <= 0 or self._closed:
                 return row.record
+            # Any change wakes every waiter; a lapsing lease wakes nobody, so the wait is
+            # also bounded by the lease's end.
             async with self._changed:
-                try:
-                    # Any change wakes every waiter; a lapsing lease wakes nobody, so the
-                    # wait is also bounded by the lease's end.
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), min(left, lease_end - now))
-                except TimeoutError:
-                    pass
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
         check_identity(key, scope)
