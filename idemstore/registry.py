@@ -64,6 +64,8 @@ class Engine:
     ``None`` (nothing to migrate). ``floor`` is ``"module:Class"`` with ``from_url(url)``
     returning an ``idemstore.bench.floors.Floor``; ``launcher`` is ``"module:function"``
     taking a directory and returning a running server with ``.url`` and ``.stop()``.
+    ``embedded`` is the URL of a store that runs in-process, with no server (``{dir}`` becomes
+    a fresh temporary directory): ``idemstore bench`` measures it when given no URL.
     ``variants`` are the ids of the contract suite's ``store`` fixture on this engine, each
     with the fixture returning a fresh store URL; ``fixture_module`` is the module of pytest
     fixtures that defines them (loaded by ``idemstore.testing``; ``None`` when the fixtures
@@ -81,6 +83,7 @@ class Engine:
     schema: str | None = None
     floor: str | None = None
     launcher: str | None = None
+    embedded: str | None = None
     variants: tuple[FixtureVariant, ...] = ()
     fixture_module: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
@@ -106,6 +109,7 @@ _BUILTIN: tuple[Engine, ...] = (
         schemes=("memory",),
         store="idemstore.backends.memory:MemoryStore",
         floor="idemstore.bench.floors:MemoryFloor",
+        embedded="memory://",
         fixture_module="idemstore.testing.fixtures.memory",
         variants=(FixtureVariant("memory", "memory_store_url", cross_process=False),),
     ),
@@ -117,6 +121,9 @@ _BUILTIN: tuple[Engine, ...] = (
         extra="sqlite",
         schema=SQL_MIGRATIONS,
         floor="idemstore.bench.floors:SQLiteFloor",
+        # Four slashes: an absolute path under either reading of sqlite:/// URLs. The default
+        # synchronous=FULL, as a store opened without options has.
+        embedded="sqlite:///{dir}/bench.db",
         fixture_module="idemstore.testing.fixtures.sqlite",
         variants=(
             FixtureVariant("sqlite-file", "sqlite_file_store_url"),

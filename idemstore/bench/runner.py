@@ -235,9 +235,13 @@ def name_targets(urls: Sequence[str]) -> list[Target]:
 
 
 def embedded_targets(tmpdir: Path) -> list[Target]:
-    """memory, and SQLite in a fresh file under ``tmpdir`` (its default synchronous=FULL)."""
-    # Four slashes: an absolute path under either reading of sqlite:/// URLs.
-    return [Target("memory", "memory://"), Target("sqlite", f"sqlite:///{tmpdir}/bench.db")]
+    """Every registered engine that runs in-process (memory, and SQLite in a fresh file under
+    ``tmpdir``), by its ``embedded`` URL."""
+    return [
+        Target(engine.name, engine.embedded.replace("{dir}", str(tmpdir)))
+        for engine in engines()
+        if engine.embedded is not None
+    ]
 
 
 async def _migrate(store: IdempotencyStore, url: str) -> None:
