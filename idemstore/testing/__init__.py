@@ -28,14 +28,14 @@ module of a backend's own may take it too.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
-import pytest_asyncio
 
 from idemstore.registry import engines, fixture_variants, load_target, scheme_of
 from idemstore.schema import run_schema
@@ -43,7 +43,7 @@ from idemstore.testing.fixtures import backend_unavailable
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from idemstore.protocol import IdempotencyStore
 
@@ -62,6 +62,19 @@ __all__ = [
 
 CONTRACT_DIR = Path(__file__).resolve().parent / "contract"
 INI_OPTION = "idemstore_contract"
+
+# pytest-asyncio runs the suite; without it this plugin must still load quietly (pytest loads
+# it in every environment idemstore is installed in), and only asking for the suite is an error.
+_HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
+_F = TypeVar("_F", bound="Callable[..., Any]")
+
+
+def _async_fixture(function: _F) -> _F:
+    if _HAS_PYTEST_ASYNCIO:
+        import pytest_asyncio
+
+        return cast("_F", pytest_asyncio.fixture(function))
+    return cast("_F", pytest.fixture(function))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +159,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Asking for the suite by configuration collects it, unless paths were named on the
     # command line (then the caller chose what runs: name the suite's folder, or use
     # --pyargs idemstore.testing.contract).
+    if _specs(config) and not _HAS_PYTEST_ASYNCIO:
+        raise pytest.UsageError(
+            "idemstore's contract suite needs pytest-asyncio: pip install 'idemstore[testing]'"
+        )
     if (
         _specs(config)
         and config.args_source is not pytest.Config.ArgsSource.ARGS
@@ -195,7 +212,7 @@ async def _made_by(target: ContractTarget) -> Any:
     return made
 
 
-@pytest_asyncio.fixture
+@_async_fixture
 async def store(
     request: pytest.FixtureRequest,
     idemstore_contract_target: ContractTarget,

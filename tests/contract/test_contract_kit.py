@@ -170,3 +170,50 @@ def test_a_project_outside_the_checkout_runs_the_suite_with_one_line_of_configur
     assert by_factory.returncode == 0, by_factory.stdout[-5000:] + by_factory.stderr[-2000:]
     assert outcome(by_factory.stdout)["passed"] == counts["passed"]
     assert all("[new_store" in test_id for test_id in passed_ids(by_factory.stdout))
+
+
+# pytest with pytest-asyncio hidden (its plugin blocked, its module not found), as in a project
+# that has idemstore but not its testing extra: our plugin is still loaded by its entry point.
+WITHOUT_PYTEST_ASYNCIO = """
+import importlib.abc
+import importlib.util
+import sys
+
+
+class Hidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pytest_asyncio":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Hidden())
+real = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name == "pytest_asyncio" else real(name, *a)
+import pytest
+sys.exit(pytest.main(["-p", "no:cacheprovider", "-p", "no:asyncio", *sys.argv[1:]]))
+"""
+
+
+def test_the_plugin_leaves_a_project_without_pytest_asyncio_alone(tmp_path: Path) -> None:
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
+
+    def pytest_without_asyncio(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", WITHOUT_PYTEST_ASYNCIO, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    theirs = pytest_without_asyncio("-q")
+    assert theirs.returncode == 0, theirs.stdout + theirs.stderr
+    assert "1 passed" in theirs.stdout
+    # Asking for the suite without what runs it is a usage error that names the fix.
+    asked = pytest_without_asyncio("-q", "--idemstore-contract", "memory://")
+    assert asked.returncode == 4, asked.stdout + asked.stderr
+    assert "pip install 'idemstore[testing]'" in asked.stderr
