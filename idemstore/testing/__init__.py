@@ -163,6 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "idemstore's contract suite needs pytest-asyncio: pip install 'idemstore[testing]'"
         )
+    contract_targets(config)  # a spec that names nothing is a usage error, said once, now
     if (
         _specs(config)
         and config.args_source is not pytest.Config.ArgsSource.ARGS
