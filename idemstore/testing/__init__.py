@@ -28,6 +28,7 @@ module of a backend's own may take it too.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import inspect
 import uuid
@@ -56,6 +57,7 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
+    "pytest_ignore_collect",
     "pytest_pycollect_makeitem",
     "store",
 ]
@@ -141,12 +143,50 @@ def contract_targets(config: pytest.Config) -> list[ContractTarget]:
     return [_target(spec, seen) for spec in specs]
 
 
-def _covers(args: list[str], folder: Path) -> bool:
-    for arg in args:
-        path = Path(arg.split("::", 1)[0]).resolve()
-        if path == folder or path in folder.parents or folder in path.parents:
-            return True
-    return False
+# The directories between a collected argument and the suite that pytest would otherwise skip
+# (a virtualenv, a norecursedirs match), when the suite must be reached through them.
+_WAY_DOWN = pytest.StashKey[tuple[Path, ...]]()
+
+
+def _skipped(config: pytest.Config, directory: Path) -> bool:
+    """Whether pytest's own rules skip ``directory`` when it recurses into its parent."""
+    if (directory / "pyvenv.cfg").is_file() and not config.getoption("collect_in_virtualenv"):
+        return True
+    patterns = config.getini("norecursedirs")
+    return any(fnmatch.fnmatch(directory.name, pattern) for pattern in patterns)
+
+
+def _add_the_suite(config: pytest.Config) -> None:
+    paths = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
+    if any(path == CONTRACT_DIR or CONTRACT_DIR in path.parents for path in paths):
+        return  # named already
+    above = [path for path in paths if path in CONTRACT_DIR.parents]
+    if not above:
+        config.args.append(str(CONTRACT_DIR))
+        return
+    # An argument above the suite (the project, with its virtualenv inside): pytest would drop
+    # the suite's folder as an argument below it, then skip the virtualenv on the way down.
+    # Walk that way instead, and nothing beside it.
+    between = [d for d in reversed(CONTRACT_DIR.parents) if above[0] in d.parents]
+    for index, directory in enumerate(between):
+        if _skipped(config, directory):
+            config.stash[_WAY_DOWN] = tuple(between[index:])
+            return
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    way_down = config.stash.get(_WAY_DOWN, ())
+    if not way_down:
+        return None
+    path = Path(collection_path)
+    if path in way_down:
+        return False  # towards the suite, even inside a virtualenv
+    if path == CONTRACT_DIR or CONTRACT_DIR in path.parents:
+        return None  # the suite itself: pytest's rules
+    if any(directory in path.parents for directory in way_down):
+        return True  # beside the way down: the rest of the virtualenv is not for this run
+    return None
 
 
 @pytest.hookimpl(trylast=True)
@@ -164,12 +204,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "idemstore's contract suite needs pytest-asyncio: pip install 'idemstore[testing]'"
         )
     contract_targets(config)  # a spec that names nothing is a usage error, said once, now
-    if (
-        _specs(config)
-        and config.args_source is not pytest.Config.ArgsSource.ARGS
-        and not _covers(config.args, CONTRACT_DIR)
-    ):
-        config.args.append(str(CONTRACT_DIR))
+    if _specs(config) and config.args_source is not pytest.Config.ArgsSource.ARGS:
+        _add_the_suite(config)
 
 
 @pytest.hookimpl(tryfirst=True)

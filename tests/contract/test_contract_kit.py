@@ -138,9 +138,11 @@ async def new_store():
 def test_a_project_outside_the_checkout_runs_the_suite_with_one_line_of_configuration(
     built_wheel: Path, tmp_path: Path
 ) -> None:
-    bin_dir = make_venv(tmp_path / "venv", f"{built_wheel}[sqlite,testing]")
     project = tmp_path / "project"  # no idemstore source anywhere near: only the wheel
     project.mkdir()
+    # The usual layout: the virtualenv inside the project, where pytest does not look for tests.
+    venv = project / ".venv"
+    bin_dir = make_venv(venv, f"{built_wheel}[sqlite,testing]")
     # The one line: a store URL; {tmp_path} gives each test a database of its own.
     (project / "pytest.ini").write_text(
         "[pytest]\nidemstore_contract = sqlite:///{tmp_path}/contract.db\n"
@@ -161,7 +163,7 @@ def test_a_project_outside_the_checkout_runs_the_suite_with_one_line_of_configur
         text=True,
         check=True,
     ).stdout.strip()
-    assert located.startswith(str(tmp_path / "venv")), located
+    assert located.startswith(str(venv)), located
 
     # A factory instead of a URL: the same one line, on the command line this time.
     (project / "pytest.ini").write_text("[pytest]\n")
