@@ -18,6 +18,7 @@ from idemstore.errors import (
 from idemstore.execution import Execution, ExecutionPolicy, LeaseKeeper, Replay
 from idemstore.hashing import canonical_json, fingerprint
 from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
+from idemstore.registry import Engine, FixtureVariant
 from idemstore.runner import Idempotency, Result
 from idemstore.sweeper import Sweeper
 from idemstore.urls import open_store, register_backend
@@ -28,8 +29,10 @@ __all__ = [
     "CanonicalizationError",
     "ConfigurationError",
     "ConflictError",
+    "Engine",
     "Execution",
     "ExecutionPolicy",
+    "FixtureVariant",
     "IdempotencyStore",
     "Idempotency",
     "IdemstoreError",
