@@ -26,9 +26,19 @@ from urllib.parse import unquote
 
 import aiosqlite
 
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
+)
+from idemstore.backends.driver_errors import DriverErrors, Rule, message_has, unavailable
+from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
     ConfigurationError,
-    IdemstoreError,
+    ResponseTooLargeError,
     SchemaError,
     StoreUnavailableError,
 )
@@ -39,16 +49,7 @@ from idemstore.migrate import (
     pending_migrations,
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_identity,
-    check_limit,
-    check_response,
-    check_timeout,
-    lease_owns_nothing,
-    new_token,
-)
+from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
@@ -64,9 +65,6 @@ SYNCHRONOUS_MODES = ("full", "normal")
 # sweep deletes at most this many rows per write transaction, so other writers (and other
 # processes) get the lock between batches however large the backlog.
 SWEEP_BATCH = 500
-# wait() polls: first after 5 ms, doubling up to 100 ms between reads.
-POLL_FIRST = 0.005
-POLL_MAX = 0.1
 # SQLite's own busy_timeout on our connections: how long one attempt blocks in the connection's
 # thread, where asyncio cannot cancel it. Kept short so a cancellation lands within one attempt.
 BUSY_ATTEMPT = 0.025
@@ -95,7 +93,7 @@ INSERT INTO idemstore_records (
     created_at, expires_at, lease_expires_at
 ) VALUES (
     :scope, :key, :fingerprint, 'in_progress', :token, 1, 0, NULL,
-    :now, :now + :retention, :now + :lease_ttl
+    :now, :now + :held, :now + :lease_ttl
 )
 ON CONFLICT (scope, key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
@@ -152,10 +150,11 @@ RETURNING fence
 """
 
 # A lapsed lease is lost even if nobody has taken it over yet: extending it would let a holder
-# keep a key others were already entitled to.
+# keep a key others were already entitled to. Retention restarts with the heartbeat and never
+# ends before the new lease deadline: a live lease keeps its record.
 _EXTEND = f"""
 UPDATE idemstore_records
-SET lease_expires_at = :now + :lease_ttl
+SET lease_expires_at = :now + :lease_ttl, expires_at = :now + :held
 WHERE {_HOLDER} AND lease_expires_at > :now
 RETURNING lease_expires_at
 """
@@ -223,6 +222,11 @@ async def _stopped(conn: aiosqlite.Connection) -> None:
         await asyncio.to_thread(thread.join, 5.0)
 
 
+def _too_big(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLITE_TOOBIG ("string or blob too big")."""
+    return getattr(exc, "sqlite_errorcode", None) == 18 or "too big" in str(exc)
+
+
 def _busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -275,6 +279,7 @@ class SQLiteStore:
         "_closed",
         "_conn",
         "_database",
+        "_driver_errors",
         "_lock",
         "_max_key_length",
         "_open_lock",
@@ -308,6 +313,7 @@ class SQLiteStore:
         self._auto_migrate = auto_migrate
         self._max_key_length = max_key_length
         self._clock = clock
+        self._driver_errors = self._declare_errors()
         self._conn: aiosqlite.Connection | None = None
         # Reads of a file store; None for ":memory:", whose database only its one connection
         # can see (and which no other process can lock, so its reads never wait for long).
@@ -364,40 +370,65 @@ class SQLiteStore:
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
-        """Map every sqlite3 error to the idemstore family (the one place that does)."""
+        """Map every sqlite3 error to the idemstore family (through ``_driver_errors``)."""
         try:
-            yield
-        except IdemstoreError:
-            raise
-        except sqlite3.Error as exc:
-            raise self._mapped(exc) from exc
+            with self._driver_errors.translated():
+                yield
         except ValueError as exc:
             # aiosqlite's "Connection closed": close() ran while this operation was under way.
             if not self._closed:
                 raise
             raise RuntimeError("this SQLiteStore was closed during the operation") from exc
 
-    def _mapped(self, exc: sqlite3.Error) -> IdemstoreError:
-        message = str(exc)
+    def _declare_errors(self) -> DriverErrors:
+        """How sqlite3's exceptions map onto the idemstore family."""
         where = f"SQLite database {self._database!r}"
-        if "no such table" in message:
-            return SchemaError(
-                f"the {where} has no idemstore schema ({message}); "
-                f"run `idemstore migrate sqlite:///{self._database}`"
-            )
-        if "unable to open" in message:
-            return StoreUnavailableError(
-                f"cannot open the {where}: {message} "
-                "(does its directory exist, and may this process write there?)"
-            )
-        if "locked" in message or "busy" in message:
-            return StoreUnavailableError(
-                f"the {where} stayed locked by another connection for longer than "
-                f"busy_timeout={self._busy_timeout:g}s: {message}"
-            )
-        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
-            return StoreUnavailableError(f"{self._database!r} is not an SQLite database: {message}")
-        return StoreUnavailableError(f"{where} failed: {message}")
+        migrate = f"run `idemstore migrate sqlite:///{self._database}`"
+        return DriverErrors(
+            catches=(sqlite3.Error,),
+            rules=(
+                Rule(
+                    message_has("no such table"),
+                    lambda exc: SchemaError(
+                        f"the {where} has no idemstore schema ({exc}); {migrate}"
+                    ),
+                ),
+                # SQLITE_TOOBIG: only a response can pass the engine's length limit (keys,
+                # scopes and fingerprints are bounded far below it). Not "unavailable": the
+                # caller must release the key rather than retry the same response.
+                Rule(
+                    _too_big,
+                    lambda exc: ResponseTooLargeError(
+                        f"the response exceeds the {where}'s length limit "
+                        f"(SQLITE_MAX_LENGTH): {exc}. Store large results elsewhere and "
+                        "record a reference, or release the lease"
+                    ),
+                ),
+                Rule(
+                    message_has("unable to open"),
+                    lambda exc: StoreUnavailableError(
+                        f"cannot open the {where}: {exc} "
+                        "(does its directory exist, and may this process write there?)"
+                    ),
+                ),
+                Rule(
+                    message_has("locked", "busy"),
+                    lambda exc: StoreUnavailableError(
+                        f"the {where} stayed locked by another connection for longer than "
+                        f"busy_timeout={self._busy_timeout:g}s: {exc}"
+                    ),
+                ),
+                Rule(
+                    lambda exc: (
+                        isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc)
+                    ),
+                    lambda exc: StoreUnavailableError(
+                        f"{self._database!r} is not an SQLite database: {exc}"
+                    ),
+                ),
+            ),
+            otherwise=unavailable(where),
+        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -583,9 +614,9 @@ class SQLiteStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        retention = check_duration("retention", retention)
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
         conn = await self._connected()
         token = new_token()
         with self._errors():
@@ -597,7 +628,7 @@ class SQLiteStore:
                     "token": token,
                     "now": now,
                     "lease_ttl": lease_ttl,
-                    "retention": retention,
+                    "held": retention_while_held(lease_ttl, retention),
                 }
                 won = list(await conn.execute_fetchall(_RESERVE, params))
                 row = None if won else list(await conn.execute_fetchall(_SELECT_ROW, (scope, key)))
@@ -613,12 +644,6 @@ class SQLiteStore:
             return Reservation(Outcome.COMPLETED, record=record)
         return Reservation(Outcome.IN_PROGRESS, record=record)
 
-    def _check_lease(self, lease: Lease) -> bool:
-        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
-        could hold ``lease`` at all (False: it owns nothing, no I/O needed)."""
-        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
-        return not lease_owns_nothing(lease)
-
     def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
         return {
             "scope": lease.scope,
@@ -631,21 +656,22 @@ class SQLiteStore:
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        response = check_response(response)
-        keep = check_duration("retention", retention if retention is not None else lease.retention)
-        if not self._check_lease(lease):
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
             self._check_open()
             return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
                 params = self._holder_params(lease, now)
-                params.update(response=response, retention=keep)
+                params.update(response=checked[0], retention=checked[1])
                 rows = list(await conn.execute_fetchall(_COMPLETE, params))
         return bool(rows)
 
     async def release(self, lease: Lease) -> bool:
-        if not self._check_lease(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             self._check_open()
             return False
         conn = await self._connected()
@@ -656,7 +682,7 @@ class SQLiteStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not self._check_lease(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             self._check_open()
             return None
         conn = await self._connected()
@@ -664,39 +690,36 @@ class SQLiteStore:
             async with self._write(conn) as now:
                 params = self._holder_params(lease, now)
                 params["lease_ttl"] = lease_ttl
+                params["held"] = retention_while_held(lease_ttl, lease.retention)
                 rows = list(await conn.execute_fetchall(_EXTEND, params))
         if not rows:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, rows[0][0], lease.retention)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         rows = await self._read(_SELECT_VISIBLE, (scope, key))
         return _live(rows, self._clock())
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + check_timeout(timeout)
-        delay = POLL_FIRST
-        while True:
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
+
+        async def read() -> Sighting:
             rows = await self._read(_SELECT_VISIBLE, (scope, key))
             now = self._clock()
-            record = _live(rows, now)
-            if record is None or record.status is Status.COMPLETED:
-                return record
-            assert record.lease_expires_at is not None
-            if record.lease_expires_at <= now:
-                return record
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return record
-            # Also look again when the lease lapses: that frees the key without any write.
-            await asyncio.sleep(min(delay, remaining, max(record.lease_expires_at - now, 0.0)))
-            delay = min(delay * 2, POLL_MAX)
+            return Sighting(_live(rows, now), now)
+
+        # No push channel between processes sharing a file: the loop polls.
+        return await wait_for_holder(read, timeout=timeout, unavailable=self._timed_out)
+
+    def _timed_out(self, exc: TimeoutError) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"the SQLite database {self._database!r} could not be read within the wait's "
+            "timeout (another connection holds a lock on it)"
+        )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
