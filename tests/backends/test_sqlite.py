@@ -19,7 +19,6 @@ pytest.importorskip("aiosqlite", reason="the sqlite backend needs aiosqlite")
 
 from idemstore import (
     ConfigurationError,
-    InvalidKeyError,
     Outcome,
     ResponseTooLargeError,
     SchemaError,
