@@ -12,7 +12,6 @@ store, and polls when that connection is down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Self
@@ -20,24 +19,20 @@ from urllib.parse import urlencode, urlunsplit
 
 import asyncpg
 
-from idemstore.errors import (
-    ConfigurationError,
-    IdemstoreError,
-    SchemaError,
-    StoreUnavailableError,
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
 )
+from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
+from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.errors import ConfigurationError, SchemaError, StoreUnavailableError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_identity,
-    check_limit,
-    check_response,
-    check_timeout,
-    lease_owns_nothing,
-    new_token,
-)
+from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
 
 if TYPE_CHECKING:
@@ -96,10 +91,12 @@ _DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
 # extend: the holder check of complete, plus "the lease has not lapsed": extending a lapsed
 # lease would let its holder keep a key others were already entitled to take. Re-evaluated on
 # the newest row after a concurrent takeover commits, so a fenced-out holder extends nothing.
+# Retention restarts with the heartbeat ($6 is at least the lease): a live lease keeps its row.
 _EXTEND = """
 UPDATE {s}.idemstore_records
-   SET lease_expires_at = clock_timestamp() + make_interval(secs => $5)
- WHERE scope = $1 AND key = $2 AND token = $3 AND fence = $4
+   SET lease_expires_at = clock_timestamp() + make_interval(secs => $5),
+       expires_at = clock_timestamp() + make_interval(secs => $6)
+ WHERE id = {s}.idemstore_id($1, $2) AND token = $3 AND fence = $4
    AND status = 'in_progress' AND NOT released
    AND expires_at > clock_timestamp() AND lease_expires_at > clock_timestamp()
 RETURNING extract(epoch FROM lease_expires_at)::float8"""
@@ -112,7 +109,7 @@ _GET = (
     + """,
     extract(epoch FROM clock_timestamp())::float8 AS now
   FROM {s}.idemstore_records
- WHERE scope = $1 AND key = $2 AND NOT released AND expires_at > clock_timestamp()"""
+ WHERE id = {s}.idemstore_id($1, $2) AND NOT released AND expires_at > clock_timestamp()"""
 )
 
 # sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
@@ -141,11 +138,6 @@ CREATE TABLE IF NOT EXISTS {s}.idemstore_migrations (
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )"""
 
-# How long ``wait`` sleeps between checks: with a working listener only as a safety net (a
-# notification is what wakes it); without one, polling with capped backoff.
-_LISTENING_RECHECK = 1.0
-_POLL_FIRST = 0.01
-_POLL_MAX = 0.25
 # How long after a failed listener connection ``wait`` tries again.
 _LISTENER_RETRY = 1.0
 
@@ -168,32 +160,33 @@ def _seconds(value: float) -> float:
     return min(value, _MAX_SECONDS)
 
 
-def _driver_error(exc: BaseException, where: str) -> IdemstoreError:
-    """The idemstore error for a driver exception (the caller raises it ``from exc``)."""
-    if isinstance(
-        exc,
-        asyncpg.UndefinedTableError
-        | asyncpg.UndefinedFunctionError
-        | asyncpg.InvalidSchemaNameError
-        | asyncpg.UndefinedObjectError,
-    ):
-        return SchemaError(
-            f"the idemstore schema at {where} is missing or incomplete ({exc}); "
-            f"run: idemstore migrate {where}"
-        )
-    if isinstance(exc, TimeoutError):
-        return StoreUnavailableError(f"PostgreSQL at {where} did not answer in time")
-    return StoreUnavailableError(f"PostgreSQL at {where} failed: {type(exc).__name__}: {exc}")
-
-
-# What _driver_error maps: everything asyncpg raises, socket errors and timeouts.
-_DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,
-    TimeoutError,
-)
+def _driver_errors(where: str) -> DriverErrors:
+    """How asyncpg's exceptions map onto the idemstore family, for the store at ``where``."""
+    return DriverErrors(
+        # Everything asyncpg raises, socket errors and timeouts.
+        catches=(
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,
+            OSError,
+            TimeoutError,
+        ),
+        rules=(
+            Rule(
+                of_type(
+                    asyncpg.UndefinedTableError,
+                    asyncpg.UndefinedFunctionError,
+                    asyncpg.InvalidSchemaNameError,
+                    asyncpg.UndefinedObjectError,
+                ),
+                lambda exc: SchemaError(
+                    f"the idemstore schema at {where} is missing or incomplete ({exc}); "
+                    f"run: idemstore migrate {where}"
+                ),
+            ),
+        ),
+        otherwise=unavailable(f"PostgreSQL at {where}"),
+    )
 
 
 async def _no_reset(connection: asyncpg.Connection) -> None:
@@ -219,6 +212,7 @@ class PostgresStore:
         "_connect_lock",
         "_connect_timeout",
         "_dsn",
+        "_errors",
         "_listen",
         "_listen_dsn",
         "_listener",
@@ -276,6 +270,7 @@ class PostgresStore:
             raise ConfigurationError("sweep_batch_size must be at least 1")
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
+        self._errors = _driver_errors(self._redacted)
         self._schema = schema
         quoted = _quote_ident(schema)
         self._sql = {
@@ -370,8 +365,8 @@ class PostgresStore:
                         max_inactive_connection_lifetime=self._max_inactive_lifetime,
                         reset=_no_reset,
                     )
-                except _DRIVER_ERRORS as exc:
-                    raise _driver_error(exc, self._redacted) from exc
+                except self._errors.catches as exc:
+                    raise self._errors.translate(exc) from exc
             return self._pool
 
     async def _ensure_ready(self) -> asyncpg.Pool:
@@ -404,17 +399,13 @@ class PostgresStore:
 
     async def _fetchrow(self, name: str, *args: Any) -> Any:
         pool = await self._ensure_ready()
-        try:
+        with self._errors.translated():
             return await pool.fetchrow(self._sql[name], *args)
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
         pool = await self._ensure_ready()
-        try:
+        with self._errors.translated():
             return await pool.fetchval(self._sql[name], *args)
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
 
     def _lock_key(self, scope: str, key: str) -> int:
         return _hash64(self._schema, scope, key)
@@ -427,7 +418,7 @@ class PostgresStore:
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         pool = await self._connect()
-        try:
+        with self._errors.translated():
             async with pool.acquire() as conn:
                 exists = await conn.fetchval(
                     "SELECT to_regclass($1) IS NOT NULL",
@@ -436,8 +427,6 @@ class PostgresStore:
                 if not exists:
                     return []
                 rows = await conn.fetch(self._sql["applied"])
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
         return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
 
     async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
@@ -447,7 +436,7 @@ class PostgresStore:
         pool = await self._connect()
         done: list[Migration] = []
         quoted = _quote_ident(self._schema)
-        try:
+        with self._errors.translated():
             async with pool.acquire() as conn:
                 while True:
                     async with conn.transaction():
@@ -473,8 +462,6 @@ class PostgresStore:
                             migration.checksum,
                         )
                     done.append(migration)
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
         return done
 
     # -- the contract -----------------------------------------------------------------------
@@ -503,9 +490,9 @@ class PostgresStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        retention = check_duration("retention", retention)
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
         token = new_token()
         row = await self._fetchrow(
             "reserve",
@@ -515,7 +502,8 @@ class PostgresStore:
             fingerprint,
             token,
             _seconds(lease_ttl),
-            _seconds(retention),
+            # The function's retention is the row's: never shorter than the lease.
+            _seconds(retention_while_held(lease_ttl, retention)),
         )
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
@@ -523,18 +511,13 @@ class PostgresStore:
             return Reservation(outcome, lease=lease, takeover=row["takeover"])
         return Reservation(outcome, record=self._record(scope, key, row))
 
-    def _may_hold(self, lease: Lease) -> bool:
-        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
-        could hold ``lease`` at all (a forged fence or token owns nothing: no I/O)."""
-        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
-        return not lease_owns_nothing(lease)
-
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        response = check_response(response)
-        keep = check_duration("retention", retention if retention is not None else lease.retention)
-        if not self._may_hold(lease):
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
             return False
         done: bool = await self._fetchval(
             "complete",
@@ -542,15 +525,15 @@ class PostgresStore:
             lease.key,
             lease.token,
             lease.fence,
-            response,
-            _seconds(keep),
+            checked[0],
+            _seconds(checked[1]),
             self._channel,
             self._lock_key(lease.scope, lease.key),
         )
         return done
 
     async def release(self, lease: Lease) -> bool:
-        if not self._may_hold(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             return False
         done: bool = await self._fetchval(
             "release",
@@ -565,64 +548,54 @@ class PostgresStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not self._may_hold(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             return None
         deadline = await self._fetchval(
-            "extend", lease.scope, lease.key, lease.token, lease.fence, _seconds(lease_ttl)
+            "extend",
+            lease.scope,
+            lease.key,
+            lease.token,
+            lease.fence,
+            _seconds(lease_ttl),
+            _seconds(retention_while_held(lease_ttl, lease.retention)),
         )
         if deadline is None:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         row = await self._fetchrow("get", scope, key)
         return None if row is None else self._record(scope, key, row)
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        timeout = check_timeout(timeout)
-        await self._ensure_ready()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        """Woken by NOTIFY through the store's listener connection; polls while it is down.
+        Every read, and opening the listener, is bounded by what is left of ``timeout``."""
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
         lock_key = self._lock_key(scope, key)
-        event = asyncio.Event()
-        # Subscribe before the first read: a notification between the read and the sleep
-        # must not be lost.
-        self._waiters.setdefault(lock_key, set()).add(event)
-        try:
-            listening = await self._ensure_listener()
-            poll = _POLL_FIRST
-            while True:
-                event.clear()
-                row = await self._fetchrow("get", scope, key)
-                if row is None:
-                    return None
-                record = self._record(scope, key, row)
-                if record.status is Status.COMPLETED:
-                    return record
-                assert record.lease_expires_at is not None
-                lease_left = record.lease_expires_at - row["now"]
-                remaining = deadline - loop.time()
-                if lease_left <= 0 or remaining <= 0:
-                    return record
-                if listening and self._listener is not None:
-                    pause = _LISTENING_RECHECK
-                else:
-                    pause, poll = poll, min(poll * 2, _POLL_MAX)
-                    listening = await self._ensure_listener()
-                # Also wake when the lease lapses: nobody notifies that.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(pause, remaining, lease_left))
-        finally:
-            waiters = self._waiters.get(lock_key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[lock_key]
+
+        async def read() -> Sighting:
+            row = await self._fetchrow("get", scope, key)
+            if row is None:
+                return Sighting(None, 0.0)
+            return Sighting(self._record(scope, key, row), row["now"])
+
+        async def subscribe() -> _Subscription:
+            subscription = _Subscription(self, lock_key)
+            await self._ensure_listener()
+            return subscription
+
+        return await wait_for_holder(
+            read, timeout=timeout, unavailable=self._timed_out, subscribe=subscribe
+        )
+
+    def _timed_out(self, exc: TimeoutError) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"PostgreSQL at {self._redacted} did not answer within the wait's timeout"
+        )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         existed: bool = await self._fetchval(
             "delete", scope, key, self._channel, self._lock_key(scope, key)
         )
@@ -641,10 +614,8 @@ class PostgresStore:
 
     async def ping(self) -> None:
         pool = await self._ensure_ready()
-        try:
+        with self._errors.translated():
             await pool.fetchval("SELECT 1")
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
 
     # -- LISTEN/NOTIFY --------------------------------------------------------------------------
 
@@ -696,7 +667,7 @@ class PostgresStore:
                 )
                 await connection.add_listener(self._channel, self._on_notify)
                 connection.add_termination_listener(self._on_listener_lost)
-            except _DRIVER_ERRORS:
+            except self._errors.catches:
                 self._listener_retry_at = loop.time() + _LISTENER_RETRY
                 if connection is not None:
                     connection.terminate()
@@ -723,7 +694,7 @@ class PostgresStore:
         if pool is not None:
             try:
                 await asyncio.wait_for(pool.close(), self._command_timeout)
-            except (*_DRIVER_ERRORS, TimeoutError):
+            except self._errors.catches:
                 pool.terminate()
 
     async def __aenter__(self) -> Self:
@@ -739,3 +710,27 @@ class PostgresStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class _Subscription:
+    """One ``wait``'s interest in NOTIFYs about one key (by its lock hash)."""
+
+    __slots__ = ("_lock_key", "_store", "event")
+
+    def __init__(self, store: PostgresStore, lock_key: int) -> None:
+        self._store = store
+        self._lock_key = lock_key
+        self.event = asyncio.Event()
+        store._waiters.setdefault(lock_key, set()).add(self.event)
+
+    @property
+    def pushing(self) -> bool:
+        listener = self._store._listener
+        return listener is not None and not listener.is_closed()
+
+    def close(self) -> None:
+        waiters = self._store._waiters.get(self._lock_key)
+        if waiters is not None:
+            waiters.discard(self.event)
+            if not waiters:
+                del self._store._waiters[self._lock_key]
