@@ -29,7 +29,7 @@ from idemstore.backends.arguments import (
 )
 from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
 from idemstore.backends.waiting import Sighting, wait_for_holder
-from idemstore.errors import ConfigurationError, SchemaError, StoreUnavailableError
+from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
@@ -586,12 +586,7 @@ class PostgresStore:
             return subscription
 
         return await wait_for_holder(
-            read, timeout=timeout, unavailable=self._timed_out, subscribe=subscribe
-        )
-
-    def _timed_out(self, exc: TimeoutError) -> StoreUnavailableError:
-        return StoreUnavailableError(
-            f"PostgreSQL at {self._redacted} did not answer within the wait's timeout"
+            read, timeout=timeout, unavailable=self._errors.translate, subscribe=subscribe
         )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
