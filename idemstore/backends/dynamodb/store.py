@@ -1,4 +1,4 @@
-"""``dynamodb://TABLE?region=…&endpoint_url=…``: one item per record in a DynamoDB table.
+"""The DynamoDB store: the client, URL options, and the contract as conditional writes.
 
 Every operation is one HTTP request on one long-lived aiobotocore client: ``reserve`` is a
 conditional ``UpdateItem`` (it continues the fence in the same request, which a ``PutItem``
@@ -12,29 +12,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import math
 import re
 import time
 import zlib
 from typing import TYPE_CHECKING, Any, Self
 
-from idemstore.errors import (
-    ConfigurationError,
-    IdemstoreError,
-    ResponseTooLargeError,
-    SchemaError,
-    StoreUnavailableError,
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
 )
+from idemstore.backends.dynamodb.client_errors import driver_errors
+from idemstore.backends.dynamodb.items import (
+    COMPLETE_UPDATE,
+    EXTEND_CONDITION,
+    EXTEND_UPDATE,
+    HOLDER_CONDITION,
+    HOLDER_NAMES,
+    ITEM_LIMIT,
+    RELEASE_UPDATE,
+    RESERVE_CONDITION,
+    RESERVE_NAMES,
+    RESERVE_UPDATE,
+    SWEEP_FILTER,
+    confirmed_retry,
+    decode_record,
+    error_code,
+    integer,
+    names,
+    number,
+    partition_key,
+    text,
+    utf8_len,
+)
+from idemstore.backends.dynamodb.table import Table
+from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import (
     MAX_FINGERPRINT_LENGTH,
     MAX_KEY_LENGTH,
     check_duration,
-    check_identity,
     check_limit,
-    check_response,
-    check_timeout,
     new_token,
 )
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, redact_url
@@ -45,92 +68,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DynamoDBStore"]
 
-# -- the item ------------------------------------------------------------------------------
-#
-# pk               S  SHA-256 (hex) of scope NUL key: fixed size whatever the scope and key
-#                     (DynamoDB caps a partition key at 2048 bytes) and evenly spread over
-#                     partitions; NUL cannot occur in either, so no two identities collide.
-# scope, key       S  the identity as given, returned by reads
-# fingerprint      S
-# status           S  in_progress | completed | released (a tombstone that keeps the fence)
-# token            S  owner token of the current or last lease
-# fence            N  rises with every acquisition while the item exists
-# created_at       N  epoch seconds (float)
-# expires_at       N  retention deadline (float); past it the item is absent for every read
-# lease_expires_at N  only while in progress
-# response         B  only when completed; zlib-compressed when ``compressed`` is true
-# compressed       BOOL
-# ttl              N  whole epoch seconds for DynamoDB TTL: expires_at + clock_skew, rounded up
-# op               S  nonce of the last complete/release/extend (see _confirmed_retry)
-
-TTL_ATTRIBUTE = "ttl"
-ITEM_LIMIT = 400 * 1024  # DynamoDB's item size limit, names and values together
-
-_NAMES = {
-    "#pk": "pk",
-    "#scope": "scope",
-    "#key": "key",
-    "#fp": "fingerprint",
-    "#status": "status",
-    "#token": "token",
-    "#fence": "fence",
-    "#created": "created_at",
-    "#exp": "expires_at",
-    "#lease": "lease_expires_at",
-    "#response": "response",
-    "#compressed": "compressed",
-    "#ttl": TTL_ATTRIBUTE,
-    "#op": "op",
-}
-
-# ``:horizon`` is now - clock_skew: a deadline has passed once it is at or before it.
-
-# Whom reserve may replace, in one atomic step: nobody (no item); a record past retention
-# (absent to every read; TTL may not have deleted it yet); a released tombstone; or a lapsed
-# lease of the *same* fingerprint (a takeover: a mismatch never takes a key over). Anything
-# else fails the condition and comes back as ALL_OLD, so a lost race costs no GetItem.
-RESERVE_CONDITION = (
-    "attribute_not_exists(#pk)"
-    " OR #exp <= :horizon"
-    " OR #status = :released"
-    " OR (#status = :in_progress AND #lease <= :horizon AND #fp = :fp)"
-)
-# The fence is read and raised inside the same write, so two reservers can never be handed
-# the same fence, and a tombstone or expired item that still exists passes its fence on.
-RESERVE_UPDATE = (
-    "SET #scope = :scope, #key = :key, #fp = :fp, #status = :in_progress, #token = :token,"
-    " #created = :now, #exp = :exp, #lease = :lease, #ttl = :ttl,"
-    " #fence = if_not_exists(#fence, :zero) + :one"
-    " REMOVE #response, #compressed, #op"
-)
-RESERVE_NAMES = (
-    *("#pk", "#scope", "#key", "#fp", "#status", "#token", "#fence", "#created"),
-    *("#exp", "#lease", "#ttl", "#response", "#compressed", "#op"),
-)
-
-# Only the current holder may finish: its token AND fence (a stale owner's lease carries an
-# older pair once a takeover or re-claim happened), still in progress (a completed record is
-# never rewritten, a released one never revived), and not past retention (an expired record
-# is absent: finishing it would resurrect it under a reserver that already saw it gone).
-HOLDER_CONDITION = (
-    "#token = :token AND #fence = :fence AND #status = :in_progress AND #exp > :horizon"
-)
-# ``extend`` also refuses a lapsed lease: someone else may already be entitled to take it.
-EXTEND_CONDITION = HOLDER_CONDITION + " AND #lease > :horizon"
-
-COMPLETE_UPDATE = (
-    "SET #status = :completed, #response = :response, #compressed = :compressed,"
-    " #exp = :exp, #ttl = :ttl, #op = :op REMOVE #lease"
-)
-# A tombstone keeps fence and retention: the next acquisition continues the fence.
-RELEASE_UPDATE = "SET #status = :released, #op = :op REMOVE #lease"
-EXTEND_UPDATE = "SET #lease = :lease, #op = :op"
-HOLDER_NAMES = ("#token", "#fence", "#status", "#exp", "#op")
-
-# Sweep deletes only what is still past retention when the delete lands: a key reserved
-# again between the scan and the delete is left alone.
-SWEEP_FILTER = "#exp <= :horizon"
-
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 # DynamoDB numbers stop at 9.99e125; deadlines are clamped to the year 9999.
 _MAX_DEADLINE = 253402300799.0
@@ -139,49 +76,6 @@ _MAX_DEADLINE = 253402300799.0
 _ITEM_OVERHEAD = 512
 _RESERVE_ATTEMPTS = 5
 _SWEEP_CONCURRENCY = 16
-_POLL_FIRST = 0.01
-_POLL_MAX = 0.5
-# A read inside wait gets at least this long even when less of the timeout is left, so that
-# wait(timeout=0) still reads once and a read right at the deadline is not cut off (cutting
-# one costs the HTTP connection).
-_WAIT_READ_FLOOR = 0.1
-
-_UNAVAILABLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "LimitExceededException",
-    }
-)
-
-
-def _names(*placeholders: str) -> dict[str, str]:
-    # DynamoDB rejects unused placeholders, so each request names exactly what it uses.
-    return {p: _NAMES[p] for p in placeholders}
-
-
-def _num(value: float) -> dict[str, str]:
-    return {"N": repr(float(value))}
-
-
-def _int(value: int) -> dict[str, str]:
-    return {"N": str(value)}
-
-
-def _text(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def _partition_key(scope: str, key: str) -> dict[str, dict[str, str]]:
-    digest = hashlib.sha256(scope.encode() + b"\x00" + key.encode()).hexdigest()
-    return {"pk": {"S": digest}}
-
-
-def _utf8_len(text: str) -> int:
-    return len(text.encode())
 
 
 class DynamoDBStore:
@@ -200,6 +94,7 @@ class DynamoDBStore:
         "_config",
         "_connect_lock",
         "_endpoint_url",
+        "_errors",
         "_max_key_length",
         "_profile",
         "_region",
@@ -207,6 +102,7 @@ class DynamoDBStore:
         "_skew",
         "_stack",
         "_table",
+        "_tables",
         "_url",
     )
 
@@ -271,6 +167,11 @@ class DynamoDBStore:
         self._session = session
         self._clock = clock
         self._url = f"dynamodb://{table}"
+        where = f"DynamoDB table {table!r}"
+        if endpoint_url:
+            where += f" at {redact_url(endpoint_url)}"
+        self._errors = driver_errors(where, self._url)
+        self._tables = Table(table, self._url, self._errors)
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._connect_lock = asyncio.Lock()
@@ -343,10 +244,10 @@ class DynamoDBStore:
                 )
             except Exception as exc:
                 await stack.aclose()
-                raise self._error(exc) from exc
+                raise self._errors.translate(exc) from exc
             if self._auto_create:
                 try:
-                    await self._create_table(client)
+                    await self._tables.create(client)
                 except BaseException:
                     await stack.aclose()
                     raise
@@ -368,64 +269,18 @@ class DynamoDBStore:
                 TableName=self._table, **request
             )
         except Exception as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 raise
-            raise self._error(exc) from exc
+            raise self._errors.translate(exc) from exc
         return response
-
-    def _error(self, exc: BaseException) -> IdemstoreError:
-        """The idemstore error for a driver exception (the one mapping function)."""
-        from botocore.exceptions import NoCredentialsError, NoRegionError
-
-        where = f"DynamoDB table {self._table!r}"
-        if self._endpoint_url:
-            where += f" at {redact_url(self._endpoint_url)}"
-        code = _error_code(exc)
-        message = _error_message(exc)
-        if isinstance(exc, IdemstoreError):
-            return exc
-        if isinstance(exc, NoRegionError):
-            return ConfigurationError(
-                "no AWS region for the DynamoDB store: add ?region=... to the URL or set "
-                "AWS_DEFAULT_REGION"
-            )
-        if isinstance(exc, NoCredentialsError):
-            return StoreUnavailableError(
-                f"no AWS credentials found for {where}: configure the usual AWS chain "
-                "(environment, ~/.aws, instance or task role)"
-            )
-        if code == "ResourceNotFoundException":
-            return SchemaError(
-                f"{where} does not exist: run `idemstore migrate {self._url}?region=...` "
-                "(or open the store with ?auto_create=true)"
-            )
-        if code == "ValidationException" and "key element does not match" in message:
-            return SchemaError(
-                f"{where} does not have idemstore's key schema (partition key 'pk', a string): "
-                f"check `idemstore migrate {self._url} --status`"
-            )
-        if code == "ValidationException" and "size" in message.lower():
-            return ResponseTooLargeError(f"the item exceeds DynamoDB's 400 KB limit: {message}")
-        if code in ("AccessDeniedException", "UnrecognizedClientException"):
-            return StoreUnavailableError(
-                f"{where} refused the request ({code}): check the credentials and the IAM "
-                f"permissions listed in docs/backends/dynamodb.md. {message}"
-            )
-        if code in _UNAVAILABLE_CODES:
-            return StoreUnavailableError(
-                f"{where} is throttling or failing ({code}) after the SDK's retries: {message}"
-            )
-        if code is not None:
-            return StoreUnavailableError(f"{where} answered {code}: {message}")
-        return StoreUnavailableError(f"{where} could not be reached: {exc!r}")
 
     # -- encoding ----------------------------------------------------------------------------
 
     def _horizon(self, now: float) -> dict[str, str]:
-        return _num(now - self._skew)
+        return number(now - self._skew)
 
     def _ttl(self, expires_at: float) -> dict[str, str]:
-        return _int(math.ceil(expires_at + self._skew))
+        return integer(math.ceil(expires_at + self._skew))
 
     def _live(self, item: Mapping[str, Any] | None, now: float) -> bool:
         return (
@@ -433,32 +288,6 @@ class DynamoDBStore:
             and "status" in item
             and item["status"]["S"] != "released"
             and float(item["expires_at"]["N"]) > now - self._skew
-        )
-
-    @staticmethod
-    def _record(item: Mapping[str, Any]) -> Record:
-        status = Status(item["status"]["S"])
-        response: bytes | None = None
-        if status is Status.COMPLETED and "response" in item:
-            response = bytes(item["response"]["B"])
-            if item.get("compressed", {}).get("BOOL", False):
-                response = zlib.decompress(response)
-        elif status is Status.COMPLETED:
-            response = b""
-        lease = item.get("lease_expires_at")
-        return Record(
-            scope=item["scope"]["S"],
-            key=item["key"]["S"],
-            fingerprint=item["fingerprint"]["S"],
-            status=status,
-            token=item["token"]["S"],
-            fence=int(item["fence"]["N"]),
-            response=response,
-            created_at=float(item["created_at"]["N"]),
-            expires_at=float(item["expires_at"]["N"]),
-            lease_expires_at=(
-                float(lease["N"]) if status is Status.IN_PROGRESS and lease is not None else None
-            ),
         )
 
     def _encode_response(self, response: bytes) -> tuple[bytes, bool]:
@@ -479,9 +308,9 @@ class DynamoDBStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        retention = check_duration("retention", retention)
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
         for _ in range(_RESERVE_ATTEMPTS):
             outcome = await self._try_reserve(key, fingerprint, scope, lease_ttl, retention)
             if outcome is not None:
@@ -496,29 +325,29 @@ class DynamoDBStore:
     ) -> Reservation | None:
         now = self._clock()
         token = new_token()
-        expires_at = min(now + retention, _MAX_DEADLINE)
+        expires_at = min(now + retention_while_held(lease_ttl, retention), _MAX_DEADLINE)
         lease_expires_at = min(now + lease_ttl, _MAX_DEADLINE)
         try:
             response = await self._call(
                 "update_item",
-                Key=_partition_key(scope, key),
+                Key=partition_key(scope, key),
                 UpdateExpression=RESERVE_UPDATE,
                 ConditionExpression=RESERVE_CONDITION,
-                ExpressionAttributeNames=_names(*RESERVE_NAMES),
+                ExpressionAttributeNames=names(*RESERVE_NAMES),
                 ExpressionAttributeValues={
-                    ":scope": _text(scope),
-                    ":key": _text(key),
-                    ":fp": _text(fingerprint),
-                    ":in_progress": _text(Status.IN_PROGRESS.value),
-                    ":released": _text("released"),
-                    ":token": _text(token),
-                    ":now": _num(now),
-                    ":exp": _num(expires_at),
-                    ":lease": _num(lease_expires_at),
+                    ":scope": text(scope),
+                    ":key": text(key),
+                    ":fp": text(fingerprint),
+                    ":in_progress": text(Status.IN_PROGRESS.value),
+                    ":released": text("released"),
+                    ":token": text(token),
+                    ":now": number(now),
+                    ":exp": number(expires_at),
+                    ":lease": number(lease_expires_at),
                     ":ttl": self._ttl(expires_at),
                     ":horizon": self._horizon(now),
-                    ":zero": _int(0),
-                    ":one": _int(1),
+                    ":zero": integer(0),
+                    ":one": integer(1),
                 },
                 # The old item tells us the fence we just raised and whether it was a takeover.
                 ReturnValues="ALL_OLD",
@@ -530,13 +359,13 @@ class DynamoDBStore:
                 return None  # gone between the write and the read: try again
             if existing.get("token", {}).get("S") == token:
                 # The SDK retried a write that had landed: the key is ours.
-                record = self._record(existing)
+                record = decode_record(existing)
                 assert record.lease_expires_at is not None
                 lease = Lease(scope, key, token, record.fence, record.lease_expires_at, retention)
                 return Reservation(Outcome.ACQUIRED, lease=lease)
             if not self._live(existing, now):
                 return None  # became reservable after our condition was evaluated
-            record = self._record(existing)
+            record = decode_record(existing)
             if record.fingerprint != fingerprint:
                 return Reservation(Outcome.MISMATCH, record=record)
             if record.status is Status.COMPLETED:
@@ -556,11 +385,11 @@ class DynamoDBStore:
         Endpoints that ignore ``ReturnValuesOnConditionCheckFailure`` (older DynamoDB Local)
         get one consistent ``GetItem`` instead.
         """
-        if _error_code(exc) != "ConditionalCheckFailedException":
+        if error_code(exc) != "ConditionalCheckFailedException":
             raise exc
         item: Mapping[str, Any] | None = getattr(exc, "response", {}).get("Item")
         if item is None:
-            read = await self._call("get_item", Key=_partition_key(scope, key), ConsistentRead=True)
+            read = await self._call("get_item", Key=partition_key(scope, key), ConsistentRead=True)
             item = read.get("Item")
         return item
 
@@ -569,7 +398,7 @@ class DynamoDBStore:
         lease: Lease,
         update: str,
         condition: str,
-        names: tuple[str, ...],
+        placeholders: tuple[str, ...],
         values: dict[str, Any],
         now: float,
     ) -> bool:
@@ -578,36 +407,41 @@ class DynamoDBStore:
         try:
             await self._call(
                 "update_item",
-                Key=_partition_key(lease.scope, lease.key),
+                Key=partition_key(lease.scope, lease.key),
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames=_names(*names),
+                ExpressionAttributeNames=names(*placeholders),
                 ExpressionAttributeValues={
-                    ":token": _text(lease.token),
-                    ":fence": _int(lease.fence),
-                    ":in_progress": _text(Status.IN_PROGRESS.value),
+                    ":token": text(lease.token),
+                    ":fence": integer(lease.fence),
+                    ":in_progress": text(Status.IN_PROGRESS.value),
                     ":horizon": self._horizon(now),
-                    ":op": _text(op),
+                    ":op": text(op),
                     **values,
                 },
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            return _confirmed_retry(exc, op)
+            return confirmed_retry(exc, op)
         return True
 
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        response = check_response(response)
-        keep = check_duration("retention", retention if retention is not None else lease.retention)
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
+            self._check_open()
+            return False
+        response, keep = checked
         stored, compressed = self._encode_response(response)
         size = (
             _ITEM_OVERHEAD
-            + _utf8_len(lease.scope)
-            + _utf8_len(lease.key)
+            + utf8_len(lease.scope)
+            + utf8_len(lease.key)
             + 4 * MAX_FINGERPRINT_LENGTH
             + len(stored)
         )
@@ -628,35 +462,42 @@ class DynamoDBStore:
             HOLDER_CONDITION,
             (*HOLDER_NAMES, "#response", "#compressed", "#ttl", "#lease"),
             {
-                ":completed": _text(Status.COMPLETED.value),
+                ":completed": text(Status.COMPLETED.value),
                 ":response": {"B": stored},
                 ":compressed": {"BOOL": compressed},
-                ":exp": _num(expires_at),
+                ":exp": number(expires_at),
                 ":ttl": self._ttl(expires_at),
             },
             now,
         )
 
     async def release(self, lease: Lease) -> bool:
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            self._check_open()
+            return False
         return await self._holder_write(
             lease,
             RELEASE_UPDATE,
             HOLDER_CONDITION,
             (*HOLDER_NAMES, "#lease"),
-            {":released": _text("released")},
+            {":released": text("released")},
             self._clock(),
         )
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            self._check_open()
+            return None
         now = self._clock()
         deadline = min(now + lease_ttl, _MAX_DEADLINE)
+        expires_at = min(now + retention_while_held(lease_ttl, lease.retention), _MAX_DEADLINE)
         extended = await self._holder_write(
             lease,
             EXTEND_UPDATE,
             EXTEND_CONDITION,
-            (*HOLDER_NAMES, "#lease"),
-            {":lease": _num(deadline)},
+            (*HOLDER_NAMES, "#lease", "#ttl"),
+            {":lease": number(deadline), ":exp": number(expires_at), ":ttl": self._ttl(expires_at)},
             now,
         )
         if not extended:
@@ -664,57 +505,30 @@ class DynamoDBStore:
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        response = await self._call("get_item", Key=_partition_key(scope, key), ConsistentRead=True)
-        item = response.get("Item")
-        if item is None or not self._live(item, self._clock()):
-            return None
-        return self._record(item)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        return (await self._read(key, scope)).record
 
-    async def _get_by(self, key: str, scope: str, deadline: float) -> Record | None:
-        """``get`` given until ``deadline`` (at least ``_WAIT_READ_FLOOR``): ``TimeoutError``
-        when it did not finish by then."""
-        floor = asyncio.get_running_loop().time() + _WAIT_READ_FLOOR
-        async with asyncio.timeout_at(max(deadline, floor)):
-            return await self.get(key, scope=scope)
+    async def _read(self, key: str, scope: str) -> Sighting:
+        response = await self._call("get_item", Key=partition_key(scope, key), ConsistentRead=True)
+        item = response.get("Item")
+        now = self._clock()
+        record = decode_record(item) if item is not None and self._live(item, now) else None
+        # A lease counts as lapsed once the skew margin has passed too (as for takeover).
+        return Sighting(record, now - self._skew)
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        """Every read is bounded by the time left (the SDK's timeouts and retries could
-        otherwise hold one far past ``timeout``). When the first read cannot finish in time,
-        nothing is known: ``StoreUnavailableError``. When a later one cannot, the record it
-        was meant to refresh is returned, the last one the table answered."""
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        timeout = check_timeout(timeout)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        delay = _POLL_FIRST
-        try:
-            record = await self._get_by(key, scope, deadline)
-        except TimeoutError as exc:
-            raise StoreUnavailableError(
-                f"DynamoDB table {self._table!r} did not answer within the wait's timeout"
-            ) from exc
-        while True:
-            if record is None or record.status is Status.COMPLETED:
-                return record
-            assert record.lease_expires_at is not None
-            # The lease counts as lapsed once the skew margin has passed too (as for takeover).
-            until_lapse = record.lease_expires_at + self._skew - self._clock()
-            remaining = deadline - loop.time()
-            if until_lapse <= 0 or remaining <= 0:
-                return record
-            # No push channel in DynamoDB: poll with capped exponential backoff.
-            await asyncio.sleep(max(0.0, min(delay, remaining, until_lapse)))
-            delay = min(delay * 2, _POLL_MAX)
-            try:
-                record = await self._get_by(key, scope, deadline)
-            except TimeoutError:
-                return record
+        """DynamoDB cannot push: the shared loop polls with capped backoff, every read bounded
+        by the time left (the SDK's timeouts and retries could otherwise hold one far past
+        ``timeout``)."""
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
+        return await wait_for_holder(
+            lambda: self._read(key, scope), timeout=timeout, unavailable=self._errors.translate
+        )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         response = await self._call(
-            "delete_item", Key=_partition_key(scope, key), ReturnValues="ALL_OLD"
+            "delete_item", Key=partition_key(scope, key), ReturnValues="ALL_OLD"
         )
         return self._live(response.get("Attributes"), self._clock())
 
@@ -727,7 +541,7 @@ class DynamoDBStore:
         """
         limit = check_limit(limit)
         now = self._clock()
-        names = _names("#pk", "#exp")
+        scanned = names("#pk", "#exp")
         horizon = self._horizon(now)
         found: list[dict[str, Any]] = []
         start: dict[str, Any] | None = None
@@ -736,7 +550,7 @@ class DynamoDBStore:
                 "scan",
                 FilterExpression=SWEEP_FILTER,
                 ProjectionExpression="#pk",
-                ExpressionAttributeNames=names,
+                ExpressionAttributeNames=scanned,
                 ExpressionAttributeValues={":horizon": horizon},
                 **({"ExclusiveStartKey": start} if start else {}),
             )
@@ -753,11 +567,11 @@ class DynamoDBStore:
                         "delete_item",
                         Key={"pk": item["pk"]},
                         ConditionExpression=SWEEP_FILTER,
-                        ExpressionAttributeNames=_names("#exp"),
+                        ExpressionAttributeNames=names("#exp"),
                         ExpressionAttributeValues={":horizon": horizon},
                     )
                 except Exception as exc:
-                    if _error_code(exc) == "ConditionalCheckFailedException":
+                    if error_code(exc) == "ConditionalCheckFailedException":
                         return False
                     raise
                 return True
@@ -781,7 +595,7 @@ class DynamoDBStore:
             "get_item",
             Key={"pk": {"S": "idemstore-ping"}},
             ProjectionExpression="#pk",
-            ExpressionAttributeNames=_names("#pk"),
+            ExpressionAttributeNames=names("#pk"),
         )
 
     async def close(self) -> None:
@@ -815,144 +629,17 @@ class DynamoDBStore:
     def table_definition(self) -> dict[str, Any]:
         """The table as JSON: the ``CreateTable`` request plus ``TimeToLiveSpecification``,
         which is also the shape of a CloudFormation ``AWS::DynamoDB::Table``'s Properties."""
-        return {
-            "TableName": self._table,
-            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
-            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-            "BillingMode": "PAY_PER_REQUEST",
-            "TimeToLiveSpecification": {"AttributeName": TTL_ATTRIBUTE, "Enabled": True},
-        }
+        return self._tables.definition()
 
     async def table_status(self) -> dict[str, Any]:
         """``{"table", "exists", "status", "key_schema_ok", "ttl_enabled", "ttl_attribute",
         "billing_mode"}``; a missing table gives ``exists: False`` (and no error)."""
-        return await self._table_status(await self._connect())
-
-    async def _table_status(self, client: Any) -> dict[str, Any]:
-        status: dict[str, Any] = {
-            "table": self._table,
-            "exists": False,
-            "status": None,
-            "key_schema_ok": False,
-            "ttl_enabled": False,
-            "ttl_attribute": None,
-            "billing_mode": None,
-        }
-        try:
-            described = (await client.describe_table(TableName=self._table))["Table"]
-        except Exception as exc:
-            if _error_code(exc) == "ResourceNotFoundException":
-                return status
-            raise self._error(exc) from exc
-        status.update(
-            exists=True,
-            status=described.get("TableStatus"),
-            key_schema_ok=_key_schema_ok(described),
-            billing_mode=described.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED"),
-        )
-        try:
-            ttl = (await client.describe_time_to_live(TableName=self._table))[
-                "TimeToLiveDescription"
-            ]
-        except Exception as exc:
-            raise self._error(exc) from exc
-        status["ttl_enabled"] = ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
-        status["ttl_attribute"] = ttl.get("AttributeName")
-        return status
+        return await self._tables.status(await self._connect())
 
     async def create_table(self) -> bool:
-        """Create the table (on-demand billing), wait until it is active, enable TTL.
-
-        Returns ``False`` when the table already existed with the right key schema and TTL
-        (nothing to do), ``True`` when it created the table or enabled TTL. A table of that
-        name with another key schema raises ``SchemaError``.
-        """
-        return await self._create_table(await self._connect())
-
-    async def _create_table(self, client: Any) -> bool:
-        current = await self._table_status(client)
-        changed = False
-        if not current["exists"]:
-            request = self.table_definition()
-            request.pop("TimeToLiveSpecification")
-            try:
-                await client.create_table(**request)
-            except Exception as exc:
-                # Another migrator may have created it a moment ago: that is fine.
-                if _error_code(exc) != "ResourceInUseException":
-                    raise self._error(exc) from exc
-            changed = True
-        elif not current["key_schema_ok"]:
-            raise SchemaError(
-                f"DynamoDB table {self._table!r} exists with another key schema; idemstore "
-                "needs a partition key 'pk' of type S and no sort key. Use another table name"
-            )
-        await self._wait_active(client)
-        current = await self._table_status(client)
-        if not current["ttl_enabled"]:
-            try:
-                await client.update_time_to_live(
-                    TableName=self._table,
-                    TimeToLiveSpecification={"AttributeName": TTL_ATTRIBUTE, "Enabled": True},
-                )
-            except Exception as exc:
-                raise self._error(exc) from exc
-            changed = True
-        elif current["ttl_attribute"] != TTL_ATTRIBUTE:
-            raise SchemaError(
-                f"DynamoDB table {self._table!r} has TTL on {current['ttl_attribute']!r}; "
-                f"idemstore writes its expiry to {TTL_ATTRIBUTE!r}. Disable TTL on the table "
-                f"and run `idemstore migrate {self._url}` again"
-            )
-        return changed
-
-    async def _wait_active(self, client: Any, timeout: float = 300.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                described = (await client.describe_table(TableName=self._table))["Table"]
-            except Exception as exc:
-                if _error_code(exc) != "ResourceNotFoundException":
-                    raise self._error(exc) from exc
-                described = {}
-            if described.get("TableStatus") == "ACTIVE":
-                return
-            if loop.time() >= deadline:
-                raise StoreUnavailableError(
-                    f"DynamoDB table {self._table!r} did not become ACTIVE within {timeout:.0f}s"
-                )
-            await asyncio.sleep(1.0)
-
-
-def _key_schema_ok(described: Mapping[str, Any]) -> bool:
-    types = {a["AttributeName"]: a["AttributeType"] for a in described["AttributeDefinitions"]}
-    return (
-        described.get("KeySchema") == [{"AttributeName": "pk", "KeyType": "HASH"}]
-        and types.get("pk") == "S"
-    )
-
-
-def _confirmed_retry(exc: BaseException, op: str) -> bool:
-    """Whether a failed holder write had in fact landed: the SDK retried it (say, after a
-    timeout) and the retry found the nonce of its own first attempt."""
-    item = getattr(exc, "response", {}).get("Item") or {}
-    return bool(item.get("op", {}).get("S") == op)
-
-
-def _error_code(exc: BaseException) -> str | None:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        return str(code) if code is not None else None
-    return None
-
-
-def _error_message(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Message", ""))
-    return str(exc)
+        """Create the table (on-demand billing), wait until it is active, enable TTL; False
+        when it already existed as needed. Another key schema raises ``SchemaError``."""
+        return await self._tables.create(await self._connect())
 
 
 def _pop_optional_str(options: dict[str, Any], name: str) -> str | None:
