@@ -752,3 +752,27 @@ async def test_a_response_past_sqlites_length_limit_is_response_too_large(tmp_pa
         assert await store.release(lease) is True
         again = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert again.acquired and again.lease is not None and again.lease.fence == 2
+
+
+async def test_a_live_lease_written_before_version_2_keeps_its_record_after_the_upgrade(
+    tmp_path: Path,
+) -> None:
+    """Older code let a record in progress expire before its lease: migration 0002 aligns such
+    records, so the upgrade does not hand a held key to a second caller."""
+    path = tmp_path / "idem.db"
+    store = SQLiteStore(str(path))
+    await store.apply_migrations(load_migrations("sqlite")[:1])
+    await store.close()
+    now = time.time()
+    with sqlite3.connect(str(path)) as conn:
+        conn.execute(
+            "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
+            "created_at, expires_at, lease_expires_at) "
+            "VALUES ('', 'k', 'fp', 'in_progress', 'old-token', 1, ?, ?, ?)",
+            (now - 10, now - 1, now + LONG),
+        )
+    conn.close()
+    async with SQLiteStore(str(path)) as upgraded:
+        second = await upgraded.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
+        assert second.outcome is Outcome.IN_PROGRESS
+        assert second.record is not None and second.record.token == "old-token"
