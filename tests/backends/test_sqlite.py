@@ -26,8 +26,8 @@ from idemstore import (
     StoreUnavailableError,
     open_store,
 )
-from idemstore.backends import sqlite as sqlite_backend
 from idemstore.backends.sqlite import SQLiteStore, split_statements
+from idemstore.backends.sqlite import store as sqlite_backend
 from idemstore.cli import main
 from idemstore.migrate import load_migrations
 from tests.conftest import ROOT
