@@ -28,6 +28,7 @@ __all__ = [
     "TTL_ATTRIBUTE",
     "confirmed_retry",
     "decode_record",
+    "encode_response",
     "error_code",
     "error_message",
     "integer",
@@ -199,3 +200,13 @@ def error_message(exc: BaseException) -> str:
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Message", ""))
     return str(exc)
+
+
+def encode_response(response: bytes, compress_min_bytes: int) -> tuple[bytes, bool]:
+    """The response as stored, and whether it is zlib-compressed: only from
+    ``compress_min_bytes`` on, and only when that makes it smaller."""
+    if len(response) >= compress_min_bytes and response:
+        packed = zlib.compress(response, 6)
+        if len(packed) < len(response):
+            return packed, True
+    return response, False

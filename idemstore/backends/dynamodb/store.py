@@ -15,7 +15,6 @@ import contextlib
 import math
 import re
 import time
-import zlib
 from typing import TYPE_CHECKING, Any, Self
 
 from idemstore.backends.arguments import (
@@ -38,9 +37,9 @@ from idemstore.backends.dynamodb.items import (
     RESERVE_CONDITION,
     RESERVE_NAMES,
     RESERVE_UPDATE,
-    SWEEP_FILTER,
     confirmed_retry,
     decode_record,
+    encode_response,
     error_code,
     integer,
     names,
@@ -75,7 +74,6 @@ _MAX_DEADLINE = 253402300799.0
 # pk, token, op, numbers (at most 21 bytes each) and the flag, with room to spare.
 _ITEM_OVERHEAD = 512
 _RESERVE_ATTEMPTS = 5
-_SWEEP_CONCURRENCY = 16
 
 
 class DynamoDBStore:
@@ -290,13 +288,6 @@ class DynamoDBStore:
             and float(item["expires_at"]["N"]) > now - self._skew
         )
 
-    def _encode_response(self, response: bytes) -> tuple[bytes, bool]:
-        if len(response) >= self._compress_min_bytes and response:
-            packed = zlib.compress(response, 6)
-            if len(packed) < len(response):
-                return packed, True
-        return response, False
-
     # -- the contract ------------------------------------------------------------------------
 
     async def reserve(
@@ -437,7 +428,7 @@ class DynamoDBStore:
             self._check_open()
             return False
         response, keep = checked
-        stored, compressed = self._encode_response(response)
+        stored, compressed = encode_response(response, self._compress_min_bytes)
         size = (
             _ITEM_OVERHEAD
             + utf8_len(lease.scope)
@@ -540,53 +531,7 @@ class DynamoDBStore:
         being expired.
         """
         limit = check_limit(limit)
-        now = self._clock()
-        scanned = names("#pk", "#exp")
-        horizon = self._horizon(now)
-        found: list[dict[str, Any]] = []
-        start: dict[str, Any] | None = None
-        while len(found) < limit:
-            page = await self._call(
-                "scan",
-                FilterExpression=SWEEP_FILTER,
-                ProjectionExpression="#pk",
-                ExpressionAttributeNames=scanned,
-                ExpressionAttributeValues={":horizon": horizon},
-                **({"ExclusiveStartKey": start} if start else {}),
-            )
-            found.extend(page.get("Items", []))
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                break
-        gate = asyncio.Semaphore(_SWEEP_CONCURRENCY)
-
-        async def remove(item: dict[str, Any]) -> bool:
-            async with gate:
-                try:
-                    await self._call(
-                        "delete_item",
-                        Key={"pk": item["pk"]},
-                        ConditionExpression=SWEEP_FILTER,
-                        ExpressionAttributeNames=names("#exp"),
-                        ExpressionAttributeValues={":horizon": horizon},
-                    )
-                except Exception as exc:
-                    if error_code(exc) == "ConditionalCheckFailedException":
-                        return False
-                    raise
-                return True
-
-        # Every delete is awaited even when one fails: none is left running unobserved, and
-        # the caller's error comes after the table stopped changing.
-        results = await asyncio.gather(
-            *(remove(item) for item in found[:limit]), return_exceptions=True
-        )
-        removed = sum(result is True for result in results)
-        for result in results:
-            if isinstance(result, BaseException):
-                result.add_note(f"sweep removed {removed} expired items before this failure")
-                raise result
-        return removed
+        return await self._tables.sweep(self._call, self._horizon(self._clock()), limit)
 
     async def ping(self) -> None:
         # A data-plane read of an item that never exists: proves endpoint, credentials and

@@ -6,15 +6,21 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from idemstore.backends.dynamodb.items import TTL_ATTRIBUTE, error_code
+from idemstore.backends.dynamodb.items import SWEEP_FILTER, TTL_ATTRIBUTE, error_code, names
 from idemstore.errors import SchemaError, StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Callable, Mapping
+
+    # The store's request function: one operation name and its parameters, the answer back.
+    Call = Callable[..., Awaitable[dict[str, Any]]]
 
     from idemstore.backends.driver_errors import DriverErrors
 
-__all__ = ["Table"]
+__all__ = ["SWEEP_CONCURRENCY", "Table"]
+
+# How many conditional deletes one sweep keeps in flight.
+SWEEP_CONCURRENCY = 16
 
 
 class Table:
@@ -130,6 +136,57 @@ class Table:
                     f"DynamoDB table {self.name!r} did not become ACTIVE within {timeout:.0f}s"
                 )
             await asyncio.sleep(1.0)
+
+    async def sweep(self, call: Call, horizon: dict[str, str], limit: int) -> int:
+        """Delete up to ``limit`` items whose retention ended at ``horizon``, found by a
+        ``Scan`` through ``call`` (the store's one request function). Each delete is
+        conditioned on the item still being expired, so a key reserved again meanwhile stays.
+        """
+        scanned = names("#pk", "#exp")
+        found: list[dict[str, Any]] = []
+        start: dict[str, Any] | None = None
+        while len(found) < limit:
+            page = await call(
+                "scan",
+                FilterExpression=SWEEP_FILTER,
+                ProjectionExpression="#pk",
+                ExpressionAttributeNames=scanned,
+                ExpressionAttributeValues={":horizon": horizon},
+                **({"ExclusiveStartKey": start} if start else {}),
+            )
+            found.extend(page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+        gate = asyncio.Semaphore(SWEEP_CONCURRENCY)
+
+        async def remove(item: dict[str, Any]) -> bool:
+            async with gate:
+                try:
+                    await call(
+                        "delete_item",
+                        Key={"pk": item["pk"]},
+                        ConditionExpression=SWEEP_FILTER,
+                        ExpressionAttributeNames=names("#exp"),
+                        ExpressionAttributeValues={":horizon": horizon},
+                    )
+                except Exception as exc:
+                    if error_code(exc) == "ConditionalCheckFailedException":
+                        return False
+                    raise
+                return True
+
+        # Every delete is awaited even when one fails: none is left running unobserved, and
+        # the caller's error comes after the table stopped changing.
+        results = await asyncio.gather(
+            *(remove(item) for item in found[:limit]), return_exceptions=True
+        )
+        removed = sum(result is True for result in results)
+        for result in results:
+            if isinstance(result, BaseException):
+                result.add_note(f"sweep removed {removed} expired items before this failure")
+                raise result
+        return removed
 
 
 def _key_schema_ok(described: Mapping[str, Any]) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlencode, urlunsplit
 
@@ -27,7 +26,24 @@ from idemstore.backends.arguments import (
     retention_while_held,
     wait_arguments,
 )
-from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
+from idemstore.backends.postgres.client_errors import driver_errors
+from idemstore.backends.postgres.listening import Subscription
+from idemstore.backends.postgres.statements import (
+    APPLIED_MIGRATIONS,
+    COMPLETE,
+    CONNECTION_PARAMETERS,
+    CREATE_VERSIONS_TABLE,
+    DELETE,
+    EXTEND,
+    GET,
+    RELEASE,
+    RESERVE,
+    SCHEMA_NAME,
+    SWEEP_BATCH,
+    hash64,
+    quote_ident,
+    seconds,
+)
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
@@ -41,152 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresStore"]
 
-# Durations past this many seconds (about 100 years) are clamped: PostgreSQL's timestamps end
-# in the year 294276 and an overflowing interval would be an error, not "forever".
-_MAX_SECONDS = 3.2e9
-
-# A schema name we can quote safely and that fits PostgreSQL's 63-byte identifiers.
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-# libpq-style connection parameters asyncpg understands; every other query parameter is ours.
-_CONNECTION_PARAMETERS = frozenset(
-    {
-        "host",
-        "port",
-        "user",
-        "password",
-        "dbname",
-        "database",
-        "passfile",
-        "service",
-        "sslmode",
-        "sslcert",
-        "sslkey",
-        "sslrootcert",
-        "sslcrl",
-        "sslpassword",
-        "sslnegotiation",
-        "ssl_min_protocol_version",
-        "ssl_max_protocol_version",
-        "target_session_attrs",
-        "krbsrvname",
-        "gsslib",
-        "application_name",
-    }
-)
-
-_RECORD_COLUMNS = """
-    fingerprint, status, token, fence, response,
-    extract(epoch FROM created_at)::float8 AS created_at,
-    extract(epoch FROM expires_at)::float8 AS expires_at,
-    CASE WHEN status = 'in_progress'
-         THEN extract(epoch FROM lease_expires_at)::float8 END AS lease_expires_at"""
-
-# {s} is the quoted schema.
-_RESERVE = "SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)"
-_COMPLETE = "SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)"
-_RELEASE = "SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)"
-_DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
-
-# extend: the holder check of complete, plus "the lease has not lapsed": extending a lapsed
-# lease would let its holder keep a key others were already entitled to take. Re-evaluated on
-# the newest row after a concurrent takeover commits, so a fenced-out holder extends nothing.
-# Retention restarts with the heartbeat ($6 is at least the lease): a live lease keeps its row.
-_EXTEND = """
-UPDATE {s}.idemstore_records
-   SET lease_expires_at = clock_timestamp() + make_interval(secs => $5),
-       expires_at = clock_timestamp() + make_interval(secs => $6)
- WHERE id = {s}.idemstore_id($1, $2) AND token = $3 AND fence = $4
-   AND status = 'in_progress' AND NOT released
-   AND expires_at > clock_timestamp() AND lease_expires_at > clock_timestamp()
-RETURNING extract(epoch FROM lease_expires_at)::float8"""
-
-# get/wait: released rows and rows past retention do not exist for any read, swept or not.
-# ``now`` is the database clock, so ``wait`` can tell when a lease lapses by the same clock.
-_GET = (
-    "SELECT"
-    + _RECORD_COLUMNS
-    + """,
-    extract(epoch FROM clock_timestamp())::float8 AS now
-  FROM {s}.idemstore_records
- WHERE id = {s}.idemstore_id($1, $2) AND NOT released AND expires_at > clock_timestamp()"""
-)
-
-# sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
-# never waits for a row that a reserve is taking over or another sweeper is deleting. The
-# deadline is checked again on the row actually deleted.
-_SWEEP_BATCH = """
-WITH gone AS (
-    DELETE FROM {s}.idemstore_records
-     WHERE ctid = ANY(ARRAY(
-             SELECT ctid FROM {s}.idemstore_records
-              WHERE expires_at <= clock_timestamp()
-              LIMIT $1
-                FOR UPDATE SKIP LOCKED))
-       AND expires_at <= clock_timestamp()
-    RETURNING 1)
-SELECT count(*) FROM gone"""
-
-_APPLIED_MIGRATIONS = """
-SELECT name, checksum, extract(epoch FROM applied_at)::float8
-  FROM {s}.idemstore_migrations ORDER BY name"""
-
-_CREATE_VERSIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS {s}.idemstore_migrations (
-    name       text PRIMARY KEY,
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)"""
-
 # How long after a failed listener connection ``wait`` tries again.
 _LISTENER_RETRY = 1.0
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _hash64(*parts: str) -> int:
-    """A signed 64-bit hash of ``parts``, each length-prefixed so parts never run together."""
-    digest = hashlib.blake2b(digest_size=8, person=b"idemstore")
-    for part in parts:
-        data = part.encode("utf-8")
-        digest.update(len(data).to_bytes(4, "big"))
-        digest.update(data)
-    return int.from_bytes(digest.digest(), "big", signed=True)
-
-
-def _seconds(value: float) -> float:
-    return min(value, _MAX_SECONDS)
-
-
-def _driver_errors(where: str) -> DriverErrors:
-    """How asyncpg's exceptions map onto the idemstore family, for the store at ``where``."""
-    return DriverErrors(
-        # Everything asyncpg raises, socket errors and timeouts.
-        catches=(
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,
-            OSError,
-            TimeoutError,
-        ),
-        rules=(
-            Rule(
-                of_type(
-                    asyncpg.UndefinedTableError,
-                    asyncpg.UndefinedFunctionError,
-                    asyncpg.InvalidSchemaNameError,
-                    asyncpg.UndefinedObjectError,
-                ),
-                lambda exc: SchemaError(
-                    f"the idemstore schema at {where} is missing or incomplete ({exc}); "
-                    f"run: idemstore migrate {where}"
-                ),
-            ),
-        ),
-        otherwise=unavailable(f"PostgreSQL at {where}"),
-    )
 
 
 async def _no_reset(connection: asyncpg.Connection) -> None:
@@ -254,7 +126,7 @@ class PostgresStore:
         """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
         wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
         same schema."""
-        if not _SCHEMA_NAME.match(schema):
+        if not SCHEMA_NAME.match(schema):
             raise ConfigurationError(
                 f"schema must be an identifier of letters, digits and underscores "
                 f"(at most 63, not starting with a digit), not {schema!r}"
@@ -270,21 +142,21 @@ class PostgresStore:
             raise ConfigurationError("sweep_batch_size must be at least 1")
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
-        self._errors = _driver_errors(self._redacted)
+        self._errors = driver_errors(self._redacted)
         self._schema = schema
-        quoted = _quote_ident(schema)
+        quoted = quote_ident(schema)
         self._sql = {
             name: template.format(s=quoted)
             for name, template in {
-                "reserve": _RESERVE,
-                "complete": _COMPLETE,
-                "release": _RELEASE,
-                "delete": _DELETE,
-                "extend": _EXTEND,
-                "get": _GET,
-                "sweep": _SWEEP_BATCH,
-                "applied": _APPLIED_MIGRATIONS,
-                "versions": _CREATE_VERSIONS_TABLE,
+                "reserve": RESERVE,
+                "complete": COMPLETE,
+                "release": RELEASE,
+                "delete": DELETE,
+                "extend": EXTEND,
+                "get": GET,
+                "sweep": SWEEP_BATCH,
+                "applied": APPLIED_MIGRATIONS,
+                "versions": CREATE_VERSIONS_TABLE,
             }.items()
         }
         self._pool_min_size = pool_min_size
@@ -300,7 +172,7 @@ class PostgresStore:
         self._max_key_length = max_key_length
         # One NOTIFY channel per schema; the payload names the key by its lock hash.
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
-        self._migration_lock = _hash64("idemstore migrate", schema)
+        self._migration_lock = hash64("idemstore migrate", schema)
         self._pool: asyncpg.Pool | None = None
         self._ready = False
         self._connect_lock: asyncio.Lock | None = None
@@ -331,7 +203,7 @@ class PostgresStore:
             "max_key_length": pop_int(opts, "max_key_length", MAX_KEY_LENGTH),
         }
         connection = {}
-        for name in sorted(_CONNECTION_PARAMETERS & set(opts)):
+        for name in sorted(CONNECTION_PARAMETERS & set(opts)):
             connection[name] = str(opts.pop(name))
         parsed.reject_unknown()
         connection.setdefault("application_name", "idemstore")
@@ -408,13 +280,13 @@ class PostgresStore:
             return await pool.fetchval(self._sql[name], *args)
 
     def _lock_key(self, scope: str, key: str) -> int:
-        return _hash64(self._schema, scope, key)
+        return hash64(self._schema, scope, key)
 
     # -- migrations (SupportsMigrations) ------------------------------------------------------
 
     def migration_sql(self, migration: Migration) -> str:
         """The migration's SQL with this store's quoted schema in place of ``{{schema}}``."""
-        return migration.sql.replace("{{schema}}", _quote_ident(self._schema))
+        return migration.sql.replace("{{schema}}", quote_ident(self._schema))
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         pool = await self._connect()
@@ -422,7 +294,7 @@ class PostgresStore:
             async with pool.acquire() as conn:
                 exists = await conn.fetchval(
                     "SELECT to_regclass($1) IS NOT NULL",
-                    f"{_quote_ident(self._schema)}.idemstore_migrations",
+                    f"{quote_ident(self._schema)}.idemstore_migrations",
                 )
                 if not exists:
                     return []
@@ -435,7 +307,7 @@ class PostgresStore:
         versions table after taking the lock, so every migration runs exactly once."""
         pool = await self._connect()
         done: list[Migration] = []
-        quoted = _quote_ident(self._schema)
+        quoted = quote_ident(self._schema)
         with self._errors.translated():
             async with pool.acquire() as conn:
                 while True:
@@ -501,9 +373,9 @@ class PostgresStore:
             key,
             fingerprint,
             token,
-            _seconds(lease_ttl),
+            seconds(lease_ttl),
             # The function's retention is the row's: never shorter than the lease.
-            _seconds(retention_while_held(lease_ttl, retention)),
+            seconds(retention_while_held(lease_ttl, retention)),
         )
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
@@ -526,7 +398,7 @@ class PostgresStore:
             lease.token,
             lease.fence,
             checked[0],
-            _seconds(checked[1]),
+            seconds(checked[1]),
             self._channel,
             self._lock_key(lease.scope, lease.key),
         )
@@ -556,8 +428,8 @@ class PostgresStore:
             lease.key,
             lease.token,
             lease.fence,
-            _seconds(lease_ttl),
-            _seconds(retention_while_held(lease_ttl, lease.retention)),
+            seconds(lease_ttl),
+            seconds(retention_while_held(lease_ttl, lease.retention)),
         )
         if deadline is None:
             return None
@@ -580,8 +452,9 @@ class PostgresStore:
                 return Sighting(None, 0.0)
             return Sighting(self._record(scope, key, row), row["now"])
 
-        async def subscribe() -> _Subscription:
-            subscription = _Subscription(self, lock_key)
+        async def subscribe() -> Subscription:
+            # Registered before the listener may connect: a NOTIFY meanwhile is not lost.
+            subscription = Subscription(self._waiters, lock_key, self._listening)
             await self._ensure_listener()
             return subscription
 
@@ -613,6 +486,9 @@ class PostgresStore:
             await pool.fetchval("SELECT 1")
 
     # -- LISTEN/NOTIFY --------------------------------------------------------------------------
+
+    def _listening(self) -> bool:
+        return self._listener is not None and not self._listener.is_closed()
 
     def _on_notify(self, connection: Any, pid: int, channel: str, payload: str) -> None:
         try:
@@ -705,27 +581,3 @@ class PostgresStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-class _Subscription:
-    """One ``wait``'s interest in NOTIFYs about one key (by its lock hash)."""
-
-    __slots__ = ("_lock_key", "_store", "event")
-
-    def __init__(self, store: PostgresStore, lock_key: int) -> None:
-        self._store = store
-        self._lock_key = lock_key
-        self.event = asyncio.Event()
-        store._waiters.setdefault(lock_key, set()).add(self.event)
-
-    @property
-    def pushing(self) -> bool:
-        listener = self._store._listener
-        return listener is not None and not listener.is_closed()
-
-    def close(self) -> None:
-        waiters = self._store._waiters.get(self._lock_key)
-        if waiters is not None:
-            waiters.discard(self.event)
-            if not waiters:
-                del self._store._waiters[self._lock_key]
