@@ -37,6 +37,7 @@ from idemstore.backends.redis.scripts import SCRIPTS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Iterator
+    from pathlib import Path
 
     from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster
 
@@ -826,3 +827,16 @@ async def test_a_cluster_node_down_is_store_unavailable_then_recovers(
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
+
+
+def test_the_wheel_ships_every_lua_script(built_wheel: Path) -> None:
+    """The scripts are package data read with importlib.resources: an installed store needs
+    them in the wheel, not in the checkout."""
+    import zipfile
+
+    from idemstore.backends.redis import scripts
+
+    with zipfile.ZipFile(built_wheel) as wheel:
+        shipped = {name for name in wheel.namelist() if name.endswith(".lua")}
+    parts = {"prelude", *(part for parts in scripts._PARTS.values() for part in parts)}
+    assert shipped == {f"idemstore/backends/redis/lua/{part}.lua" for part in parts}
