@@ -455,7 +455,12 @@ class PostgresStore:
         async def subscribe() -> Subscription:
             # Registered before the listener may connect: a NOTIFY meanwhile is not lost.
             subscription = Subscription(self._waiters, lock_key, self._listening)
-            await self._ensure_listener()
+            try:
+                await self._ensure_listener()
+            except BaseException:
+                # Cut off by the wait's deadline while connecting: the loop never sees it.
+                subscription.close()
+                raise
             return subscription
 
         return await wait_for_holder(
