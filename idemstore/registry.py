@@ -142,7 +142,7 @@ _BUILTIN: tuple[Engine, ...] = (
         fixture_module="idemstore.testing.fixtures.postgres",
         variants=(
             FixtureVariant("postgres", "postgres_store_url"),
-            FixtureVariant("pgbouncer", "pgbouncer_store_url", cross_process=False),
+            FixtureVariant("pgbouncer", "pgbouncer_store_url"),
         ),
     ),
     Engine(

@@ -23,8 +23,8 @@ from idemstore import (
 from idemstore.local_servers import ServerUnavailableError, free_port
 from idemstore.migrate import load_migrations
 from idemstore.protocol import Lease
+from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, with_options
 from tests.conftest import backend_unavailable
-from tests.fixtures.postgres import drop_schema, migrate_schema, with_options
 
 asyncpg = pytest.importorskip("asyncpg")
 

@@ -2,7 +2,8 @@
 
 The contract suite already runs on Redis and Redis Cluster; these tests cover what only Redis
 promises (see docs/backends/redis.md). They use real servers: the session ones from
-tests/fixtures/redis.py, or dedicated ones when a test stops, pauses or crashes a server.
+idemstore/testing/fixtures/redis.py, or dedicated ones when a test stops, pauses or crashes a
+server.
 """
 
 from __future__ import annotations

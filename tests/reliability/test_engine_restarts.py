@@ -244,7 +244,7 @@ def test_postgres_crashes_and_restarts_lose_no_acknowledged_completion(
     seed: int,
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
-    from tests.fixtures.postgres import migrate_schema, new_schema, with_options
+    from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
 
     schema_url = with_options(own_postgres.url, schema=new_schema())
     asyncio.run(migrate_schema(schema_url))

@@ -66,7 +66,7 @@ async def test_a_forged_lease_is_refused_before_a_bad_response_is_ignored(
     """Argument errors stay errors whatever the lease: a response that is not bytes is a
     TypeError even when the lease is forged."""
     lease = await genuine(store)
-    forged = dataclasses.replace(lease, token=None)
+    forged = dataclasses.replace(lease, token=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         await store.complete(forged, "not bytes")  # type: ignore[arg-type]
     assert await store.release(lease) is True
