@@ -44,6 +44,7 @@ _BACKENDS: dict[str, _Backend] = {
     "redis": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
     "rediss": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
     "redis+cluster": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
+    "redis+sentinel": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
     "dynamodb": _Backend("idemstore.backends.dynamodb:DynamoDBStore", "aiobotocore", "dynamodb"),
 }
 

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisStore"]
 
 DEFAULT_PORT = 6379
+DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_PREFIX = "idem:"
 
 # -- Lua ------------------------------------------------------------------------------------
@@ -241,15 +243,16 @@ return 0
 
 
 class _Script:
-    __slots__ = ("sha", "source")
+    __slots__ = ("sha", "source", "writes")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, *, writes: bool = True) -> None:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self.writes = writes  # whether wait_replicas applies
 
 
 _SCRIPTS = {
-    name: _Script(source)
+    name: _Script(source, writes=name != "get")
     for name, source in {
         "reserve": _RESERVE,
         "complete": _COMPLETE,
@@ -521,6 +524,13 @@ class RedisStore:
     free one), ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
     ``max_key_length``, and for ``rediss://`` ``ssl_ca_certs``, ``ssl_certfile``,
     ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``.
+
+    ``redis+sentinel://HOST:PORT,HOST:PORT/SERVICE`` asks the Sentinels which server is the
+    primary of ``SERVICE`` (and again after a failover). ``wait_replicas=N`` (with
+    ``wait_replicas_timeout``, 1 s, shorter than ``socket_timeout``) makes every write
+    (reserve, complete, release, extend, delete) return only once N replicas have it
+    (``WAIT``), so a promoted replica knows it; a write that fewer replicas confirmed in time
+    raises ``StoreUnavailableError``.
     """
 
     __slots__ = (
@@ -538,6 +548,10 @@ class RedisStore:
         "_operation_timeout",
         "_prefix",
         "_queue_timeout",
+        "_sentinel",
+        "_sentinel_service",
+        "_wait_replicas",
+        "_wait_replicas_ms",
         "_where",
     )
 
@@ -560,6 +574,9 @@ class RedisStore:
         max_key_length: int = MAX_KEY_LENGTH,
         ssl_options: dict[str, Any] | None = None,
         where: str | None = None,
+        sentinel_service: str | None = None,
+        wait_replicas: int = 0,
+        wait_replicas_timeout: float = 1.0,
     ) -> None:
         if not nodes:
             raise ConfigurationError("a redis store needs at least one host")
@@ -579,6 +596,19 @@ class RedisStore:
             check_duration("operation_timeout", operation_timeout)
         if retries < 0:
             raise ConfigurationError(f"retries must be 0 or more, not {retries}")
+        if wait_replicas < 0:
+            raise ConfigurationError(f"wait_replicas must be 0 or more, not {wait_replicas}")
+        if wait_replicas and cluster:
+            raise ConfigurationError(
+                "wait_replicas is for redis:// and redis+sentinel:// stores, not Redis Cluster"
+            )
+        check_duration("wait_replicas_timeout", wait_replicas_timeout)
+        if wait_replicas and wait_replicas_timeout >= socket_timeout:
+            # WAIT holds the reply back that long: the socket must outlast it.
+            raise ConfigurationError(
+                f"wait_replicas_timeout ({wait_replicas_timeout} s) must be shorter than "
+                f"socket_timeout ({socket_timeout} s)"
+            )
         if max_connections < 1:
             raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
         # Bounded so that PEXPIREAT's argument (retention deadline + grace, in ms) stays an
@@ -614,6 +644,10 @@ class RedisStore:
         # operations here; the pool gets one more connection for the pub/sub reader.
         self._max_connections = max_connections
         self._limit = asyncio.Semaphore(max_connections)
+        self._sentinel_service = sentinel_service
+        self._sentinel: Any = None
+        self._wait_replicas = wait_replicas
+        self._wait_replicas_ms = max(1, math.ceil(wait_replicas_timeout * 1000))
         self._client: Any = None
         self._connect_lock = asyncio.Lock()
         self._notifier = _Notifier(self._open_pubsub)
@@ -623,6 +657,7 @@ class RedisStore:
     def from_url(cls, url: str, **options: Any) -> Self:
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
         cluster = scheme == "redis+cluster"
+        sentinel = scheme == "redis+sentinel"
         try:
             parts = urlsplit(url)
         except ValueError as exc:
@@ -630,8 +665,8 @@ class RedisStore:
         userinfo, _, hosts = parts.netloc.rpartition("@")
         nodes = [_host_port(item, url) for item in hosts.split(",") if item]
         if not nodes:
-            nodes = [("127.0.0.1", DEFAULT_PORT)]
-        if len(nodes) > 1 and not cluster:
+            nodes = [("127.0.0.1", DEFAULT_SENTINEL_PORT if sentinel else DEFAULT_PORT)]
+        if len(nodes) > 1 and not (cluster or sentinel):
             raise ConfigurationError(
                 "several hosts need a redis+cluster:// URL; redis:// names one server"
             )
@@ -640,6 +675,14 @@ class RedisStore:
         parsed = parse_store_url(urlunsplit(parts._replace(netloc=first)), options)
         db = 0
         path = parsed.path.strip("/")
+        service = None
+        if sentinel:
+            service, path = path, ""
+            if not service:
+                raise ConfigurationError(
+                    "a redis+sentinel:// URL names the monitored service as its path: "
+                    "redis+sentinel://HOST:26379,HOST:26379/SERVICE"
+                )
         if path:
             if not path.isdigit():
                 raise ConfigurationError(
@@ -677,6 +720,9 @@ class RedisStore:
             max_key_length=pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH),
             ssl_options=ssl_options,
             where=redact_url(url),
+            sentinel_service=service,
+            wait_replicas=pop_int(parsed.options, "wait_replicas", 0),
+            wait_replicas_timeout=pop_float(parsed.options, "wait_replicas_timeout", 1.0),
         )
         parsed.reject_unknown()
         return store
@@ -691,6 +737,20 @@ class RedisStore:
         if self._cluster:
             return RedisCluster(
                 startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],
+                max_connections=self._max_connections + 1,
+                **self._client_options,
+            )
+        if self._sentinel_service is not None:
+            # Sentinels are asked for the primary on every new connection, so a failover is
+            # followed as soon as the old primary's connections break.
+            sentinel_options = {
+                name: self._client_options[name]
+                for name in ("socket_timeout", "socket_connect_timeout", "retry")
+            }
+            self._sentinel = Sentinel(self._nodes, **sentinel_options)  # type: ignore[no-untyped-call]
+            return self._sentinel.master_for(
+                self._sentinel_service,
+                redis_class=Redis,
                 max_connections=self._max_connections + 1,
                 **self._client_options,
             )
@@ -762,6 +822,8 @@ class RedisStore:
             else:
                 await self._limit.acquire()  # free: returns at once
             try:
+                if self._wait_replicas and script.writes:
+                    return await self._call_replicated(client, script, key, args)
                 return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
             except NoScriptError:
                 # This node restarted or was flushed: EVAL runs and caches it again.
@@ -778,6 +840,33 @@ class RedisStore:
             raise self._unavailable(exc) from exc
         except _DRIVER_ERRORS as exc:
             raise self._unavailable(exc) from exc
+
+    async def _call_replicated(
+        self, client: Any, script: _Script, key: bytes, args: tuple[str | bytes, ...]
+    ) -> Any:
+        """The script, then WAIT on the same connection (a pipeline keeps them together):
+        WAIT counts the replicas that have every write this connection sent."""
+        for command in ("EVALSHA", "EVAL"):
+            pipe = client.pipeline(transaction=False)
+            pipe.execute_command(
+                command, script.sha if command == "EVALSHA" else script.source, 1, key, *args
+            )
+            pipe.execute_command("WAIT", self._wait_replicas, self._wait_replicas_ms)
+            reply, confirmed = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError):
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            if isinstance(confirmed, BaseException):
+                raise confirmed
+            if int(confirmed) < self._wait_replicas:
+                raise StoreUnavailableError(
+                    f"redis store {self._where}: the write reached the primary but only "
+                    f"{confirmed} of {self._wait_replicas} replicas confirmed it within "
+                    f"{self._wait_replicas_ms} ms; a failover now could lose it"
+                )
+            return reply
+        raise StoreUnavailableError(f"redis store {self._where} refused the script")
 
     async def _acquire_slot(self) -> None:
         if not self._limit.locked():
@@ -1007,6 +1096,10 @@ class RedisStore:
         if client is not None:
             with contextlib.suppress(*_DRIVER_ERRORS):
                 await client.aclose()
+        if self._sentinel is not None:
+            for sentinel in self._sentinel.sentinels:
+                with contextlib.suppress(*_DRIVER_ERRORS):
+                    await sentinel.aclose()
 
     async def __aenter__(self) -> Self:
         await self.ping()
