@@ -7,11 +7,12 @@ One child process per engine (PostgreSQL, Redis, Redis Cluster, DynamoDB via mot
 once, each starting its own engine on loopback from the binaries on PATH. Each child drives
 ``--workers`` tasks through one store and one runner: new keys, replays of recent keys,
 contention on a few hot keys, and work that fails (its key is released). Every few seconds it
-samples its own resident memory, open file descriptors and asyncio tasks, the engine's count
-of client connections, and the operations done. Afterwards each series gets a least-squares
-slope over the run after warm-up, which must stay within the bound in ``BOUNDS`` over the
-whole run; the samples go to ``<out>/<engine>.jsonl``, a summary to ``<out>/summary.json``,
-and a plot to ``<out>/soak.png``. Exit status 1 when a slope is out of bounds or a run failed.
+samples its own resident memory, open file descriptors, asyncio tasks and the objects the
+garbage collector tracks, the engine's count of client connections, and the operations done.
+Afterwards each series gets a least-squares slope over the run after warm-up, which must stay
+within the bound in ``BOUNDS`` over the whole run; the samples go to
+``<out>/<engine>/samples.jsonl``, a summary to ``<out>/summary.json``, and a plot to
+``<out>/soak.png``. Exit status 1 when a slope is out of bounds or a run failed.
 This is not part of the test command: it runs for minutes by design.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import random
@@ -45,6 +47,9 @@ BOUNDS: dict[str, Callable[[float], float]] = {
     "rss_mib": lambda mean: max(4.0, 0.05 * mean),
     "open_fds": lambda mean: max(3.0, 0.1 * mean),
     "asyncio_tasks": lambda mean: max(3.0, 0.1 * mean),
+    # Python objects the collector tracks: flat while RSS creeps means allocator arenas, not
+    # objects kept alive.
+    "gc_objects": lambda mean: max(100.0, 0.1 * mean),
     "engine_connections": lambda mean: max(3.0, 0.1 * mean),
 }
 
@@ -261,6 +266,7 @@ async def _drive(engine: _Engine, workers: int, seconds: float, every: float, ou
                     "rss_mib": round(_rss_mib(), 2),
                     "open_fds": _open_fds(),
                     "asyncio_tasks": len(asyncio.all_tasks()),
+                    "gc_objects": len(gc.get_objects()),
                     "engine_connections": await engine.connections(),
                     "ops": load.ops,
                     "executions": load.executions,
