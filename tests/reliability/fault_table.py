@@ -29,7 +29,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("keys", "keys"),
     ("executions", "executions"),
     ("cut off by a kill", "killed in mid-work"),
-    ("re-executions (takeovers)", "re-executions"),
+    ("re-executions", "re-executions"),
+    ("takeovers", "takeovers"),
     ("typed errors", "errors"),
     ("untyped errors", "untyped errors"),
     ("hangs", "hangs"),
@@ -49,20 +50,24 @@ _ENGINE_FAULTS = (
 
 def _fold(rows: list[dict[str, Any]]) -> dict[str, Any]:
     total: dict[str, Any] = defaultdict(int)
-    takeovers = 0
     longest = 0.0
     for row in rows:
         total["runs"] += 1
         for name in ("kills", "attempts", "keys", "executions", "killed in mid-work"):
             total[name] += int(row.get(name, 0))
-        for name in ("re-executions", "errors", "untyped errors", "hangs", "duplicates found"):
+        for name in (
+            "re-executions",
+            "takeovers",
+            "errors",
+            "untyped errors",
+            "hangs",
+            "duplicates found",
+        ):
             total[name] += int(row.get(name, 0))
         total["engine faults"] += sum(int(row.get(name, 0)) for name in _ENGINE_FAULTS)
-        takeovers += int(row.get("takeovers", 0))
         seconds = row.get("max_call_seconds") or {}
         if isinstance(seconds, dict) and seconds:
             longest = max(longest, *(float(v) for v in seconds.values()))
-    total["re-executions"] = f"{total['re-executions']} ({takeovers})"
     total["longest call"] = f"{longest:.2f}"
     return total
 
