@@ -147,7 +147,7 @@ _BUILTIN: tuple[Engine, ...] = (
     ),
     Engine(
         name="redis",
-        schemes=("redis", "rediss", "redis+cluster"),
+        schemes=("redis", "rediss", "redis+cluster", "redis+sentinel"),
         store="idemstore.backends.redis:RedisStore",
         driver="redis",
         extra="redis",

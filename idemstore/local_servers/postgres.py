@@ -239,28 +239,54 @@ def start_postgres(*, port: int | None = None) -> PostgresServer:
 class PgBouncerServer:
     """A running PgBouncer; ``url`` reaches the target database through it."""
 
-    __slots__ = ("_log", "_process", "base", "database", "port", "user")
+    __slots__ = ("_argv", "_log", "_process", "base", "database", "port", "user")
 
     def __init__(
-        self, base: Path, port: int, process: subprocess.Popen[bytes], user: str, database: str
+        self,
+        base: Path,
+        port: int,
+        argv: list[str],
+        user: str,
+        database: str,
     ) -> None:
         self.base = base
         self.port = port
-        self._process = process
+        self._argv = argv
         self._log = base / "pgbouncer.log"
         self.user = user
         self.database = database
+        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
 
-    def stop(self) -> None:
+    def start(self) -> None:
+        """Start (or start again) PgBouncer on its port with its configuration."""
+        log = (self.base / "stdout.log").open("ab")
+        try:
+            self._process = subprocess.Popen(
+                self._argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        wait_for_port(self.port, process=self._process, timeout=30, log=self._log)
+
+    def shutdown(self, signum: signal.Signals = signal.SIGINT) -> None:
+        """Stop the process (SIGINT: safe shutdown, SIGTERM: immediate, SIGKILL: a crash);
+        ``start`` brings it back on the same port."""
         pid = None
         with contextlib.suppress(OSError, ValueError):
             pid = int((self.base / "pgbouncer.pid").read_text().strip())
-        if self._process.poll() is None:
-            _signal_and_wait(self._process, pid, 30.0)
+        if self._process is not None and self._process.poll() is None:
+            _signal_and_wait(self._process, pid, 30.0, signum)
+
+    def stop(self) -> None:
+        self.shutdown()
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -310,20 +336,11 @@ def start_pgbouncer(
     )
     base.chmod(0o755)
     _own(base)
-    log = (base / "stdout.log").open("ab")
+    bouncer = PgBouncerServer(
+        base, port, _command(binary, str(base / "pgbouncer.ini")), user, database
+    )
     try:
-        process = subprocess.Popen(
-            _command(binary, str(base / "pgbouncer.ini")),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        log.close()
-    bouncer = PgBouncerServer(base, port, process, user, database)
-    try:
-        wait_for_port(port, process=process, timeout=30, log=base / "pgbouncer.log")
+        bouncer.start()
     except BaseException:
         bouncer.stop()
         raise

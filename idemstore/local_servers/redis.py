@@ -1,4 +1,5 @@
-"""Start ``redis-server`` on loopback: one node, or a 3-node Redis Cluster.
+"""Start ``redis-server`` on loopback: one node, a 3-node Redis Cluster, or a primary with
+replicas watched by three Sentinels.
 
 Each node runs in its own temporary directory on a free 127.0.0.1 port. Besides ``stop`` (for
 good), a node can be shut down (gracefully or with SIGKILL) and started again on the same port
@@ -23,8 +24,10 @@ from idemstore.local_servers import ServerUnavailableError, find_binary, free_po
 __all__ = [
     "LocalRedis",
     "LocalRedisCluster",
+    "LocalRedisSentinel",
     "start_redis",
     "start_redis_cluster",
+    "start_redis_sentinel",
 ]
 
 
@@ -47,6 +50,10 @@ class LocalRedis:
     cluster_port: int | None = None
     process: subprocess.Popen[bytes] | None = None
     owns_directory: bool = True
+    # A replica of the primary on this port (``--replicaof``).
+    replica_of: int | None = None
+    # Run as a Sentinel with this configuration (written once: Sentinel rewrites its file).
+    sentinel_config: str | None = None
 
     @property
     def url(self) -> str:
@@ -61,6 +68,14 @@ class LocalRedis:
         return self.directory / "redis.log"
 
     def _argv(self) -> list[str]:
+        if self.sentinel_config is not None:
+            config = self.directory / "sentinel.conf"
+            if not config.exists():
+                config.write_text(
+                    f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                    f"logfile {self.log}\ndaemonize no\n{self.sentinel_config}"
+                )
+            return [_binary("redis-server"), str(config), "--sentinel"]
         argv = [
             _binary("redis-server"),
             "--port",
@@ -92,6 +107,8 @@ class LocalRedis:
                 "--cluster-node-timeout",
                 "2000",
             ]
+        if self.replica_of is not None:
+            argv += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         return argv
 
     def start(self) -> None:
@@ -266,3 +283,108 @@ def start_redis_cluster(*, nodes: int = 3, appendonly: bool = False) -> LocalRed
         cluster.stop()
         raise
     return cluster
+
+
+@dataclass
+class LocalRedisSentinel:
+    """A primary and its replicas, watched by Sentinels that fail over under ``service``."""
+
+    primary: LocalRedis
+    replicas: list[LocalRedis]
+    sentinels: list[LocalRedis]
+    service: str
+    directory: Path
+
+    @property
+    def url(self) -> str:
+        addresses = ",".join(sentinel.address for sentinel in self.sentinels)
+        return f"redis+sentinel://{addresses}/{self.service}"
+
+    @property
+    def nodes(self) -> list[LocalRedis]:
+        """The data nodes: the first primary and its replicas (roles change on failover)."""
+        return [self.primary, *self.replicas]
+
+    def primary_port(self) -> int | None:
+        """The port the Sentinels now name as primary, or ``None`` when none answers."""
+        for sentinel in self.sentinels:
+            if not sentinel.running:
+                continue
+            out = sentinel.cli(
+                "SENTINEL", "get-master-addr-by-name", self.service, check=False
+            ).split()
+            if len(out) == 2 and out[1].isdigit():
+                return int(out[1])
+        return None
+
+    def node_on(self, port: int) -> LocalRedis:
+        return next(node for node in self.nodes if node.port == port)
+
+    def wait_replicas_synced(self, timeout: float = 30.0) -> None:
+        """Block until the current primary reports every running replica online."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if port is not None:
+                info = self.node_on(port).cli("INFO", "replication", check=False)
+                online = info.count("state=online")
+                if online >= sum(1 for n in self.nodes if n.running and n.port != port):
+                    return
+            time.sleep(0.1)
+        raise ServerUnavailableError(f"replicas not in sync within {timeout}s")
+
+    def stop(self) -> None:
+        for node in [*self.sentinels, *self.replicas, self.primary]:
+            node.shutdown()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_redis_sentinel(
+    *,
+    replicas: int = 1,
+    sentinels: int = 3,
+    service: str = "idemstore",
+    down_after_ms: int = 1000,
+    failover_timeout_ms: int = 5000,
+    appendonly: bool = False,
+) -> LocalRedisSentinel:
+    """A primary with ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority)
+    monitoring it as ``service``; a primary that stops answering for ``down_after_ms`` is
+    failed over to a replica."""
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-sentinel-"))
+
+    def node(name: str, **options: object) -> LocalRedis:
+        where = root / name
+        where.mkdir()
+        return LocalRedis(
+            port=free_port(),
+            directory=where,
+            appendonly=appendonly,
+            owns_directory=False,
+            **options,  # type: ignore[arg-type]
+        )
+
+    primary = node("primary")
+    group = LocalRedisSentinel(primary, [], [], service, root)
+    try:
+        primary.start()
+        for index in range(replicas):
+            replica = node(f"replica{index}", replica_of=primary.port)
+            group.replicas.append(replica)
+            replica.start()
+        quorum = sentinels // 2 + 1
+        config = (
+            f"sentinel monitor {service} 127.0.0.1 {primary.port} {quorum}\n"
+            f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+            f"sentinel failover-timeout {service} {failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {service} 1\n"
+        )
+        for index in range(sentinels):
+            sentinel = node(f"sentinel{index}", sentinel_config=config)
+            group.sentinels.append(sentinel)
+            sentinel.start()
+        group.wait_replicas_synced()
+    except BaseException:
+        group.stop()
+        raise
+    return group

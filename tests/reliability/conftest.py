@@ -24,6 +24,13 @@ def seed(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
+def kills() -> int:
+    """How many workers a SIGKILL history run kills: a short run in the test command, at
+    least 100 per engine in the campaign (IDEMSTORE_RELIABILITY_KILLS, scripts/reliability)."""
+    return int(os.environ.get("IDEMSTORE_RELIABILITY_KILLS") or 6)
+
+
+@pytest.fixture
 def report_counts(request: pytest.FixtureRequest) -> Callable[[dict[str, Any]], None]:
     """Append a run's counts as one JSON line to $IDEMSTORE_RELIABILITY_REPORT (when set):
     docs/reliability.md takes its numbers from there."""

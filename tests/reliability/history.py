@@ -619,22 +619,29 @@ def run_history(
     seed: int = 0,
     scenario: FaultScenario | None = None,
     final_url: str | None = None,
-    timeout: float = 150.0,
+    timeout: float | None = None,
+    until_kills: bool = False,
 ) -> HistoryReport:
     """Run ``workers`` worker processes on ``url`` and check their history.
 
-    Without a ``scenario`` each worker settles one round of ``keys_per_round`` keys. With one,
-    workers go on round after round until the scenario returns. Up to ``kills`` times a worker
-    in mid-work gets SIGKILL and is started again (it begins at round 0, replaying what is
-    done). Finally a finisher settles every key seen (on ``final_url`` when given, say without
-    the fault proxy), the final records are read, and the history is checked.
+    Without a ``scenario`` each worker settles one round of ``keys_per_round`` keys, or, with
+    ``until_kills``, goes on round after round until all ``kills`` were sent (a campaign). With
+    a scenario, workers go on round after round until the scenario returns. Up to ``kills``
+    times a worker in mid-work gets SIGKILL and is started again (it begins at round 0,
+    replaying what is done). Finally a finisher settles every key seen (on ``final_url`` when
+    given, say without the fault proxy), the final records are read, and the history is
+    checked.
     """
     config = config or WorkerConfig()
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
     stop_file = directory / "stop"
     prefix = f"h{seed:x}-{os.getpid()}-{time.monotonic_ns() % 10**9}:"
-    if scenario is None:
+    if timeout is None:
+        # A kill waits for a busy victim and is spaced from the last one (about 0.35 s apart),
+        # and each restart costs a process start: scale the bound with the campaign.
+        timeout = 150.0 + 2.0 * kills
+    if scenario is None and not until_kills:
         stop_file.touch()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     generations: Counter[int] = Counter()
@@ -715,6 +722,8 @@ def run_history(
                 replacement = start(indexes[id(victim)])
                 indexes[id(replacement)] = indexes[id(victim)]
                 running.append(replacement)
+                if until_kills and scenario is None and sent >= kills:
+                    stop_file.touch()
             time.sleep(0.02)
     finally:
         stop.set()
@@ -772,9 +781,11 @@ async def run_history_in_process(
     kills: int = 6,
     config: WorkerConfig | None = None,
     seed: int = 0,
+    until_kills: bool = False,
 ) -> HistoryReport:
     """``run_history`` for a store only one process can see (memory): workers are tasks, and a
-    kill cancels a task in mid-work (its heartbeat stops, nothing is released)."""
+    kill cancels a task in mid-work (its heartbeat stops, nothing is released). With
+    ``until_kills`` the workers go on round after round until all ``kills`` were made."""
     config = config or WorkerConfig()
     rng = random.Random(seed)
     prefix = f"h{seed:x}:"
@@ -788,12 +799,16 @@ async def run_history_in_process(
         log = HistoryLog(path, name)
         logs.append(log)
         worker = Worker(store, log, random.Random(rng.randrange(2**32)), config)
-        task = asyncio.create_task(worker.run_rounds(prefix, keys_per_round, lambda: True))
+        task = asyncio.create_task(worker.run_rounds(prefix, keys_per_round, done_killing))
         return task, path, set(), [0]
+
+    sent = 0
+
+    def done_killing() -> bool:
+        return not until_kills or sent >= kills
 
     started = time.monotonic()
     running = {index: start(index) for index in range(workers)}
-    sent = 0
     last_kill = time.monotonic()
     while running:
         for index, (task, path, open_runs, offset) in list(running.items()):

@@ -1,12 +1,14 @@
-"""PostgreSQL and Redis (``appendonly yes``, ``appendfsync always``) crash or restart while
-worker processes run: no acknowledged completion is lost, calls during the outage fail fast
-with ``StoreUnavailableError``, the same store objects carry on by themselves afterwards, and
-the history checks out. Each test starts servers of its own, since it restarts them."""
+"""PostgreSQL (directly and through PgBouncer), PgBouncer itself, and Redis (``appendonly
+yes``, ``appendfsync always``) crash or restart while worker processes run: no acknowledged
+completion is lost, calls during the outage fail fast with ``StoreUnavailableError``, the same
+store objects carry on by themselves afterwards, and the history checks out. Each test starts
+servers of its own, since it restarts them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from idemstore.local_servers.postgres import PostgresServer
+    from idemstore.local_servers.postgres import PgBouncerServer, PostgresServer
     from idemstore.local_servers.redis import LocalRedis
 
 SLACK = 2.0  # headroom for a loaded 2-core machine; bounds a hang, not a latency figure
@@ -196,6 +198,19 @@ def own_postgres() -> Iterator[PostgresServer]:
     server.stop()
 
 
+@pytest.fixture
+def own_pgbouncer(own_postgres: PostgresServer) -> Iterator[PgBouncerServer]:
+    """A PgBouncer of this test's own (transaction pooling) in front of ``own_postgres``."""
+    from idemstore.local_servers.postgres import start_pgbouncer
+
+    try:
+        bouncer = start_pgbouncer("127.0.0.1", own_postgres.port)
+    except ServerUnavailableError as exc:
+        backend_unavailable("postgres", f"pgbouncer: {exc}")
+    yield bouncer
+    bouncer.stop()
+
+
 @pytest.mark.slow
 def test_redis_crashes_lose_no_acknowledged_completion_with_appendfsync_always(
     own_redis: LocalRedis,
@@ -277,6 +292,65 @@ def test_postgres_crashes_and_restarts_lose_no_acknowledged_completion(
     report_counts(
         {
             "backend": "postgres",
+            "fault": "restarts",
+            **report.run,
+            **report.counts,
+            "max_call_seconds": report.max_call_seconds,
+        }
+    )
+    assert_restarts_held(report, tmp_path, POSTGRES_BOUND, config)
+
+
+@pytest.mark.slow
+def test_pgbouncer_restarts_and_a_postgres_fast_shutdown_lose_no_acknowledged_completion(
+    own_postgres: PostgresServer,
+    own_pgbouncer: PgBouncerServer,
+    tmp_path: Path,
+    seed: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
+
+    schema = new_schema()
+    asyncio.run(migrate_schema(with_options(own_postgres.url, schema=schema)))
+    # As docs/backends/postgres.md recommends behind PgBouncer: no statement cache, LISTEN
+    # straight to the server.
+    url = with_options(
+        own_pgbouncer.url, schema=schema, statement_cache_size="0", listen_dsn=own_postgres.url
+    )
+    url = f"{url}&{POSTGRES_OPTIONS}"
+    config = WorkerConfig(call_cap=POSTGRES_BOUND * 3)
+    scenario = EngineRestarts(
+        url,
+        tmp_path,
+        [
+            (
+                "PgBouncer safe shutdown (SIGINT)",
+                lambda: own_pgbouncer.shutdown(signal.SIGINT),
+                own_pgbouncer.start,
+            ),
+            ("PostgreSQL fast shutdown", own_postgres.stop_process, own_postgres.start),
+            (
+                "PgBouncer crash (SIGKILL)",
+                lambda: own_pgbouncer.shutdown(signal.SIGKILL),
+                own_pgbouncer.start,
+            ),
+        ],
+        POSTGRES_BOUND,
+    )
+    report = run_history(
+        url,
+        tmp_path,
+        workers=4,
+        keys_per_round=30,
+        kills=3,
+        config=config,
+        seed=seed,
+        scenario=scenario,
+    )
+    report_counts(
+        {
+            "backend": "pgbouncer",
             "fault": "restarts",
             **report.run,
             **report.counts,

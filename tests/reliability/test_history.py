@@ -42,26 +42,29 @@ def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
     backend: str,
     tmp_path: Path,
     seed: int,
+    kills: int,
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
     url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
-    report = run_history(url, tmp_path, workers=4, keys_per_round=30, kills=6, seed=seed)
-    report_counts({"backend": backend, **report_row(report)})
+    report = run_history(
+        url, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_kills=True
+    )
+    report_counts({"backend": backend, "fault": "sigkill", **report_row(report)})
     assert_history_holds(report)
-    assert report.run["kills"] >= 1
+    assert report.run["kills"] == kills
     assert report.counts["executions"] >= report.counts["keys"]
 
 
 async def test_cancelled_worker_tasks_never_run_a_key_twice_on_memory(
-    tmp_path: Path, seed: int, report_counts: Callable[[dict[str, Any]], None]
+    tmp_path: Path, seed: int, kills: int, report_counts: Callable[[dict[str, Any]], None]
 ) -> None:
     async with open_store("memory://") as store:
         report = await run_history_in_process(
-            store, tmp_path, workers=4, keys_per_round=30, kills=6, seed=seed
+            store, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_kills=True
         )
-    report_counts({"backend": "memory", **report_row(report)})
+    report_counts({"backend": "memory", "fault": "sigkill", **report_row(report)})
     assert_history_holds(report)
-    assert report.run["kills"] >= 1
+    assert report.run["kills"] == kills
 
 
 # -- the checker catches what it must ---------------------------------------------------------

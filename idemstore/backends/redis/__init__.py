@@ -1,4 +1,5 @@
-"""``redis://``, ``rediss://`` and ``redis+cluster://h1:p1,h2:p2``: records in Redis hashes.
+"""``redis://``, ``rediss://``, ``redis+cluster://h1:p1,h2:p2`` and
+``redis+sentinel://s1:p1,s2:p2/service``: records in Redis hashes.
 
 Every operation is one Lua script (``lua/*.lua``) run with EVALSHA on exactly one key, so it
 is one round trip, atomic, and works unchanged on Redis Cluster. Lease and retention deadlines
@@ -6,8 +7,9 @@ are hash fields compared with the server's ``TIME``; the key's own expiry remove
 itself shortly after its retention ends (``expiry_grace``). ``wait`` is woken by a PUBLISH
 that ``complete``, ``release`` and ``delete`` send from inside their script.
 
-Modules: ``store`` (the store), ``scripts`` (loads the Lua), ``codec`` (key names and hash
-fields), ``notifier`` (the shared pub/sub connection).
+Modules: ``store`` (the store), ``url_options`` (URLs and options), ``scripts`` (loads the
+Lua), ``codec`` (key names and hash fields), ``notifier`` (the shared pub/sub connection),
+``replication`` (Sentinel and ``wait_replicas``), ``client_errors`` (redis-py's exceptions).
 """
 
 from __future__ import annotations

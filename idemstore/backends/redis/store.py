@@ -15,13 +15,12 @@ import contextlib
 import math
 import random
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import NoScriptError
 
 from idemstore.backends.arguments import (
     complete_arguments,
@@ -31,7 +30,7 @@ from idemstore.backends.arguments import (
     retention_while_held,
     wait_arguments,
 )
-from idemstore.backends.driver_errors import DriverErrors, Rule, unavailable
+from idemstore.backends.redis.client_errors import redis_errors
 from idemstore.backends.redis.codec import (
     GLOB_SPECIAL,
     MAX_DURATION,
@@ -42,28 +41,19 @@ from idemstore.backends.redis.codec import (
     seconds,
 )
 from idemstore.backends.redis.notifier import Notifier, Subscription
-from idemstore.backends.redis.scripts import RANGE_ERROR, SCRIPTS, Script
+from idemstore.backends.redis.replication import run_replicated, sentinel_client
+from idemstore.backends.redis.scripts import SCRIPTS, Script
+from idemstore.backends.redis.url_options import DEFAULT_PREFIX, parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
-from idemstore.errors import ConfigurationError, IdemstoreError, StoreUnavailableError
+from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
-from idemstore.urls import (
-    malformed_url_error,
-    parse_store_url,
-    pop_bool,
-    pop_float,
-    pop_int,
-    pop_str,
-    redact_url,
-)
 
 if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = ["RedisStore"]
 
-DEFAULT_PORT = 6379
-DEFAULT_PREFIX = "idem:"
 # expiry_grace is bounded so that PEXPIREAT's argument (retention deadline + grace, in ms)
 # stays an integer a Lua number writes exactly.
 _MAX_GRACE = 100 * 365 * 86400.0
@@ -81,7 +71,9 @@ class RedisStore:
     ``max_connections`` (100 in-flight operations; more wait at most ``socket_timeout`` for a
     free one), ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
     ``max_key_length``, and for ``rediss://`` ``ssl_ca_certs``, ``ssl_certfile``,
-    ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``.
+    ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``. ``redis+sentinel://`` follows
+    the primary the Sentinels name; ``wait_replicas`` (0) and ``wait_replicas_timeout`` (1 s)
+    make every write wait for that many replicas (see the ``replication`` module).
     """
 
     __slots__ = (
@@ -100,6 +92,10 @@ class RedisStore:
         "_operation_timeout",
         "_prefix",
         "_queue_timeout",
+        "_sentinel",
+        "_sentinel_service",
+        "_wait_replicas",
+        "_wait_replicas_ms",
         "_where",
     )
 
@@ -122,6 +118,9 @@ class RedisStore:
         max_key_length: int = MAX_KEY_LENGTH,
         ssl_options: dict[str, Any] | None = None,
         where: str | None = None,
+        sentinel_service: str | None = None,
+        wait_replicas: int = 0,
+        wait_replicas_timeout: float = 1.0,
     ) -> None:
         if not nodes:
             raise ConfigurationError("a redis store needs at least one host")
@@ -143,6 +142,19 @@ class RedisStore:
             raise ConfigurationError(f"retries must be 0 or more, not {retries}")
         if max_connections < 1:
             raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
+        if wait_replicas < 0 or (wait_replicas and cluster):
+            raise ConfigurationError(
+                f"wait_replicas must be 0 or more, and is for redis:// and redis+sentinel:// "
+                f"stores, not Redis Cluster (got {wait_replicas})"
+            )
+        if wait_replicas and check_duration("wait_replicas_timeout", wait_replicas_timeout) >= min(
+            socket_timeout, operation_timeout or socket_timeout
+        ):
+            # WAIT holds its reply back that long: the socket must outlast it.
+            raise ConfigurationError(
+                f"wait_replicas_timeout ({wait_replicas_timeout} s) must be shorter than "
+                f"socket_timeout ({socket_timeout} s)"
+            )
         # Bounded so that PEXPIREAT's argument (retention deadline + grace, in ms) stays an
         # integer a Lua number writes exactly.
         if not math.isfinite(expiry_grace) or not 0 <= expiry_grace <= _MAX_GRACE:
@@ -176,72 +188,21 @@ class RedisStore:
         # operations here; the pool gets one more connection for the pub/sub reader.
         self._max_connections = max_connections
         self._limit = asyncio.Semaphore(max_connections)
+        self._sentinel_service = sentinel_service
+        self._sentinel: Any = None
+        self._wait_replicas = wait_replicas
+        self._wait_replicas_ms = math.ceil(wait_replicas_timeout * 1000)
         self._client: Any = None
         self._connect_lock = asyncio.Lock()
         self._notifier = Notifier(self._open_pubsub)
-        self._errors = _driver_errors(self._where)
+        self._errors = redis_errors(self._where)
         self._closed = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
-        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-        cluster = scheme == "redis+cluster"
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:
-            raise malformed_url_error(url, exc) from None
-        userinfo, _, hosts = parts.netloc.rpartition("@")
-        nodes = [_host_port(item, url) for item in hosts.split(",") if item]
-        if not nodes:
-            nodes = [("127.0.0.1", DEFAULT_PORT)]
-        if len(nodes) > 1 and not cluster:
-            raise ConfigurationError(
-                "several hosts need a redis+cluster:// URL; redis:// names one server"
-            )
-        # parse_store_url splits one host:port; give it the first so it handles the rest.
-        first = f"{userinfo}@{hosts.split(',')[0]}" if userinfo else hosts.split(",")[0]
-        parsed = parse_store_url(urlunsplit(parts._replace(netloc=first)), options)
-        db = 0
-        path = parsed.path.strip("/")
-        if path:
-            if not path.isdigit():
-                raise ConfigurationError(
-                    f"the path of a redis URL is a database number: {redact_url(url)!r}"
-                )
-            db = int(path)
-        db = pop_int(parsed.options, "db", db)
-        ssl_options: dict[str, Any] = {}
-        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"):
-            if name in parsed.options:
-                ssl_options[name] = pop_str(parsed.options, name, "")
-        if "ssl_check_hostname" in parsed.options:
-            ssl_options["ssl_check_hostname"] = pop_bool(parsed.options, "ssl_check_hostname", True)
-        tls = pop_bool(parsed.options, "ssl", scheme == "rediss")
-        if ssl_options and not tls:
-            raise ConfigurationError("ssl_* options need a rediss:// URL (or ssl=true)")
-        store = cls(
-            nodes,
-            cluster=cluster,
-            tls=tls,
-            db=db,
-            username=unquote(parsed.username) if parsed.username else None,
-            password=unquote(parsed.password) if parsed.password is not None else None,
-            prefix=pop_str(parsed.options, "prefix", DEFAULT_PREFIX),
-            socket_timeout=pop_float(parsed.options, "socket_timeout", 5.0),
-            socket_connect_timeout=pop_float(parsed.options, "socket_connect_timeout", 5.0),
-            operation_timeout=(
-                pop_float(parsed.options, "operation_timeout", 0.0)
-                if "operation_timeout" in parsed.options
-                else None
-            ),
-            retries=pop_int(parsed.options, "retries", 2),
-            max_connections=pop_int(parsed.options, "max_connections", 100),
-            expiry_grace=pop_float(parsed.options, "expiry_grace", 60.0),
-            max_key_length=pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH),
-            ssl_options=ssl_options,
-            where=redact_url(url),
-        )
-        parsed.reject_unknown()
+        nodes, settings, leftover = parse_redis_url(url, options)
+        store = cls(nodes, **settings)
+        leftover.reject_unknown()
         return store
 
     # -- connections ----------------------------------------------------------------------
@@ -257,6 +218,14 @@ class RedisStore:
                 max_connections=self._max_connections + 1,
                 **self._client_options,
             )
+        if self._sentinel_service is not None:
+            self._sentinel, client = sentinel_client(
+                self._nodes,
+                self._sentinel_service,
+                self._client_options,
+                self._max_connections + 1,
+            )
+            return client
         host, port = self._nodes[0]
         return Redis(
             host=host,
@@ -318,6 +287,16 @@ class RedisStore:
             else:
                 await self._limit.acquire()  # free: returns at once
             try:
+                if self._wait_replicas:
+                    return await run_replicated(
+                        client,
+                        script,
+                        key,
+                        args,
+                        replicas=self._wait_replicas,
+                        timeout_ms=self._wait_replicas_ms,
+                        where=self._where,
+                    )
                 return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
             except NoScriptError:
                 # This node restarted or was flushed: EVAL runs and caches it again.
@@ -528,6 +507,9 @@ class RedisStore:
         if client is not None:
             with contextlib.suppress(*self._errors.catches):
                 await client.aclose()
+        for asked in self._sentinel.sentinels if self._sentinel is not None else ():
+            with contextlib.suppress(*self._errors.catches):
+                await asked.aclose()
 
     async def __aenter__(self) -> Self:
         await self.ping()
@@ -540,42 +522,3 @@ class RedisStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-def _driver_errors(where: str) -> DriverErrors:
-    """How redis-py's exceptions map onto the idemstore family, for the store at ``where``."""
-
-    def out_of_range(exc: BaseException) -> IdemstoreError:
-        name = str(exc).split()[1]
-        return ConfigurationError(
-            f"{name} is too long for Redis: the deadline would fall past the year 2255 "
-            "(2**53 microseconds after the epoch, the last a Lua number holds exactly)"
-        )
-
-    return DriverErrors(
-        catches=(RedisError, RedisClusterException, OSError, TimeoutError),
-        rules=(
-            Rule(
-                lambda exc: isinstance(exc, ResponseError) and str(exc).startswith(RANGE_ERROR),
-                out_of_range,
-            ),
-        ),
-        otherwise=unavailable(f"redis store {where}"),
-    )
-
-
-def _host_port(item: str, url: str) -> tuple[str, int]:
-    host, port = item, ""
-    if item.startswith("["):  # [IPv6]:port
-        host, _, rest = item[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    elif ":" in item:
-        host, _, port = item.rpartition(":")
-    if not host:
-        raise ConfigurationError(f"store URL {redact_url(url)!r} has an empty host")
-    if not port:
-        return host, DEFAULT_PORT
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        # Not echoed: a password with an unencoded '/' ends the host part early and lands here.
-        raise ConfigurationError(f"store URL {redact_url(url)!r} has a bad port")
-    return host, int(port)

@@ -1,0 +1,111 @@
+"""Write the campaign's fault table into docs/reliability.md from the JSON lines the reliability
+tests append to $IDEMSTORE_RELIABILITY_REPORT (see conftest.py ``report_counts``).
+
+    python -m tests.reliability.fault_table REPORT.jsonl docs/reliability.md
+
+Only the text between the two marker comments is replaced, so the page's prose stays hand
+written while every number in the table comes from the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BEGIN", "END", "render", "replace_between_markers"]
+
+BEGIN = "<!-- fault-table:begin (written by python -m tests.reliability.fault_table) -->"
+END = "<!-- fault-table:end -->"
+
+# (column title, how to read it from one run's counts)
+_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("runs", "runs"),
+    ("worker kills", "kills"),
+    ("engine faults", "engine faults"),
+    ("attempts", "attempts"),
+    ("keys", "keys"),
+    ("executions", "executions"),
+    ("cut off by a kill", "killed in mid-work"),
+    ("re-executions", "re-executions"),
+    ("takeovers", "takeovers"),
+    ("typed errors", "errors"),
+    ("untyped errors", "untyped errors"),
+    ("hangs", "hangs"),
+    ("longest call (s)", "longest call"),
+    ("duplicates found", "duplicates found"),
+)
+
+# Counters a scenario adds to a run that are engine-side faults (restarts, failovers, throttles).
+_ENGINE_FAULTS = (
+    "engine restarts",
+    "failovers",
+    "throttled requests",
+    "pgbouncer restarts",
+    "connections reset",
+)
+
+
+def _fold(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = defaultdict(int)
+    longest = 0.0
+    for row in rows:
+        total["runs"] += 1
+        for name in ("kills", "attempts", "keys", "executions", "killed in mid-work"):
+            total[name] += int(row.get(name, 0))
+        for name in (
+            "re-executions",
+            "takeovers",
+            "errors",
+            "untyped errors",
+            "hangs",
+            "duplicates found",
+        ):
+            total[name] += int(row.get(name, 0))
+        total["engine faults"] += sum(int(row.get(name, 0)) for name in _ENGINE_FAULTS)
+        seconds = row.get("max_call_seconds") or {}
+        if isinstance(seconds, dict) and seconds:
+            longest = max(longest, *(float(v) for v in seconds.values()))
+    total["longest call"] = f"{longest:.2f}"
+    return total
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The markdown table: one line per (fault, backend), runs of the same pair summed."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if "attempts" not in row:
+            continue  # a measurement without a history (e.g. a latency figure)
+        groups[(str(row.get("fault", "?")), str(row.get("backend", "?")))].append(row)
+    header = "| fault | backend | " + " | ".join(title for title, _ in _COLUMNS) + " |"
+    rule = "|" + "---|" * (len(_COLUMNS) + 2)
+    lines = [header, rule]
+    for (fault, backend), runs in sorted(groups.items()):
+        folded = _fold(runs)
+        cells = [str(folded.get(name, 0)) for _, name in _COLUMNS]
+        lines.append(f"| {fault} | {backend} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def replace_between_markers(page: str, table: str) -> str:
+    """``page`` with the text between BEGIN and END replaced by ``table``."""
+    start = page.index(BEGIN) + len(BEGIN)
+    end = page.index(END, start)
+    return f"{page[:start]}\n{table}\n{page[end:]}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", type=Path)
+    parser.add_argument("page", type=Path)
+    args = parser.parse_args(argv)
+    rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
+    page = args.page.read_text(encoding="utf-8")
+    args.page.write_text(replace_between_markers(page, render(rows)), encoding="utf-8")
+    print(render(rows))
+
+
+if __name__ == "__main__":
+    main()

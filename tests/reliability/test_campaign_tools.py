@@ -1,0 +1,78 @@
+"""The tools that turn a campaign into published numbers: the fault-table writer and the
+soak's leak judgement."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.reliability.fault_table import BEGIN, END, render, replace_between_markers
+from tests.reliability.soak import fit_slope, judge
+
+
+def history(backend: str, **counts: object) -> dict[str, object]:
+    base = {"backend": backend, "fault": "sigkill", "attempts": 10, "keys": 2, "executions": 3}
+    return {**base, **counts}
+
+
+def test_fault_table_sums_the_runs_of_one_fault_and_backend() -> None:
+    rows = [
+        history("redis", kills=60, takeovers=4, **{"re-executions": 5}),
+        history("redis", kills=40, takeovers=1, **{"re-executions": 1, "duplicates found": 0}),
+        history("postgres", kills=100, max_call_seconds={"reserve": 0.25, "wait": 1.5}),
+        {"backend": "redis", "fault": "latency", "p50": 1.0},  # no history: left out
+    ]
+    table = render(rows).splitlines()
+    assert len(table) == 4  # header, rule, two rows
+    (redis,) = [line for line in table if "| redis |" in line]
+    cells = [cell.strip() for cell in redis.strip("|").split("|")]
+    assert cells[:4] == ["sigkill", "redis", "2", "100"]  # runs, kills summed
+    assert cells[9:11] == ["6", "5"]  # re-executions, takeovers
+    (postgres,) = [line for line in table if "| postgres |" in line]
+    assert "1.50" in postgres  # the longest call of any operation
+
+
+def test_the_fault_table_replaces_only_the_text_between_its_markers() -> None:
+    page = f"intro\n{BEGIN}\nold table\n{END}\noutro\n"
+    written = replace_between_markers(page, "| new |")
+    assert written == f"intro\n{BEGIN}\n| new |\n{END}\noutro\n"
+    with pytest.raises(ValueError):
+        replace_between_markers("no markers", "| new |")
+
+
+def samples(
+    per_second: dict[str, float], noise: float, seconds: int = 600
+) -> list[dict[str, float]]:
+    rng = random.Random(7)
+    rows = []
+    for t in range(0, seconds, 5):
+        row = {"t": float(t), "ops": t * 100, "executions": t * 50, "errors": 0}
+        row["untyped_errors"] = 0
+        for name, base in (
+            ("rss_mib", 40.0),
+            ("open_fds", 70.0),
+            ("asyncio_tasks", 110.0),
+            ("gc_objects", 50_000.0),
+            ("engine_connections", 65.0),
+        ):
+            row[name] = base + per_second.get(name, 0.0) * t + rng.uniform(-noise, noise)
+        rows.append(row)
+    return rows
+
+
+def test_noise_around_a_flat_line_passes_the_soak_judgement() -> None:
+    verdict = judge(samples({}, noise=3.0))
+    assert verdict["ok"], verdict
+
+
+def test_a_descriptor_leaked_every_ten_seconds_fails_the_soak_judgement() -> None:
+    verdict = judge(samples({"open_fds": 0.1}, noise=1.0))
+    assert not verdict["ok"]
+    assert not verdict["open_fds"]["ok"]
+    assert verdict["rss_mib"]["ok"]
+
+
+def test_fit_slope_recovers_a_linear_trend() -> None:
+    assert fit_slope([(t, 2.0 * t + 1) for t in range(10)]) == pytest.approx(2.0)
+    assert fit_slope([(0.0, 5.0)]) == 0.0
