@@ -223,9 +223,11 @@ class SQLiteStore:
         try:
             with self._driver_errors.translated():
                 yield
-        except ValueError as exc:
-            # aiosqlite's "Connection closed": close() ran while this operation was under way.
-            if not self._closed:
+        except Exception as exc:
+            # close() ran while this operation was under way: aiosqlite says "Connection
+            # closed" (ValueError), or sqlite3 "Cannot operate on a closed database" (which the
+            # translation above made StoreUnavailableError). Either way the store is closed.
+            if not self._closed or isinstance(exc, RuntimeError):
                 raise
             raise RuntimeError("this SQLiteStore was closed during the operation") from exc
 
