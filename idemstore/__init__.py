@@ -19,6 +19,7 @@ from idemstore.hashing import canonical_json, fingerprint
 from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
 from idemstore.runner import Idempotency, Result
 from idemstore.sweeper import Sweeper
+from idemstore.telemetry import instrument, uninstrument
 from idemstore.urls import open_store, register_backend
 
 __version__ = "0.1.0"
@@ -47,6 +48,8 @@ __all__ = [
     "__version__",
     "canonical_json",
     "fingerprint",
+    "instrument",
     "open_store",
     "register_backend",
+    "uninstrument",
 ]

@@ -1,0 +1,217 @@
+"""The OpenTelemetry instruments idemstore records into, built once by ``instrument()``.
+
+Imported only by ``instrument()``: importing it needs ``opentelemetry-api``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, StatusCode
+
+from idemstore import __version__
+from idemstore.errors import ConflictError, InProgressError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from contextlib import AbstractContextManager
+
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span, TracerProvider
+
+    from idemstore.protocol import IdempotencyStore
+    from idemstore.telemetry import KeyRecording
+
+__all__ = ["Instruments", "backend_name"]
+
+T = TypeVar("T")
+
+SCOPE_NAME = "idemstore"
+
+# Attribute names (one place; the docs table lists them).
+BACKEND = "idemstore.backend"
+OPERATION = "idemstore.operation"
+OUTCOME = "idemstore.outcome"
+FENCE = "idemstore.fence"
+TAKEOVER = "idemstore.reserve.takeover"
+RESERVE_OUTCOME = "idemstore.reserve.outcome"
+WAIT_OUTCOME = "idemstore.wait.outcome"
+CONSUMER = "idemstore.consumer"
+CALL_OUTCOME = "idemstore.call.outcome"
+REMOVED = "idemstore.sweep.removed"
+KEY = "idemstore.key"
+SCOPE = "idemstore.scope"
+KEY_HASH = "idemstore.key.hash"
+ERROR_TYPE = "error.type"
+
+# Store operations take from microseconds (memory) to hundreds of milliseconds (a remote
+# engine under load); the SDK's default buckets start at 5 (meant for milliseconds).
+DURATION_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def backend_name(store: object) -> str:
+    """The engine a store runs on, as the store declares it (``backend`` attribute), else its
+    class name without the ``Store`` suffix (``RedisStore`` -> ``redis``)."""
+    declared = getattr(store, "backend", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    return type(store).__name__.removesuffix("Store").lower() or "unknown"
+
+
+class Instruments:
+    """The tracer, the meters and the key policy; stores and consumers record through it."""
+
+    __slots__ = (
+        "consumer_calls",
+        "fenced_out",
+        "heartbeat_failures",
+        "operation_duration",
+        "record_keys",
+        "reserve_outcomes",
+        "swept",
+        "tracer",
+        "wait_duration",
+        "wait_timeouts",
+    )
+
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None,
+        tracer_provider: TracerProvider | None,
+        record_keys: KeyRecording,
+    ) -> None:
+        meter = metrics.get_meter(SCOPE_NAME, __version__, meter_provider)
+        self.tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
+        self.record_keys = record_keys
+        self.operation_duration = meter.create_histogram(
+            "idemstore.store.operation.duration",
+            unit="s",
+            description="Duration of idempotency store operations.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.reserve_outcomes = meter.create_counter(
+            "idemstore.reserve.outcomes",
+            unit="{reservation}",
+            description="Outcomes of reserve: acquired, completed, in_progress, mismatch.",
+        )
+        self.fenced_out = meter.create_counter(
+            "idemstore.lease.fenced_out",
+            unit="{lease}",
+            description="complete, release or extend refused because the lease was lost.",
+        )
+        self.heartbeat_failures = meter.create_counter(
+            "idemstore.heartbeat.failures",
+            unit="{heartbeat}",
+            description="Lease extensions (heartbeats) that raised instead of answering.",
+        )
+        self.wait_duration = meter.create_histogram(
+            "idemstore.wait.duration",
+            unit="s",
+            description="Time spent waiting for another holder of a key.",
+            explicit_bucket_boundaries_advisory=WAIT_BUCKETS,
+        )
+        self.wait_timeouts = meter.create_counter(
+            "idemstore.wait.timeouts",
+            unit="{wait}",
+            description="Waits that ended at their timeout with the key still held.",
+        )
+        self.swept = meter.create_counter(
+            "idemstore.sweep.removed",
+            unit="{record}",
+            description="Records past retention removed by sweep.",
+        )
+        self.consumer_calls = meter.create_counter(
+            "idemstore.consumer.calls",
+            unit="{call}",
+            description="Calls a consumer handled, by outcome (executed, replayed, conflict, ...).",
+        )
+
+    def wrap(self, store: IdempotencyStore) -> IdempotencyStore:
+        """``store`` recording into these instruments (re-wrapped if it recorded elsewhere)."""
+        from idemstore.telemetry.store import InstrumentedStore
+
+        if isinstance(store, InstrumentedStore):
+            if store.instruments is self:
+                return store
+            store = store.wrapped
+        return InstrumentedStore(store, self)
+
+    def key_attributes(self, attributes: dict[str, Any], key: object, scope: object) -> None:
+        """Add the key to span ``attributes`` as the user chose: not at all, hashed, or raw."""
+        if not self.record_keys or not isinstance(key, str) or not isinstance(scope, str):
+            return
+        if self.record_keys == "hash":
+            identity = f"{scope}\x00{key}".encode("utf-8", "surrogatepass")
+            attributes[KEY_HASH] = hashlib.sha256(identity).hexdigest()[:32]
+        else:
+            attributes[KEY] = key
+            attributes[SCOPE] = scope
+
+    def start_span(self, name: str, attributes: dict[str, Any]) -> AbstractContextManager[Span]:
+        """A current span that records no exception text (it may quote a key or a body)."""
+        return self.tracer.start_as_current_span(
+            name,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
+    async def observe_call(
+        self,
+        consumer: str,
+        store: IdempotencyStore,
+        call: Callable[[IdempotencyStore], Awaitable[T]],
+    ) -> T:
+        """See ``idemstore.telemetry.observe_call``."""
+        attributes: dict[str, Any] = {CONSUMER: consumer}
+        with self.start_span(f"idemstore {consumer}", dict(attributes)) as span:
+            try:
+                result = await call(self.wrap(store))
+            except BaseException as exc:
+                outcome = _failure_outcome(exc)
+                attributes[CALL_OUTCOME] = outcome
+                if outcome == "error":
+                    attributes[ERROR_TYPE] = type(exc).__qualname__
+                    span.set_status(StatusCode.ERROR, type(exc).__qualname__)
+                span.set_attributes(attributes)
+                self.consumer_calls.add(1, attributes)
+                raise
+            outcome = "replayed" if getattr(result, "replayed", False) else "executed"
+            attributes[CALL_OUTCOME] = outcome
+            span.set_attributes(attributes)
+            self.consumer_calls.add(1, attributes)
+            return result
+
+    def record_operation(self, attributes: dict[str, Any], started: float) -> None:
+        self.operation_duration.record(time.perf_counter() - started, attributes)
+
+
+def _failure_outcome(exc: BaseException) -> str:
+    if isinstance(exc, ConflictError):
+        return "conflict"
+    if isinstance(exc, InProgressError):
+        return "in_progress"
+    return "error"
