@@ -17,7 +17,7 @@ from idemstore.errors import ConfigurationError, IdemstoreError
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
-SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy")
+SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy", "telemetry")
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000
 DEFAULT_PAYLOAD_BYTES = 256

@@ -35,6 +35,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
     run_store,
 )
+from idemstore.bench.telemetry_overhead import run_telemetry
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
@@ -340,6 +341,7 @@ async def run_bench(
     store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
     total = len(targets) * store_steps * len(config.concurrency)
     total += ("hasher" in config.scenarios) + ("proxy" in config.scenarios)
+    total += "telemetry" in config.scenarios
     progress.start(total)
     run_id = secrets.token_hex(3)
     started = time.perf_counter()
@@ -357,6 +359,14 @@ async def run_bench(
             result.unavailable.append(proxied)
         else:
             result.measurements.append(proxied)
+        progress.advance()
+    if "telemetry" in config.scenarios:
+        progress.step("telemetry (instrument() overhead)")
+        observed = await run_telemetry(one_worker)
+        if isinstance(observed, Unavailable):
+            result.unavailable.append(observed)
+        else:
+            result.measurements += observed
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "replay", "contention", "mixed")
-SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy")
+SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy", "telemetry")
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.

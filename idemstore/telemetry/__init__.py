@@ -11,13 +11,11 @@ The metric and span names are listed in ``docs/observability.md`` and in ``METRI
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 
 from idemstore.errors import MissingDependencyError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
@@ -30,11 +28,8 @@ __all__ = [
     "current",
     "instrument",
     "instrumented",
-    "observe_call",
     "uninstrument",
 ]
-
-T = TypeVar("T")
 
 KeyRecording = Literal[False, True, "hash"]
 
@@ -124,17 +119,3 @@ def instrumented(store: IdempotencyStore) -> IdempotencyStore:
     if instruments is None:
         return store
     return instruments.wrap(store)
-
-
-async def observe_call(
-    consumer: str,
-    store: IdempotencyStore,
-    call: Callable[[IdempotencyStore], Awaitable[T]],
-) -> T:
-    """Run ``call(store)`` as one consumer call: under a consumer span, with ``store``
-    instrumented, counted in ``idemstore.consumer.calls`` by outcome. Without ``instrument()``
-    it is ``await call(store)``; callers on a hot path check ``current()`` themselves."""
-    instruments = _current
-    if instruments is None:
-        return await call(store)
-    return await instruments.observe_call(consumer, store, call)

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanKind
 
 from idemstore import __version__
-from idemstore.errors import ConflictError, InProgressError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
     from contextlib import AbstractContextManager
 
     from opentelemetry.metrics import MeterProvider
@@ -26,8 +24,6 @@ if TYPE_CHECKING:
     from idemstore.telemetry import KeyRecording
 
 __all__ = ["Instruments", "backend_name"]
-
-T = TypeVar("T")
 
 SCOPE_NAME = "idemstore"
 
@@ -179,39 +175,5 @@ class Instruments:
             set_status_on_exception=False,
         )
 
-    async def observe_call(
-        self,
-        consumer: str,
-        store: IdempotencyStore,
-        call: Callable[[IdempotencyStore], Awaitable[T]],
-    ) -> T:
-        """See ``idemstore.telemetry.observe_call``."""
-        attributes: dict[str, Any] = {CONSUMER: consumer}
-        with self.start_span(f"idemstore {consumer}", dict(attributes)) as span:
-            try:
-                result = await call(self.wrap(store))
-            except BaseException as exc:
-                outcome = _failure_outcome(exc)
-                attributes[CALL_OUTCOME] = outcome
-                if outcome == "error":
-                    attributes[ERROR_TYPE] = type(exc).__qualname__
-                    span.set_status(StatusCode.ERROR, type(exc).__qualname__)
-                span.set_attributes(attributes)
-                self.consumer_calls.add(1, attributes)
-                raise
-            outcome = "replayed" if getattr(result, "replayed", False) else "executed"
-            attributes[CALL_OUTCOME] = outcome
-            span.set_attributes(attributes)
-            self.consumer_calls.add(1, attributes)
-            return result
-
     def record_operation(self, attributes: dict[str, Any], started: float) -> None:
         self.operation_duration.record(time.perf_counter() - started, attributes)
-
-
-def _failure_outcome(exc: BaseException) -> str:
-    if isinstance(exc, ConflictError):
-        return "conflict"
-    if isinstance(exc, InProgressError):
-        return "in_progress"
-    return "error"

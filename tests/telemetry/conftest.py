@@ -36,6 +36,8 @@ class Telemetry:
 
     reader: InMemoryMetricReader
     exporter: InMemorySpanExporter
+    meter_provider: MeterProvider
+    tracer_provider: TracerProvider
 
     def points(self, name: str) -> list[Any]:
         data = self.reader.get_metrics_data()
@@ -68,11 +70,10 @@ def telemetry() -> Iterator[Telemetry]:
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    idemstore.instrument(
-        meter_provider=MeterProvider(metric_readers=[reader]), tracer_provider=tracer_provider
-    )
+    meter_provider = MeterProvider(metric_readers=[reader])
+    idemstore.instrument(meter_provider=meter_provider, tracer_provider=tracer_provider)
     try:
-        yield Telemetry(reader, exporter)
+        yield Telemetry(reader, exporter, meter_provider, tracer_provider)
     finally:
         idemstore.uninstrument()
 
