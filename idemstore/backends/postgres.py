@@ -38,6 +38,7 @@ from idemstore.records import (
     lease_owns_nothing,
     new_token,
 )
+from idemstore.stats import DEFAULT_LIMIT, StoreStats
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
 
 if TYPE_CHECKING:
@@ -129,6 +130,27 @@ WITH gone AS (
        AND expires_at <= clock_timestamp()
     RETURNING 1)
 SELECT count(*) FROM gone"""
+
+# idemstore stats: one aggregate pass over the table (COUNT ... FILTER), by the database clock
+# (one instant for the whole statement);
+# the same rules as the reads: past retention first, released tombstones are not live. The
+# expired count alone could use the expires_at index; the others need every row, so one
+# sequential scan serves all. Read-only, takes no row locks.
+_STATS = """
+SELECT
+    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
+                     AND status = 'in_progress' AND lease_expires_at > statement_timestamp()),
+    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
+                     AND status = 'in_progress'
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= statement_timestamp())),
+    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
+                     AND status = 'completed'),
+    count(*) FILTER (WHERE expires_at <= statement_timestamp()),
+    extract(epoch FROM statement_timestamp() - min(created_at) FILTER (
+        WHERE expires_at > statement_timestamp() AND NOT released
+          AND status = 'in_progress'))::float8,
+    count(*)
+  FROM {s}.idemstore_records"""
 
 _APPLIED_MIGRATIONS = """
 SELECT name, checksum, extract(epoch FROM applied_at)::float8
@@ -288,6 +310,7 @@ class PostgresStore:
                 "extend": _EXTEND,
                 "get": _GET,
                 "sweep": _SWEEP_BATCH,
+                "stats": _STATS,
                 "applied": _APPLIED_MIGRATIONS,
                 "versions": _CREATE_VERSIONS_TABLE,
             }.items()
@@ -638,6 +661,22 @@ class PostgresStore:
             if count < batch:
                 break
         return removed
+
+    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+        """One aggregate query (COUNT ... FILTER) over the table: a sequential scan of it,
+        read-only and lock-free; ``limit`` does not apply."""
+        row = await self._fetchrow("stats")
+        in_progress, lapsed, completed, expired, oldest, total = row
+        return StoreStats(
+            in_progress=in_progress,
+            lapsed=lapsed,
+            completed=completed,
+            expired=expired,
+            oldest_in_progress_age=oldest,
+            scanned=total,
+            complete=True,
+            method="one COUNT ... FILTER query over idemstore_records (a sequential scan)",
+        )
 
     async def ping(self) -> None:
         pool = await self._ensure_ready()

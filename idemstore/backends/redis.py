@@ -36,6 +36,7 @@ from idemstore.records import (
     check_timeout,
     new_token,
 )
+from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
 from idemstore.urls import (
     malformed_url_error,
     parse_store_url,
@@ -989,6 +990,56 @@ class RedisStore:
             if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 1:
                 removed += int(await self._run("sweep", name))
         return removed
+
+    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+        """Read at most ``limit`` records: SCAN of the prefix (every primary on a cluster) and
+        one HMGET of four fields per record, pipelined by 1000. Redis keeps no count by state,
+        so this is a pass over the keyspace, bounded by ``limit``."""
+        check_limit(limit)
+        self._check_open()
+        pattern = self._prefix.translate(_GLOB_SPECIAL).encode() + b"{*"
+        statuses = {b"p": "in_progress", b"c": "completed", b"r": "released"}
+        try:
+            client = await self._ready()
+            seconds, micros = await client.time()
+            tally = StatsTally(seconds + micros / 1e6)
+            names: list[bytes] = []
+            complete = True
+            async for name in client.scan_iter(match=pattern, count=1000):
+                if tally.scanned + len(names) >= limit:
+                    complete = False
+                    break
+                names.append(name)
+                if len(names) >= 1000:
+                    await self._tally_batch(client, names, statuses, tally)
+                    names = []
+            if names:
+                await self._tally_batch(client, names, statuses, tally)
+        except _DRIVER_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+        method = "SCAN of the key prefix and HMGET of each record (a pass over the keyspace)"
+        return tally.result(complete=complete, method=method)
+
+    async def _tally_batch(
+        self, client: Any, names: list[bytes], statuses: dict[bytes, str], tally: StatsTally
+    ) -> None:
+        await self._acquire_slot()
+        try:
+            pipe = client.pipeline(transaction=False) if not self._cluster else client.pipeline()
+            for name in names:
+                pipe.hmget(name, "st", "ca", "ea", "la")
+            rows = await pipe.execute()
+        finally:
+            self._limit.release()
+        for status, created, expires, lease in rows:
+            if status is None or expires is None:
+                continue  # expired (or deleted) between SCAN and HMGET
+            tally.add(
+                statuses.get(status, "released"),
+                float(created or 0) / 1e6,
+                float(expires) / 1e6,
+                None if lease is None else float(lease) / 1e6,
+            )
 
     async def ping(self) -> None:
         try:

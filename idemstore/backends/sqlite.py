@@ -49,6 +49,7 @@ from idemstore.records import (
     lease_owns_nothing,
     new_token,
 )
+from idemstore.stats import DEFAULT_LIMIT, StoreStats
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
@@ -124,6 +125,21 @@ _SELECT_ROW = f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key
 _SELECT_VISIBLE = (
     f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ? AND status != 'released'"
 )
+
+# idemstore stats: one pass over the table (SQLite has no cheaper count); the same rules as the
+# reads: past retention first, tombstones are not live, then the lease.
+_STATS = """
+SELECT
+    count(*) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'
+                     AND lease_expires_at > ?1),
+    count(*) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)),
+    count(*) FILTER (WHERE expires_at > ?1 AND status = 'completed'),
+    count(*) FILTER (WHERE expires_at <= ?1),
+    min(created_at) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'),
+    count(*)
+FROM idemstore_records
+"""
 
 # The owner check complete/release/extend share: token AND fence (the fence is what orders
 # owners; a lease whose fence was superseded must fail even if it presents a valid token), still
@@ -531,6 +547,23 @@ class SQLiteStore:
                 return list(await self._retrying(lambda: reader.execute_fetchall(sql, parameters)))
             async with self._lock:
                 return list(await conn.execute_fetchall(sql, parameters))
+
+    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+        """One COUNT query over the table: a full scan of it, on the read connection (never
+        queued behind writes); ``limit`` does not apply."""
+        now = self._clock()
+        rows = await self._read(_STATS, (now,))
+        in_progress, lapsed, completed, expired, oldest, total = rows[0]
+        return StoreStats(
+            in_progress=in_progress,
+            lapsed=lapsed,
+            completed=completed,
+            expired=expired,
+            oldest_in_progress_age=None if oldest is None else max(0.0, now - oldest),
+            scanned=total,
+            complete=True,
+            method="one COUNT query over idemstore_records (a full table scan)",
+        )
 
     # -- migrations (SupportsMigrations) ----------------------------------------------------
 

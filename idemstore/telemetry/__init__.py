@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS",
     "KeyRecording",
+    "backend_name",
     "current",
     "instrument",
     "instrumented",
@@ -63,6 +64,15 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 _current: Instruments | None = None
+
+
+def backend_name(store: object) -> str:
+    """The engine a store runs on, as the store declares it (a ``backend`` attribute), else
+    its class name without the ``Store`` suffix (``RedisStore`` -> ``redis``)."""
+    declared = getattr(store, "backend", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    return type(store).__name__.removesuffix("Store").lower() or "unknown"
 
 
 def current() -> Instruments | None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
     from idemstore.telemetry import KeyRecording
 
-__all__ = ["Instruments", "backend_name"]
+__all__ = ["Instruments"]
 
 SCOPE_NAME = "idemstore"
 
@@ -65,15 +65,6 @@ DURATION_BUCKETS = (
     10.0,
 )
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
-def backend_name(store: object) -> str:
-    """The engine a store runs on, as the store declares it (``backend`` attribute), else its
-    class name without the ``Store`` suffix (``RedisStore`` -> ``redis``)."""
-    declared = getattr(store, "backend", None)
-    if isinstance(declared, str) and declared:
-        return declared
-    return type(store).__name__.removesuffix("Store").lower() or "unknown"
 
 
 class Instruments:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from opentelemetry.trace import StatusCode
 
 from idemstore.protocol import Status
+from idemstore.telemetry import backend_name
 from idemstore.telemetry.instruments import (
     BACKEND,
     ERROR_TYPE,
@@ -22,7 +23,6 @@ from idemstore.telemetry.instruments import (
     RESERVE_OUTCOME,
     TAKEOVER,
     WAIT_OUTCOME,
-    backend_name,
 )
 
 if TYPE_CHECKING:
