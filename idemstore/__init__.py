@@ -15,6 +15,7 @@ from idemstore.errors import (
     SchemaError,
     StoreUnavailableError,
 )
+from idemstore.execution import Execution, ExecutionPolicy, LeaseKeeper, Replay
 from idemstore.hashing import canonical_json, fingerprint
 from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
 from idemstore.runner import Idempotency, Result
@@ -28,16 +29,20 @@ __all__ = [
     "CanonicalizationError",
     "ConfigurationError",
     "ConflictError",
+    "Execution",
+    "ExecutionPolicy",
     "IdempotencyStore",
     "Idempotency",
     "IdemstoreError",
     "InProgressError",
     "InvalidKeyError",
     "Lease",
+    "LeaseKeeper",
     "LeaseLostError",
     "MissingDependencyError",
     "Outcome",
     "Record",
+    "Replay",
     "Reservation",
     "ResponseTooLargeError",
     "Result",
