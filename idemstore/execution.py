@@ -74,6 +74,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
+from idemstore import telemetry
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
+    from idemstore.telemetry.consumer import ExecutionObserver
 
 __all__ = [
     "Execution",
@@ -183,7 +185,15 @@ class LeaseKeeper:
 class ExecutionPolicy:
     """How a key is executed at most once over ``store``; see the module docstring."""
 
-    __slots__ = ("in_flight", "lease_ttl", "on_failure", "retention", "store", "wait_timeout")
+    __slots__ = (
+        "consumer",
+        "in_flight",
+        "lease_ttl",
+        "on_failure",
+        "retention",
+        "store",
+        "wait_timeout",
+    )
 
     def __init__(
         self,
@@ -194,6 +204,7 @@ class ExecutionPolicy:
         in_flight: Literal["wait", "reject"] = "wait",
         wait_timeout: float | None = None,
         on_failure: Literal["release", "hold"] | Callable[[Exception], bytes | None] = "release",
+        consumer: str = "runner",
     ) -> None:
         if in_flight not in ("wait", "reject"):
             raise ConfigurationError(f"in_flight must be 'wait' or 'reject', not {in_flight!r}")
@@ -210,12 +221,22 @@ class ExecutionPolicy:
             None if wait_timeout is None else check_duration("wait_timeout", wait_timeout)
         )
         self.on_failure = on_failure
+        # Names this consumer in idemstore.consumer.calls and its spans (instrument()).
+        self.consumer = consumer
 
     async def begin(self, key: str, fingerprint: str, *, scope: str = "") -> Execution | Replay:
         """Own the key (an ``Execution``) or get its recorded outcome (a ``Replay``).
 
         Raises ``ConflictError``, ``InProgressError``, or what the store raises.
         """
+        instruments = telemetry.current()
+        if instruments is None:
+            return await self._begin(key, fingerprint, scope)
+        return await instruments.observe_begin(
+            self, lambda: self._begin(key, fingerprint, scope), key, scope
+        )
+
+    async def _begin(self, key: str, fingerprint: str, scope: str) -> Execution | Replay:
         loop = asyncio.get_running_loop()
         deadline = None if self.wait_timeout is None else loop.time() + self.wait_timeout
         while True:
@@ -305,7 +326,7 @@ _State = Literal["running", "settling", "settled", "released", "held"]
 class Execution:
     """One owned execution of a key: created by ``ExecutionPolicy.begin``; see the module."""
 
-    __slots__ = ("_keeper", "_policy", "_state", "fence", "key", "scope")
+    __slots__ = ("_keeper", "_policy", "_state", "fence", "key", "observer", "scope")
 
     def __init__(self, policy: ExecutionPolicy, lease: Lease) -> None:
         self._policy = policy
@@ -314,6 +335,8 @@ class Execution:
         self.key = lease.key
         self.scope = lease.scope
         self.fence = lease.fence
+        # Set by idemstore.telemetry after instrument(): the consumer span, ended on finishing.
+        self.observer: ExecutionObserver | None = None
 
     def __repr__(self) -> str:
         return f"<Execution key={self.key!r} scope={self.scope!r} fence={self.fence} {self._state}>"
@@ -349,7 +372,7 @@ class Execution:
         """Record ``response`` as the outcome; see the module docstring."""
         response = check_response(response)
         self._claim("settling")
-        return await _shielded(self._settle(response))
+        return await _shielded(self._observed("settled", self._settle(response)))
 
     async def _settle(self, response: bytes) -> bool:
         lease = await self._keeper.stop()
@@ -379,7 +402,7 @@ class Execution:
     async def release(self) -> None:
         """Give the key up without recording; see the module docstring."""
         self._claim("released")
-        await _shielded(self._release())
+        await _shielded(self._observed("released", self._release()))
 
     async def _release(self) -> None:
         lease = await self._keeper.stop()
@@ -390,7 +413,7 @@ class Execution:
         policy = self._policy.on_failure
         if policy == "hold":
             self._claim("held")
-            await _shielded(self._keeper.stop())
+            await _shielded(self._observed("held", self._keeper.stop()))
             logger.info("key %r is held until its lease lapses after a failure", self.key)
             return
         if callable(policy) and isinstance(error, Exception):
@@ -404,6 +427,12 @@ class Execution:
                 await self.settle(encoded)
                 return
         await self.release()
+
+    def _observed(self, state: str, bookkeeping: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        """``bookkeeping`` itself, or run under the consumer span after instrument()."""
+        if self.observer is None:
+            return bookkeeping
+        return self.observer.finishing(state, bookkeeping)
 
     async def __aenter__(self) -> Self:
         return self

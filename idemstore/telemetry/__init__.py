@@ -59,7 +59,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "idemstore.consumer.calls": (
         "counter",
         "{call}",
-        "idemstore.consumer, idemstore.call.outcome, error.type",
+        "idemstore.consumer, idemstore.backend, idemstore.call.outcome, error.type",
     ),
 }
 

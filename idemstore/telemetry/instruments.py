@@ -5,6 +5,7 @@ Imported only by ``instrument()``: importing it needs ``opentelemetry-api``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,7 @@ class Instruments:
         "consumer_calls",
         "fenced_out",
         "heartbeat_failures",
+        "observe_begin",
         "operation_duration",
         "record_keys",
         "reserve_outcomes",
@@ -89,6 +91,10 @@ class Instruments:
         tracer_provider: TracerProvider | None,
         record_keys: KeyRecording,
     ) -> None:
+        # Imported here: the consumer module reads this module's attribute names.
+        from idemstore.telemetry.consumer import observe_begin
+
+        self.observe_begin = functools.partial(observe_begin, self)
         meter = metrics.get_meter(SCOPE_NAME, __version__, meter_provider)
         self.tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
         self.record_keys = record_keys
