@@ -8,10 +8,12 @@ under it too. The call is counted in ``idemstore.consumer.calls`` once ``begin``
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import trace
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import INVALID_SPAN, StatusCode
 
 from idemstore.errors import ConflictError, InProgressError
 from idemstore.telemetry import backend_name
@@ -37,6 +39,7 @@ __all__ = ["ExecutionObserver", "observe_begin"]
 T = TypeVar("T")
 
 DEFAULT_CONSUMER = "runner"
+_UNTRACED = contextlib.nullcontext()
 
 
 async def observe_begin(
@@ -53,10 +56,14 @@ async def observe_begin(
     store = policy.store = instruments.wrap(policy.store)
     consumer = getattr(policy, "consumer", DEFAULT_CONSUMER)
     attributes: dict[str, Any] = {CONSUMER: consumer, BACKEND: backend_name(store)}
-    span_attributes = dict(attributes)
-    instruments.key_attributes(span_attributes, key, scope)
-    span = instruments.tracer.start_span(f"idemstore {consumer}", attributes=span_attributes)
-    with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+    span: Span = INVALID_SPAN  # counted, not traced, while no tracer provider is configured
+    current: AbstractContextManager[Any] = _UNTRACED
+    if instruments.tracing():
+        span_attributes = dict(attributes)
+        instruments.key_attributes(span_attributes, key, scope)
+        span = instruments.tracer.start_span(f"idemstore {consumer}", attributes=span_attributes)
+        current = trace.use_span(span, record_exception=False, set_status_on_exception=False)
+    with current:
         try:
             claim = await begin()
         except BaseException as exc:
@@ -72,6 +79,8 @@ async def observe_begin(
     replayed = isinstance(claim, Replay)
     attributes[CALL_OUTCOME] = "replayed" if replayed else "executed"
     instruments.consumer_calls.add(1, attributes)
+    if span is INVALID_SPAN:
+        return claim
     span.set_attributes({**attributes, FENCE: claim.fence})
     if isinstance(claim, Replay):
         span.end()

@@ -5,19 +5,24 @@ Imported only by ``instrument()``: importing it needs ``opentelemetry-api``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import time
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    SpanKind,
+)
 
 from idemstore import __version__
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
@@ -65,6 +70,10 @@ DURATION_BUCKETS = (
     5.0,
     10.0,
 )
+# What start_span gives when spans go nowhere: the API's own non-recording span, which takes
+# attributes and status and drops them.
+_NO_SPAN: AbstractContextManager[Span] = contextlib.nullcontext(INVALID_SPAN)
+
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -72,6 +81,8 @@ class Instruments:
     """The tracer, the meters and the key policy; stores and consumers record through it."""
 
     __slots__ = (
+        "_tracer_provider",
+        "_tracing",
         "consumer_calls",
         "fenced_out",
         "heartbeat_failures",
@@ -97,6 +108,8 @@ class Instruments:
         self.observe_begin = functools.partial(observe_begin, self)
         meter = metrics.get_meter(SCOPE_NAME, __version__, meter_provider)
         self.tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
+        self._tracer_provider = tracer_provider
+        self._tracing = False
         self.record_keys = record_keys
         self.operation_duration = meter.create_histogram(
             "idemstore.store.operation.duration",
@@ -162,8 +175,25 @@ class Instruments:
             attributes[KEY] = key
             attributes[SCOPE] = scope
 
+    def tracing(self) -> bool:
+        """Whether spans go anywhere: an SDK (or other real) tracer provider is configured.
+
+        Without one, the API would build a non-recording span per operation at the cost of a
+        real one's bookkeeping (context attach and detach); skipping it keeps ``instrument()``
+        without an SDK nearly free. Checked per call until true, since the application may
+        install its provider after ``instrument()``; once set, a global provider stays.
+        """
+        if self._tracing:
+            return True
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        self._tracing = not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
+        return self._tracing
+
     def start_span(self, name: str, attributes: dict[str, Any]) -> AbstractContextManager[Span]:
-        """A current span that records no exception text (it may quote a key or a body)."""
+        """A current span that records no exception text (it may quote a key or a body);
+        a no-op stand-in when no tracer provider is configured."""
+        if not self.tracing():
+            return _NO_SPAN
         return self.tracer.start_as_current_span(
             name,
             kind=SpanKind.INTERNAL,

@@ -143,3 +143,40 @@ async def test_record_keys_true_puts_the_raw_key_and_scope(telemetry: Telemetry)
     for name in idemstore.telemetry.METRICS:
         for point in telemetry.points(name):
             assert "idemstore.key" not in point.attributes
+
+
+def test_spans_start_once_the_application_installs_a_tracer_provider() -> None:
+    out = _run_python(
+        """
+        import asyncio
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        import idemstore
+
+        idemstore.instrument()  # no provider yet: the API's default, which records nothing
+
+        async def calls(store, prefix):
+            runner = idemstore.Idempotency(store)
+            async def work():
+                return b"x"
+            for i in range(3):
+                await runner.run(f"{prefix}{i}", "f", work)
+
+        async def main():
+            exporter = InMemorySpanExporter()
+            async with idemstore.open_store("memory://") as store:
+                await calls(store, "before")
+                provider = TracerProvider()
+                provider.add_span_processor(SimpleSpanProcessor(exporter))
+                trace.set_tracer_provider(provider)
+                await calls(store, "after")
+            names = sorted({s.name for s in exporter.get_finished_spans()})
+            print(len(exporter.get_finished_spans()), names)
+
+        asyncio.run(main())
+        """
+    )
+    # 3 calls after the provider was installed, each a consumer span, a reserve, a complete.
+    assert out == "9 ['idemstore complete', 'idemstore reserve', 'idemstore runner']"
