@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, StatusCode
 
 from idemstore.errors import ConflictError, InProgressError
+from idemstore.execution import Replay
 from idemstore.telemetry import backend_name
 from idemstore.telemetry.instruments import (
     BACKEND,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.trace import Span
 
-    from idemstore.execution import Execution, ExecutionPolicy, Replay
+    from idemstore.execution import Execution, ExecutionPolicy
     from idemstore.telemetry.instruments import Instruments
 
 __all__ = ["ExecutionObserver", "observe_begin"]
@@ -50,8 +51,6 @@ async def observe_begin(
     scope: str,
 ) -> Execution | Replay:
     """``begin()`` under a new consumer span; counts the call by what ``begin`` decided."""
-    from idemstore.execution import Replay
-
     # A policy built before instrument() still records: its store is wrapped on first use.
     store = policy.store = instruments.wrap(policy.store)
     consumer = getattr(policy, "consumer", DEFAULT_CONSUMER)

@@ -70,6 +70,9 @@ DURATION_BUCKETS = (
     5.0,
     10.0,
 )
+# While no tracer provider is configured, the API is asked again after this many operations.
+RECHECK_EVERY = 64
+
 # What start_span gives when spans go nowhere: the API's own non-recording span, which takes
 # attributes and status and drops them.
 _NO_SPAN: AbstractContextManager[Span] = contextlib.nullcontext(INVALID_SPAN)
@@ -83,6 +86,7 @@ class Instruments:
     __slots__ = (
         "_tracer_provider",
         "_tracing",
+        "_untraced",
         "consumer_calls",
         "fenced_out",
         "heartbeat_failures",
@@ -110,6 +114,7 @@ class Instruments:
         self.tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
         self._tracer_provider = tracer_provider
         self._tracing = False
+        self._untraced = 0
         self.record_keys = record_keys
         self.operation_duration = meter.create_histogram(
             "idemstore.store.operation.duration",
@@ -176,15 +181,19 @@ class Instruments:
             attributes[SCOPE] = scope
 
     def tracing(self) -> bool:
-        """Whether spans go anywhere: an SDK (or other real) tracer provider is configured.
+        """Whether spans go anywhere: a real (SDK) tracer provider is configured.
 
         Without one, the API would build a non-recording span per operation at the cost of a
-        real one's bookkeeping (context attach and detach); skipping it keeps ``instrument()``
-        without an SDK nearly free. Checked per call until true, since the application may
-        install its provider after ``instrument()``; once set, a global provider stays.
+        real one's context bookkeeping; skipping it keeps ``instrument()`` without an SDK
+        nearly free. The application may install its global provider after ``instrument()``:
+        asking the API costs an environment lookup (about 4 us), so it is asked again only
+        every ``RECHECK_EVERY`` operations until a provider is there (which then stays).
         """
         if self._tracing:
             return True
+        self._untraced += 1
+        if self._untraced % RECHECK_EVERY != 1:
+            return False
         provider = self._tracer_provider or trace.get_tracer_provider()
         self._tracing = not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
         return self._tracing
