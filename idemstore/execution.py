@@ -29,8 +29,11 @@ wait_timeout=None, on_failure="release")``
     owns (its lease is kept alive from this moment). Raises ``ConflictError`` (other
     fingerprint), ``InProgressError`` (held by another caller and the policy is not to wait,
     or the wait timed out), or the store's error. Cancel-safe: a ``reserve`` that completes
-    after the caller was cancelled is released before the cancellation propagates, so no
-    lease is left that nobody owns.
+    after the caller was cancelled is released before the cancellation propagates (so the
+    cancellation takes as long as that reserve, which the store's timeouts bound; a second
+    cancellation stops waiting for it, and the release still happens), and no lease is left
+    that nobody owns. An ``Execution`` keeps its key alive until it is settled, released or
+    failed: enter its ``async with`` block (or hand it to whoever settles it) right away.
 
 ``await policy.run(key, fingerprint, work, *, scope="") -> Result``
     ``begin`` plus the simplest execution: ``work()`` returns the bytes to record.
@@ -48,7 +51,8 @@ wait_timeout=None, on_failure="release")``
       cannot cut it short (the cancellation still propagates).
     - ``await release()``: give the key up without recording (a retry runs again). Quiet:
       a store error is logged, not raised. Shielded.
-    - ``await fail(error)``: apply the policy's ``on_failure`` to ``error``. Shielded.
+    - ``await fail(error)``: apply the policy's ``on_failure`` to ``error``. Shielded, and
+      quiet like ``release`` (a store error while recording the error is logged).
     - ``async with execution:`` exiting with an exception (a cancellation included) applies
       ``fail``; exiting normally without settling releases the key (nothing recorded). Once
       settled (or released), later exceptions are the consumer's, not the request's: they
@@ -169,8 +173,7 @@ class LeaseKeeper:
             if extended is None:
                 self.lapsed = True
                 return
-            if not self._stopping:
-                self.lease = extended
+            self.lease = extended
 
     async def stop(self) -> Lease:
         """Stop extending; return the latest lease (the one to complete or release)."""
@@ -183,7 +186,24 @@ class LeaseKeeper:
 
 
 class ExecutionPolicy:
-    """How a key is executed at most once over ``store``; see the module docstring."""
+    """How a key is executed at most once over ``store``: the choices consumers differ in.
+
+    Args:
+        store: any ``IdempotencyStore``.
+        lease_ttl: seconds an execution holds its key without a heartbeat; its
+            ``LeaseKeeper`` extends the lease about every third of that.
+        retention: seconds a recorded outcome is replayed.
+        in_flight: ``"wait"`` for a running original (then replay it, or take the key over
+            if it gave up) or ``"reject"`` with ``InProgressError`` at once.
+        wait_timeout: seconds to wait for a running original (``None``: without limit);
+            ``InProgressError`` after that.
+        on_failure: what a failed execution does with its key: ``"release"`` it (a retry
+            runs again), ``"hold"`` it until the lease lapses (never risk a second run in
+            that window), or a callable given the ``Exception`` that returns the bytes to
+            record as the outcome (errors replay too) or ``None`` to release. A cancellation
+            is a failure: ``"release"`` and ``"hold"`` apply to it; a callable is not asked
+            (nothing was produced to record) and the key is released.
+    """
 
     __slots__ = (
         "consumer",
@@ -324,7 +344,16 @@ _State = Literal["running", "settling", "settled", "released", "held"]
 
 
 class Execution:
-    """One owned execution of a key: created by ``ExecutionPolicy.begin``; see the module."""
+    """One owned execution of a key, from ``ExecutionPolicy.begin`` to its settlement.
+
+    While it is unfinished a ``LeaseKeeper`` keeps the key's lease alive, whatever task
+    holds the object: a consumer may stop waiting for the work and settle later from another
+    task (detaching), or settle early while the work goes on. Exactly one of ``settle``,
+    ``release`` or ``fail`` finishes it (a second call raises ``RuntimeError``), and as an
+    async context manager it applies ``fail`` to an exception (a cancellation included) that
+    leaves the block unsettled, and ``release`` to a block left normally without a
+    settlement. Exceptions after settlement propagate but change nothing in the store.
+    """
 
     __slots__ = ("_keeper", "_policy", "_state", "fence", "key", "observer", "scope")
 
@@ -369,7 +398,12 @@ class Execution:
         self._state = state
 
     async def settle(self, response: bytes) -> bool:
-        """Record ``response`` as the outcome; see the module docstring."""
+        """Record ``response`` as the outcome now; retries replay it from then on.
+
+        Returns ``True`` when stored, ``False`` when the lease was lost to a takeover (logged)
+        or the response is too large for the store (logged; the key is released). Store
+        errors propagate. A cancellation of the caller cannot cut it short.
+        """
         response = check_response(response)
         self._claim("settling")
         return await _shielded(self._observed("settled", self._settle(response)))
@@ -400,7 +434,11 @@ class Execution:
         return stored
 
     async def release(self) -> None:
-        """Give the key up without recording; see the module docstring."""
+        """Give the key up without recording anything: a retry runs again.
+
+        Quiet (a store error is logged: the key then frees itself when the lease lapses) and
+        not cut short by a cancellation of the caller.
+        """
         self._claim("released")
         await _shielded(self._observed("released", self._release()))
 
@@ -409,7 +447,7 @@ class Execution:
         await _release_quietly(self._policy.store, lease)
 
     async def fail(self, error: BaseException) -> None:
-        """Apply the policy's ``on_failure`` to ``error``; see the module docstring."""
+        """Apply the policy's ``on_failure`` to ``error``; quiet like ``release``."""
         policy = self._policy.on_failure
         if policy == "hold":
             self._claim("held")
@@ -424,7 +462,12 @@ class Execution:
                 logger.exception("on_failure could not encode the error of key %r", self.key)
                 encoded = None
             if encoded is not None:
-                await self.settle(encoded)
+                try:
+                    await self.settle(encoded)
+                except Exception:
+                    # The work's own error is what its caller must see; the key stays held
+                    # until the lease lapses.
+                    logger.warning("could not record the error of key %r", self.key, exc_info=True)
                 return
         await self.release()
 
