@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore import ConflictError, Idempotency, InProgressError, open_store
+from idemstore import ConflictError, Idempotency, InProgressError, Sweeper, open_store
+from idemstore.backends.memory import MemoryStore
 from idemstore.protocol import Outcome
 
 if TYPE_CHECKING:
@@ -137,3 +138,20 @@ async def test_a_failing_extend_counts_as_a_heartbeat_failure(
     assert telemetry.total("idemstore.heartbeat.failures") == 1
     errors = [s for s in telemetry.spans("idemstore extend") if "error.type" in s.attributes]
     assert len(errors) == 1
+
+
+async def test_the_sweeper_counts_removals_even_of_a_store_built_directly(
+    telemetry: Telemetry,
+) -> None:
+    now = [1000.0]
+    store = MemoryStore(clock=lambda: now[0])  # built before any wrapping, clock injected
+    for i in range(4):
+        reservation = await store.reserve(f"s{i}", FINGERPRINT, lease_ttl=30, retention=60)
+        assert reservation.lease is not None
+        await store.complete(reservation.lease, b"x")
+    now[0] += 61
+    assert await Sweeper(store, limit=3).sweep_once() == 4
+    assert telemetry.total("idemstore.sweep.removed", **{"idemstore.backend": "memory"}) == 4
+    # Two batches (3, then 1): two sweep operations timed.
+    duration = "idemstore.store.operation.duration"
+    assert telemetry.total(duration, **{"idemstore.operation": "sweep"}) == 2
