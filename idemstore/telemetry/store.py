@@ -60,7 +60,7 @@ class InstrumentedStore:
         self,
         operation: str,
         call: Awaitable[T],
-        describe: Callable[[T, Span, dict[str, Any]], None],
+        describe: Callable[[T, Span], None],
         key: object = None,
         scope: object = None,
     ) -> T:
@@ -85,7 +85,7 @@ class InstrumentedStore:
                     instruments.heartbeat_failures.add(1, {**self._base, ERROR_TYPE: error})
                 raise
             instruments.record_operation(attributes, started)
-            describe(result, span, attributes)
+            describe(result, span)
         return result
 
     def _fenced(self, operation: str, span: Span) -> None:
@@ -101,7 +101,7 @@ class InstrumentedStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        def describe(reservation: Reservation, span: Span, _: dict[str, Any]) -> None:
+        def describe(reservation: Reservation, span: Span) -> None:
             found = reservation.lease or reservation.record
             outcome = reservation.outcome.value
             span.set_attributes({OUTCOME: outcome, TAKEOVER: reservation.takeover})
@@ -119,7 +119,7 @@ class InstrumentedStore:
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        def describe(stored: bool, span: Span, _: dict[str, Any]) -> None:
+        def describe(stored: bool, span: Span) -> None:
             span.set_attribute(FENCE, lease.fence)
             if stored:
                 span.set_attribute(OUTCOME, "completed")
@@ -130,7 +130,7 @@ class InstrumentedStore:
         return await self._observe("complete", call, describe, lease.key, lease.scope)
 
     async def release(self, lease: Lease) -> bool:
-        def describe(released: bool, span: Span, _: dict[str, Any]) -> None:
+        def describe(released: bool, span: Span) -> None:
             span.set_attribute(FENCE, lease.fence)
             if released:
                 span.set_attribute(OUTCOME, "released")
@@ -141,7 +141,7 @@ class InstrumentedStore:
         return await self._observe("release", call, describe, lease.key, lease.scope)
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        def describe(extended: Lease | None, span: Span, _: dict[str, Any]) -> None:
+        def describe(extended: Lease | None, span: Span) -> None:
             span.set_attribute(FENCE, lease.fence)
             if extended is not None:
                 span.set_attribute(OUTCOME, "extended")
@@ -152,7 +152,7 @@ class InstrumentedStore:
         return await self._observe("extend", call, describe, lease.key, lease.scope)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        def describe(record: Record | None, span: Span, _: dict[str, Any]) -> None:
+        def describe(record: Record | None, span: Span) -> None:
             span.set_attribute(OUTCOME, "absent" if record is None else record.status.value)
             if record is not None:
                 span.set_attribute(FENCE, record.fence)
@@ -162,7 +162,7 @@ class InstrumentedStore:
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         started = time.perf_counter()
 
-        def describe(record: Record | None, span: Span, _: dict[str, Any]) -> None:
+        def describe(record: Record | None, span: Span) -> None:
             waited = time.perf_counter() - started
             # wait returns early once the key is settled or its lease lapsed; a record it
             # returns with a lease still running means the timeout ended it.
@@ -182,14 +182,14 @@ class InstrumentedStore:
         return await self._observe("wait", call, describe, key, scope)
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        def describe(deleted: bool, span: Span, _: dict[str, Any]) -> None:
+        def describe(deleted: bool, span: Span) -> None:
             span.set_attribute(OUTCOME, "deleted" if deleted else "absent")
 
         call = self.wrapped.delete(key, scope=scope)
         return await self._observe("delete", call, describe, key, scope)
 
     async def sweep(self, *, limit: int = 1000) -> int:
-        def describe(removed: int, span: Span, _: dict[str, Any]) -> None:
+        def describe(removed: int, span: Span) -> None:
             span.set_attribute("idemstore.sweep.removed", removed)
             if removed:
                 self.instruments.swept.add(removed, self._base)
@@ -215,5 +215,5 @@ class InstrumentedStore:
         await self.wrapped.__aexit__(exc_type, exc, tb)
 
 
-def _nothing(result: object, span: Span, attributes: dict[str, Any]) -> None:
+def _nothing(result: object, span: Span) -> None:
     """``describe`` for operations whose only outcome is not raising."""
