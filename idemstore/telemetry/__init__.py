@@ -122,10 +122,12 @@ def uninstrument() -> None:
     _current = None
 
 
-def instrumented(store: IdempotencyStore) -> IdempotencyStore:
+def instrumented(store: IdempotencyStore, *, backend: str | None = None) -> IdempotencyStore:
     """``store`` wrapped so that it records spans and metrics, or ``store`` itself when
-    ``instrument()`` was not called. Wrapping twice does not record twice."""
+    ``instrument()`` was not called. Wrapping twice does not record twice. ``backend`` names
+    the engine in ``idemstore.backend`` (default: ``backend_name(store)``); ``open_store``
+    passes the name its URL scheme is registered under."""
     instruments = _current
     if instruments is None:
         return store
-    return instruments.wrap(store)
+    return instruments.wrap(store, backend=backend)

@@ -87,6 +87,7 @@ class Instruments:
         "_tracer_provider",
         "_tracing",
         "_untraced",
+        "_wrapper",
         "consumer_calls",
         "fenced_out",
         "heartbeat_failures",
@@ -106,10 +107,12 @@ class Instruments:
         tracer_provider: TracerProvider | None,
         record_keys: KeyRecording,
     ) -> None:
-        # Imported here: the consumer module reads this module's attribute names.
+        # Imported here: both modules read this module's attribute names.
         from idemstore.telemetry.consumer import observe_begin
+        from idemstore.telemetry.store import InstrumentedStore
 
         self.observe_begin = functools.partial(observe_begin, self)
+        self._wrapper = InstrumentedStore
         meter = metrics.get_meter(SCOPE_NAME, __version__, meter_provider)
         self.tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
         self._tracer_provider = tracer_provider
@@ -159,15 +162,15 @@ class Instruments:
             description="Calls a consumer handled, by outcome (executed, replayed, conflict, ...).",
         )
 
-    def wrap(self, store: IdempotencyStore) -> IdempotencyStore:
+    def wrap(self, store: IdempotencyStore, *, backend: str | None = None) -> IdempotencyStore:
         """``store`` recording into these instruments (re-wrapped if it recorded elsewhere)."""
-        from idemstore.telemetry.store import InstrumentedStore
-
-        if isinstance(store, InstrumentedStore):
+        wrapper = self._wrapper
+        if isinstance(store, wrapper):
             if store.instruments is self:
                 return store
+            backend = backend or store.backend
             store = store.wrapped
-        return InstrumentedStore(store, self)
+        return wrapper(store, self, backend=backend)
 
     def key_attributes(self, attributes: dict[str, Any], key: object, scope: object) -> None:
         """Add the key to span ``attributes`` as the user chose: not at all, hashed, or raw."""

@@ -44,10 +44,12 @@ class InstrumentedStore:
 
     __slots__ = ("_base", "backend", "instruments", "wrapped")
 
-    def __init__(self, wrapped: IdempotencyStore, instruments: Instruments) -> None:
+    def __init__(
+        self, wrapped: IdempotencyStore, instruments: Instruments, *, backend: str | None = None
+    ) -> None:
         self.wrapped = wrapped
         self.instruments = instruments
-        self.backend = backend_name(wrapped)
+        self.backend = backend or backend_name(wrapped)
         self._base: dict[str, Any] = {BACKEND: self.backend}
 
     def __getattr__(self, name: str) -> Any:
