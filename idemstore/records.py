@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
-
-if TYPE_CHECKING:
-    from idemstore.protocol import Lease
 
 __all__ = [
     "MAX_DURATION",
@@ -122,21 +119,36 @@ def check_response(response: object) -> bytes:
 
 
 # Engines keep fences as signed 64-bit integers; binding a larger one raises in the driver.
-_INT64 = range(-(2**63), 2**63)
+_INT64_MAX = 2**63 - 1
+# new_token() makes 32 hex characters; anything far longer was never issued by a store.
+_MAX_TOKEN_LENGTH = 256
 
 
-def lease_owns_nothing(lease: Lease) -> bool:
-    """Whether no stored record could hold ``lease``'s token and fence (a forged or corrupted
-    lease): it must fail the owner check like any stale lease, without I/O, rather than raise
-    from the driver or match through an engine's type conversion (text ``'1'`` vs integer 1)."""
-    fence, token = lease.fence, lease.token
-    if isinstance(fence, bool) or not isinstance(fence, int) or fence not in _INT64:
+def lease_owns_nothing(lease: object, *, max_key_length: int = MAX_KEY_LENGTH) -> bool:
+    """Whether no store could ever have issued ``lease`` (a forged or corrupted lease).
+
+    Such a lease must fail the owner check exactly like a stale one (``complete`` and
+    ``release`` return False, ``extend`` None), on every backend and without I/O, rather than
+    raise from a driver or match through an engine's type conversion (text ``'1'`` against
+    integer 1, ``True`` against 1, ``1.0`` against 1). A real lease has: a valid scope and
+    key, a non-empty str token without NUL or lone surrogates, an int fence (not a bool) from
+    1 to 2**63 - 1, and the positive finite retention ``reserve`` was given.
+    """
+    try:
+        scope, key = lease.scope, lease.key  # type: ignore[attr-defined]
+        token, fence = lease.token, lease.fence  # type: ignore[attr-defined]
+        retention = lease.retention  # type: ignore[attr-defined]
+    except AttributeError:
         return True
-    if not isinstance(token, str):
+    if type(fence) is not int or not 1 <= fence <= _INT64_MAX:
+        return True
+    if not isinstance(token, str) or not token or len(token) > _MAX_TOKEN_LENGTH:
         return True
     try:
-        token.encode("utf-8")
-    except UnicodeEncodeError:
+        check_identity(key, scope, max_key_length=max_key_length)
+        _check_text("token", token, _MAX_TOKEN_LENGTH, allow_empty=False)
+        check_duration("retention", retention)
+    except (InvalidKeyError, ConfigurationError):
         return True
     return False
 

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from idemstore.errors import ConfigurationError
-from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_identity,
-    check_limit,
-    check_response,
-    check_timeout,
-    new_token,
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
 )
+from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.errors import ConfigurationError, StoreUnavailableError
+from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
+from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
 from idemstore.urls import parse_store_url, pop_int
 
@@ -43,14 +44,29 @@ class _Entry:
     # A released entry is a tombstone: invisible to reads, but it keeps the fence so the next
     # acquisition gets a higher one than any lease handed out before.
     released: bool = False
-    waiters: list[asyncio.Event] = field(default_factory=list)
+
+
+class _Waiter:
+    """A ``wait``'s subscription: an event in the store's per-key set, always pushing."""
+
+    __slots__ = ("_waiters", "event")
+
+    def __init__(self, waiters: set[asyncio.Event]) -> None:
+        self._waiters = waiters
+        self.event = asyncio.Event()
+        waiters.add(self.event)
+
+    pushing = True
+
+    def close(self) -> None:
+        self._waiters.discard(self.event)
 
 
 class MemoryStore:
     """An in-process store. Every operation runs without awaiting, so it is atomic among the
     tasks of one event loop. ``clock`` (epoch seconds) can be injected for tests."""
 
-    __slots__ = ("_clock", "_closed", "_entries", "_max_key_length")
+    __slots__ = ("_clock", "_closed", "_entries", "_max_key_length", "_waiters")
 
     def __init__(
         self,
@@ -60,6 +76,8 @@ class MemoryStore:
     ) -> None:
         self._clock = clock
         self._entries: dict[tuple[str, str], _Entry] = {}
+        # Events of the waits on each key; the sets outlive entries (a reserve replaces one).
+        self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
         self._max_key_length = max_key_length
         self._closed = False
 
@@ -97,6 +115,8 @@ class MemoryStore:
 
     def _holder(self, lease: Lease) -> _Entry | None:
         """The entry iff ``lease`` still owns it: same token and fence, in progress, live."""
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            return None
         entry = self._entries.get((lease.scope, lease.key))
         if (
             entry is None
@@ -109,11 +129,9 @@ class MemoryStore:
             return None
         return entry
 
-    @staticmethod
-    def _wake(entry: _Entry) -> None:
-        for event in entry.waiters:
+    def _wake(self, scope: str, key: str) -> None:
+        for event in self._waiters.get((scope, key), ()):
             event.set()
-        entry.waiters.clear()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -130,9 +148,9 @@ class MemoryStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        retention = check_duration("retention", retention)
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
         self._check_open()
         now = self._clock()
         previous = self._entries.get((scope, key))
@@ -153,13 +171,10 @@ class MemoryStore:
             token=new_token(),
             fence=fence,
             created_at=now,
-            expires_at=now + retention,
+            expires_at=now + retention_while_held(lease_ttl, retention),
             lease_expires_at=now + lease_ttl,
             retention=retention,
         )
-        if previous is not None:
-            # Whoever waited on the old lease must look again: it is a new owner now.
-            entry.waiters = previous.waiters
         self._entries[(scope, key)] = entry
         lease = Lease(scope, key, entry.token, fence, now + lease_ttl, retention)
         return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover)
@@ -167,17 +182,18 @@ class MemoryStore:
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        response = check_response(response)
-        keep = check_duration("retention", retention if retention is not None else lease.retention)
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
         self._check_open()
-        entry = self._holder(lease)
-        if entry is None:
+        entry = None if checked is None else self._holder(lease)
+        if entry is None or checked is None:
             return False
         entry.status = Status.COMPLETED
-        entry.response = response
+        entry.response = checked[0]
         entry.lease_expires_at = None
-        entry.expires_at = self._clock() + keep
-        self._wake(entry)
+        entry.expires_at = self._clock() + checked[1]
+        self._wake(lease.scope, lease.key)
         return True
 
     async def release(self, lease: Lease) -> bool:
@@ -187,7 +203,7 @@ class MemoryStore:
             return False
         entry.released = True
         entry.lease_expires_at = None
-        self._wake(entry)
+        self._wake(lease.scope, lease.key)
         return True
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
@@ -201,50 +217,45 @@ class MemoryStore:
             # The lease lapsed; nobody took it over, but extending it now would let a holder
             # keep a key others were entitled to take. Report it lost.
             return None
-        deadline = self._clock() + lease_ttl
+        now = self._clock()
+        deadline = now + lease_ttl
         entry.lease_expires_at = deadline
+        entry.expires_at = now + retention_while_held(lease_ttl, entry.retention)
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         self._check_open()
         live = self._live(scope, key, self._clock())
         return None if live is None else self._record(scope, key, live)
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
         self._check_open()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + check_timeout(timeout)
-        while True:
+
+        async def read() -> Sighting:
+            self._check_open()
             now = self._clock()
             live = self._live(scope, key, now)
-            if live is None or live.status is Status.COMPLETED:
-                return None if live is None else self._record(scope, key, live)
-            assert live.lease_expires_at is not None
-            if live.lease_expires_at <= now:
-                return self._record(scope, key, live)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return self._record(scope, key, live)
-            event = asyncio.Event()
-            live.waiters.append(event)
-            try:
-                # Also wake when the lease lapses: nobody will notify us of that.
-                await asyncio.wait_for(event.wait(), min(remaining, live.lease_expires_at - now))
-            except TimeoutError:
-                pass
-            finally:
-                if event in live.waiters:
-                    live.waiters.remove(event)
+            return Sighting(None if live is None else self._record(scope, key, live), now)
+
+        async def subscribe() -> _Waiter:
+            return _Waiter(self._waiters.setdefault((scope, key), set()))
+
+        try:
+            return await wait_for_holder(
+                read, timeout=timeout, unavailable=_never, subscribe=subscribe
+            )
+        finally:
+            if not self._waiters.get((scope, key), True):
+                del self._waiters[(scope, key)]
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         self._check_open()
         existed = self._live(scope, key, self._clock()) is not None
-        entry = self._entries.pop((scope, key), None)
-        if entry is not None:
-            self._wake(entry)
+        if self._entries.pop((scope, key), None) is not None:
+            self._wake(scope, key)
         return existed
 
     async def sweep(self, *, limit: int = 1000) -> int:
@@ -253,7 +264,8 @@ class MemoryStore:
         now = self._clock()
         expired = [k for k, e in self._entries.items() if e.expires_at <= now][:limit]
         for k in expired:
-            self._wake(self._entries.pop(k))
+            del self._entries[k]
+            self._wake(*k)
         return len(expired)
 
     async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
@@ -271,8 +283,8 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._closed = True
-        for entry in self._entries.values():
-            self._wake(entry)
+        for scope, key in list(self._waiters):
+            self._wake(scope, key)
 
     async def __aenter__(self) -> Self:
         return self
@@ -284,3 +296,8 @@ class MemoryStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _never(exc: TimeoutError) -> StoreUnavailableError:
+    # Reads of a dict cannot time out; the loop still needs the error it would raise.
+    return StoreUnavailableError("the memory store did not answer in time")

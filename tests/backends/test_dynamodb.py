@@ -652,7 +652,7 @@ def test_throttling_after_retries_maps_to_store_unavailable() -> None:
         {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
         "UpdateItem",
     )
-    error = DynamoDBStore("idem_t")._error(throttled)
+    error = DynamoDBStore("idem_t")._errors.translate(throttled)
     assert isinstance(error, StoreUnavailableError)
     assert "throttling" in str(error)
 

@@ -5,6 +5,7 @@ LISTEN/NOTIFY with its polling fallback, batched sweeps, and failure mapping."""
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,6 +22,7 @@ from idemstore import (
 )
 from idemstore.local_servers import ServerUnavailableError, free_port
 from idemstore.migrate import load_migrations
+from idemstore.protocol import Lease
 from tests.conftest import backend_unavailable
 from tests.fixtures.postgres import drop_schema, migrate_schema, with_options
 
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
     from idemstore.local_servers.postgres import PostgresServer
-    from idemstore.protocol import Lease
 
 SHORT = 0.3
 SLACK = 0.25
@@ -558,3 +559,153 @@ async def test_a_role_owning_a_precreated_schema_can_migrate_without_database_cr
         await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await admin.execute(f'DROP ROLE "{role}"')
         await admin.close()
+
+
+# -- issue 13: wait bounded by its timeout, the digest-keyed schema (0002) ---------------------
+
+
+async def _lock_the_table(admin: Any, url: str) -> Any:
+    """Another session takes the records table's ACCESS EXCLUSIVE lock (as a migration does),
+    so every read of it blocks until that transaction ends."""
+    blocker = admin.transaction()
+    await blocker.start()
+    await admin.execute(f'LOCK TABLE "{schema_of(url)}".idemstore_records IN ACCESS EXCLUSIVE MODE')
+    return blocker
+
+
+async def test_wait_whose_first_read_blocks_fails_within_its_timeout_not_the_command_timeout(
+    postgres_store_url: str, admin: Any
+) -> None:
+    async with open_pg(postgres_store_url, command_timeout=4) as store:
+        key = new_key()
+        await acquire(store, key)
+        blocker = await _lock_the_table(admin, postgres_store_url)
+        try:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(StoreUnavailableError, match="did not answer in time"):
+                await store.wait(key, timeout=0.3)
+            assert asyncio.get_running_loop().time() - started < 1.5
+        finally:
+            await blocker.rollback()
+        # The store carries on: the cut-off read cost nothing but its connection's query.
+        record = await store.get(key)
+        assert record is not None and record.status is Status.IN_PROGRESS
+
+
+async def test_wait_whose_later_read_blocks_returns_the_last_record_at_its_timeout(
+    postgres_store_url: str, admin: Any
+) -> None:
+    # Polling, so the loop reads again while the table is locked.
+    async with open_pg(postgres_store_url, command_timeout=4, listen=False) as store:
+        key = new_key()
+        lease = await acquire(store, key)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = asyncio.create_task(store.wait(key, timeout=0.8))
+        await asyncio.sleep(0.15)
+        blocker = await _lock_the_table(admin, postgres_store_url)
+        try:
+            record = await waiting
+            assert loop.time() - started < 2.0
+        finally:
+            await blocker.rollback()
+        assert record is not None and record.token == lease.token
+        assert record.status is Status.IN_PROGRESS
+
+
+async def _store_migrated_to(url: str, count: int) -> PostgresStore:
+    store = open_pg(url)
+    await store.apply_migrations(load_migrations("postgres")[:count])
+    return store
+
+
+async def test_records_written_under_schema_version_1_replay_after_version_2(
+    postgres_server: str, postgres_schema: str, admin: Any
+) -> None:
+    """The first real schema upgrade: a store at 0001 with records in every state (completed,
+    in progress, released, and one whose retention is shorter than its lease) is migrated to
+    0002 and answers for each of them exactly as before."""
+    url = with_options(postgres_server, schema=postgres_schema)
+    old = await _store_migrated_to(url, 1)
+    try:
+        assert [m.name for m in await old.applied_migrations()] == ["0001_records.sql"]
+        # The 0001 functions, called as the code of that version did.
+        sql = old._sql
+        pool = await old._connect()
+
+        async def reserve_v1(key: str, lease_ttl: float, retention: float) -> Any:
+            return await pool.fetchrow(
+                sql["reserve"],
+                _hash64(postgres_schema, "", key),
+                "",
+                key,
+                FP,
+                uuid.uuid4().hex,
+                lease_ttl,
+                retention,
+            )
+
+        done = await reserve_v1("done", LONG, LONG)
+        assert await pool.fetchval(
+            sql["complete"],
+            "",
+            "done",
+            done["token"],
+            done["fence"],
+            b"old result",
+            LONG,
+            "c",
+            0,
+        )
+        held = await reserve_v1("held", LONG, LONG)
+        gone = await reserve_v1("gone", LONG, LONG)
+        assert await pool.fetchval(sql["release"], "", "gone", gone["token"], 1, "c", 0)
+        short = await reserve_v1("short", LONG, SHORT)
+    finally:
+        await old.close()
+    await asyncio.sleep(SHORT + SLACK)
+
+    async with open_pg(url) as new:
+        with pytest.raises(SchemaError):
+            await new.get("done")
+        applied = await new.apply_migrations(load_migrations("postgres"))
+        assert [m.name for m in applied] == ["0002_digest_key.sql"]
+        replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
+        assert replay.outcome is Outcome.COMPLETED
+        assert replay.record is not None and replay.record.response == b"old result"
+        busy = await new.reserve("held", FP, lease_ttl=LONG, retention=LONG)
+        assert busy.outcome is Outcome.IN_PROGRESS
+        assert busy.record is not None and busy.record.token == held["token"]
+        # The holder of a version-1 lease still owns it.
+        lease = Lease("", "held", held["token"], held["fence"], 0.0, LONG)
+        assert await new.extend(lease, lease_ttl=LONG) is not None
+        assert await new.complete(lease, b"finished after the upgrade") is True
+        # The released key continues its fence.
+        again = await new.reserve("gone", FP, lease_ttl=LONG, retention=LONG)
+        assert again.lease is not None and again.lease.fence == 2
+        # The record whose retention was shorter than its live lease was kept alive.
+        kept = await new.reserve("short", FP, lease_ttl=LONG, retention=LONG)
+        assert kept.outcome is Outcome.IN_PROGRESS
+        assert kept.record is not None and kept.record.token == short["token"]
+        columns = await admin.fetch(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a"
+            " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+            " WHERE i.indrelid = $1::regclass AND i.indisprimary",
+            f'"{postgres_schema}".idemstore_records',
+        )
+        assert [row[0] for row in columns] == ["id"]
+
+
+async def test_the_longest_identity_is_stored_through_pgbouncer(pgbouncer_store_url: str) -> None:
+    """3 KB of UTF-8 identity (1,024 CJK characters of scope, 255 of key) exceeded the
+    b-tree row limit of version 1's primary key; through transaction pooling too."""
+    rng = random.Random(13)
+    # Random ideographs: PostgreSQL compresses index entries, so a repeated one would fit.
+    scope = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(1024))
+    key = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(255))
+    async with open_store(pgbouncer_store_url) as store:
+        first = await store.reserve(key, FP, scope=scope, lease_ttl=LONG, retention=LONG)
+        assert first.lease is not None
+        assert await store.complete(first.lease, b"ok") is True
+        replay = await store.reserve(key, FP, scope=scope, lease_ttl=LONG, retention=LONG)
+        assert replay.outcome is Outcome.COMPLETED

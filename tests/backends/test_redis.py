@@ -32,10 +32,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
 from redis.exceptions import ReadOnlyError
 
-from idemstore.backends.redis import _SCRIPTS, RedisStore, record_key
+from idemstore.backends.redis import RedisStore, record_key
+from idemstore.backends.redis.scripts import SCRIPTS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Iterator
+    from pathlib import Path
 
     from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster
 
@@ -135,12 +137,13 @@ async def test_a_record_is_one_hash_with_raw_bytes_and_ttl_of_retention_plus_gra
 
 
 @BOTH
-async def test_redis_expires_a_record_by_itself_after_retention(
+async def test_redis_expires_a_record_by_itself_after_retention_and_lease(
     request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
 ) -> None:
     url = request.getfixturevalue(url_fixture)
     async with open_store(url, expiry_grace=0) as store:
-        lease = (await store.reserve("k", FP, lease_ttl=LONG, retention=0.2)).lease
+        # A live lease keeps its record alive, so the lease is shorter than the retention.
+        lease = (await store.reserve("k", FP, lease_ttl=0.1, retention=0.2)).lease
         assert lease is not None
         await asyncio.sleep(0.5)
     name = record_key(prefix_of(url), "", "k")
@@ -202,7 +205,7 @@ async def test_a_node_without_the_script_runs_it_with_eval(
         assert used == ["EVALSHA", "EVAL"]
         assert (await store.get(key)) is not None
         owner = await holder(admin, url, record_key(prefix_of(url), "", key))
-        assert await owner.script_exists(_SCRIPTS["reserve"].sha) == [True]
+        assert await owner.script_exists(SCRIPTS["reserve"].sha) == [True]
 
 
 # -- wait -------------------------------------------------------------------------------------
@@ -378,7 +381,7 @@ async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultyProxy, str
     (else the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
     ((_, port),) = nodes_of(redis_server_url)
     client = aioredis.Redis(port=port)
-    for script in _SCRIPTS.values():
+    for script in SCRIPTS.values():
         await client.script_load(script.source)
     await client.aclose()
     async with FaultyProxy(port) as proxy:
@@ -824,3 +827,16 @@ async def test_a_cluster_node_down_is_store_unavailable_then_recovers(
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
+
+
+def test_the_wheel_ships_every_lua_script(built_wheel: Path) -> None:
+    """The scripts are package data read with importlib.resources: an installed store needs
+    them in the wheel, not in the checkout."""
+    import zipfile
+
+    from idemstore.backends.redis import scripts
+
+    with zipfile.ZipFile(built_wheel) as wheel:
+        shipped = {name for name in wheel.namelist() if name.endswith(".lua")}
+    parts = {"prelude", *(part for parts in scripts._PARTS.values() for part in parts)}
+    assert shipped == {f"idemstore/backends/redis/lua/{part}.lua" for part in parts}

@@ -19,15 +19,15 @@ pytest.importorskip("aiosqlite", reason="the sqlite backend needs aiosqlite")
 
 from idemstore import (
     ConfigurationError,
-    InvalidKeyError,
     Outcome,
+    ResponseTooLargeError,
     SchemaError,
     Status,
     StoreUnavailableError,
     open_store,
 )
-from idemstore.backends import sqlite as sqlite_backend
 from idemstore.backends.sqlite import SQLiteStore, split_statements
+from idemstore.backends.sqlite import store as sqlite_backend
 from idemstore.cli import main
 from idemstore.migrate import load_migrations
 from tests.conftest import ROOT
@@ -535,19 +535,18 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
     [{"key": "lone\ud800surrogate"}, {"scope": "lone\ud800surrogate"}],
     ids=["key", "scope"],
 )
-async def test_a_lease_with_an_invalid_key_or_scope_is_an_invalid_key_error(
+async def test_a_lease_with_an_invalid_key_or_scope_owns_nothing(
     tmp_path: Path, forged: dict[str, str]
 ) -> None:
+    """No store issued such a lease: it fails the owner check like any other forged lease
+    (the one rule of tests/contract/test_forged_leases.py), it is not an argument error."""
     async with SQLiteStore(str(tmp_path / "idem.db")) as store:
         lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
         assert lease is not None
         bad = dataclasses.replace(lease, **forged)  # type: ignore[arg-type]
-        with pytest.raises(InvalidKeyError):
-            await store.complete(bad, b"x")
-        with pytest.raises(InvalidKeyError):
-            await store.release(bad)
-        with pytest.raises(InvalidKeyError):
-            await store.extend(bad, lease_ttl=LONG)
+        assert await store.complete(bad, b"x") is False
+        assert await store.release(bad) is False
+        assert await store.extend(bad, lease_ttl=LONG) is None
         assert (await store.get("k")) is not None
 
 
@@ -705,3 +704,75 @@ async def test_closing_during_operations_fails_them_as_closed_not_with_driver_er
     failures = [r for r in results if isinstance(r, BaseException)]
     assert failures, "close() did not overtake any operation: the test proves nothing"
     assert all(isinstance(f, RuntimeError) and "closed" in str(f) for f in failures), failures
+
+
+# -- issue 13: a blocked read inside wait, a response past SQLite's length limit -------------
+
+
+def _lock_exclusively(path: Path) -> sqlite3.Connection:
+    """Another connection that keeps an exclusive lock on the file until it is closed."""
+    holder = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("COMMIT")
+    return holder
+
+
+async def test_wait_is_bounded_by_its_timeout_when_another_connection_locks_the_file(
+    tmp_path: Path,
+) -> None:
+    """Every read inside wait gets only what is left of the timeout, not busy_timeout."""
+    path = tmp_path / "idem.db"
+    async with SQLiteStore(str(path)) as store:
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+    holder = _lock_exclusively(path)
+    try:
+        blocked = SQLiteStore(str(path), busy_timeout=5.0)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            await blocked.wait("k", timeout=0.3)
+        assert time.monotonic() - started < 1.5
+        await blocked.close()
+    finally:
+        holder.close()
+
+
+async def test_a_response_past_sqlites_length_limit_is_response_too_large(tmp_path: Path) -> None:
+    """SQLITE_TOOBIG is the response's fault, not the engine's: ResponseTooLargeError, and the
+    lease is still held, so the caller can release the key (not StoreUnavailableError, on
+    which the runner keeps the key locked)."""
+    async with SQLiteStore(str(tmp_path / "idem.db")) as store:
+        lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
+        assert lease is not None
+        conn = await store._connection()
+        # The engine's SQLITE_LIMIT_LENGTH, lowered so the test needs no gigabyte response.
+        await conn._execute(conn._conn.setlimit, sqlite3.SQLITE_LIMIT_LENGTH, 100_000)
+        with pytest.raises(ResponseTooLargeError):
+            await store.complete(lease, b"x" * 200_000)
+        assert await store.release(lease) is True
+        again = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
+        assert again.acquired and again.lease is not None and again.lease.fence == 2
+
+
+async def test_a_live_lease_written_before_version_2_keeps_its_record_after_the_upgrade(
+    tmp_path: Path,
+) -> None:
+    """Older code let a record in progress expire before its lease: migration 0002 aligns such
+    records, so the upgrade does not hand a held key to a second caller."""
+    path = tmp_path / "idem.db"
+    store = SQLiteStore(str(path))
+    await store.apply_migrations(load_migrations("sqlite")[:1])
+    await store.close()
+    now = time.time()
+    with sqlite3.connect(str(path)) as conn:
+        conn.execute(
+            "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
+            "created_at, expires_at, lease_expires_at) "
+            "VALUES ('', 'k', 'fp', 'in_progress', 'old-token', 1, ?, ?, ?)",
+            (now - 10, now - 1, now + LONG),
+        )
+    conn.close()
+    async with SQLiteStore(str(path)) as upgraded:
+        second = await upgraded.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
+        assert second.outcome is Outcome.IN_PROGRESS
+        assert second.record is not None and second.record.token == "old-token"

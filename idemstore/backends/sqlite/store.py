@@ -26,9 +26,34 @@ from urllib.parse import unquote
 
 import aiosqlite
 
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
+)
+from idemstore.backends.sqlite.client_errors import driver_errors
+from idemstore.backends.sqlite.statements import (
+    COMPLETE,
+    DELETE,
+    EXTEND,
+    RELEASE,
+    RESERVE,
+    SELECT_ROW,
+    SELECT_VERSIONS,
+    SELECT_VISIBLE,
+    SWEEP,
+    VERSIONS_EXISTS,
+    decode_record,
+    live_record,
+    statements_of,
+)
+from idemstore.backends.sqlite.stats import stats as count_records
+from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
     ConfigurationError,
-    IdemstoreError,
     SchemaError,
     StoreUnavailableError,
 )
@@ -39,17 +64,7 @@ from idemstore.migrate import (
     pending_migrations,
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_identity,
-    check_limit,
-    check_response,
-    check_timeout,
-    lease_owns_nothing,
-    new_token,
-)
-from idemstore.stats import DEFAULT_LIMIT, StoreStats
+from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
@@ -65,9 +80,6 @@ SYNCHRONOUS_MODES = ("full", "normal")
 # sweep deletes at most this many rows per write transaction, so other writers (and other
 # processes) get the lock between batches however large the backlog.
 SWEEP_BATCH = 500
-# wait() polls: first after 5 ms, doubling up to 100 ms between reads.
-POLL_FIRST = 0.005
-POLL_MAX = 0.1
 # SQLite's own busy_timeout on our connections: how long one attempt blocks in the connection's
 # thread, where asyncio cannot cancel it. Kept short so a cancellation lands within one attempt.
 BUSY_ATTEMPT = 0.025
@@ -75,157 +87,6 @@ BUSY_ATTEMPT = 0.025
 # configured busy_timeout is spent.
 RETRY_FIRST = 0.001
 RETRY_MAX = 0.025
-
-_COLUMNS = (
-    "scope, key, fingerprint, status, token, fence, response, "
-    "created_at, expires_at, lease_expires_at"
-)
-
-# One statement decides reserve. It inserts a first record, or overwrites the existing row only
-# when the key is free for the caller:
-# - expires_at <= :now: past retention, the record is gone for every read, so a new one starts
-#   (continuing the fence, which must keep rising for as long as any trace of the key is kept);
-# - status = 'released': a tombstone, the holder gave the key up;
-# - in progress with an expired lease and the SAME fingerprint: a takeover. A different
-#   fingerprint never takes over (that is a mismatch, whatever the lease).
-# Otherwise the row is left alone, RETURNING yields nothing and the caller reads the row in the
-# same transaction, under the same write lock, so what it reports is what blocked it.
-_RESERVE = """
-INSERT INTO idemstore_records (
-    scope, key, fingerprint, status, token, fence, takeover, response,
-    created_at, expires_at, lease_expires_at
-) VALUES (
-    :scope, :key, :fingerprint, 'in_progress', :token, 1, 0, NULL,
-    :now, :now + :retention, :now + :lease_ttl
-)
-ON CONFLICT (scope, key) DO UPDATE SET
-    fingerprint = excluded.fingerprint,
-    status = 'in_progress',
-    token = excluded.token,
-    fence = idemstore_records.fence + 1,
-    takeover = (idemstore_records.status = 'in_progress'
-                AND idemstore_records.expires_at > :now),
-    response = NULL,
-    created_at = excluded.created_at,
-    expires_at = excluded.expires_at,
-    lease_expires_at = excluded.lease_expires_at
-WHERE idemstore_records.expires_at <= :now
-   OR idemstore_records.status = 'released'
-   OR (idemstore_records.status = 'in_progress'
-       AND idemstore_records.lease_expires_at <= :now
-       AND idemstore_records.fingerprint = excluded.fingerprint)
-RETURNING fence, takeover, lease_expires_at
-"""
-
-_SELECT_ROW = f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ?"
-
-# Reads never see a tombstone. Nor a record past retention, swept or not: that is judged in
-# Python by a clock read once the row is in hand (_live), not by a time bound here, because a
-# read may wait (busy database, queued connection) and a time taken before it would be stale.
-_SELECT_VISIBLE = (
-    f"SELECT {_COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ? AND status != 'released'"
-)
-
-# idemstore stats: one pass over the table (SQLite has no cheaper count); the same rules as the
-# reads: past retention first, tombstones are not live, then the lease.
-_STATS = """
-SELECT
-    count(*) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'
-                     AND lease_expires_at > ?1),
-    count(*) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'
-                     AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)),
-    count(*) FILTER (WHERE expires_at > ?1 AND status = 'completed'),
-    count(*) FILTER (WHERE expires_at <= ?1),
-    min(created_at) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'),
-    count(*)
-FROM idemstore_records
-"""
-
-# The owner check complete/release/extend share: token AND fence (the fence is what orders
-# owners; a lease whose fence was superseded must fail even if it presents a valid token), still
-# in progress (a completed or released record has no owner any more), and not past retention
-# (such a record is gone for every read even before the sweeper removes it). The lease deadline
-# is deliberately not checked: a lapsed lease nobody took over may still complete.
-_HOLDER = (
-    "scope = :scope AND key = :key AND token = :token AND fence = :fence "
-    "AND status = 'in_progress' AND expires_at > :now"
-)
-
-_COMPLETE = f"""
-UPDATE idemstore_records
-SET status = 'completed', response = :response, lease_expires_at = NULL,
-    expires_at = :now + :retention
-WHERE {_HOLDER}
-RETURNING fence
-"""
-
-# The row stays as a tombstone so the next acquisition's fence is higher than this one.
-_RELEASE = f"""
-UPDATE idemstore_records
-SET status = 'released', lease_expires_at = NULL, response = NULL
-WHERE {_HOLDER}
-RETURNING fence
-"""
-
-# A lapsed lease is lost even if nobody has taken it over yet: extending it would let a holder
-# keep a key others were already entitled to.
-_EXTEND = f"""
-UPDATE idemstore_records
-SET lease_expires_at = :now + :lease_ttl
-WHERE {_HOLDER} AND lease_expires_at > :now
-RETURNING lease_expires_at
-"""
-
-_DELETE = "DELETE FROM idemstore_records WHERE scope = ? AND key = ? RETURNING status, expires_at"
-
-_SWEEP = """
-DELETE FROM idemstore_records WHERE rowid IN (
-    SELECT rowid FROM idemstore_records WHERE expires_at <= ? LIMIT ?
-)
-RETURNING 1
-"""
-
-_VERSIONS_EXISTS = (
-    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idemstore_migrations'"
-)
-_SELECT_VERSIONS = "SELECT name, checksum, applied_at FROM idemstore_migrations ORDER BY name"
-_CREATE_VERSIONS = """CREATE TABLE IF NOT EXISTS idemstore_migrations (
-    name       TEXT PRIMARY KEY,
-    checksum   TEXT NOT NULL,
-    applied_at REAL NOT NULL
-)"""
-# applied_at from SQLite's clock, so the dry run can show the exact statement.
-_INSERT_VERSION = (
-    "INSERT INTO idemstore_migrations (name, checksum, applied_at) "
-    "VALUES ('{name}', '{checksum}', (julianday('now') - 2440587.5) * 86400.0)"
-)
-
-
-def split_statements(sql: str) -> list[str]:
-    """The statements of a SQL script, each ending with ``;`` (comments kept with them).
-
-    ``sqlite3.complete_statement`` decides where a statement ends, so semicolons inside
-    strings, comments and ``CREATE TRIGGER ... BEGIN ... END`` bodies do not split it.
-    """
-    statements: list[str] = []
-    start = 0
-    for index, char in enumerate(sql):
-        if char == ";" and sqlite3.complete_statement(sql[start : index + 1]):
-            statements.append(sql[start : index + 1].strip())
-            start = index + 1
-    rest = "\n".join(line for line in sql[start:].splitlines() if not line.strip().startswith("--"))
-    if rest.strip():
-        raise SchemaError(f"SQL script ends with an unterminated statement: {rest.strip()!r}")
-    return statements
-
-
-def _statements_of(migration: Migration) -> list[str]:
-    """What applying ``migration`` executes inside its transaction, in order."""
-    return [
-        _CREATE_VERSIONS,
-        *split_statements(migration.sql),
-        _INSERT_VERSION.format(name=migration.name, checksum=migration.checksum),
-    ]
 
 
 async def _stopped(conn: aiosqlite.Connection) -> None:
@@ -243,29 +104,6 @@ def _busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
-
-
-def _live(rows: Sequence[Sequence[Any]], now: float) -> Record | None:
-    """The record of a ``_SELECT_VISIBLE`` result, unless it is past retention at ``now``."""
-    if not rows or rows[0][8] <= now:
-        return None
-    return _record(rows[0])
-
-
-def _record(row: Sequence[Any]) -> Record:
-    status = Status(row[3])
-    return Record(
-        scope=row[0],
-        key=row[1],
-        fingerprint=row[2],
-        status=status,
-        token=row[4],
-        fence=row[5],
-        response=bytes(row[6]) if status is Status.COMPLETED and row[6] is not None else None,
-        created_at=row[7],
-        expires_at=row[8],
-        lease_expires_at=row[9] if status is Status.IN_PROGRESS else None,
-    )
 
 
 class SQLiteStore:
@@ -291,6 +129,7 @@ class SQLiteStore:
         "_closed",
         "_conn",
         "_database",
+        "_driver_errors",
         "_lock",
         "_max_key_length",
         "_open_lock",
@@ -298,6 +137,8 @@ class SQLiteStore:
         "_ready",
         "_synchronous",
     )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,
@@ -324,6 +165,7 @@ class SQLiteStore:
         self._auto_migrate = auto_migrate
         self._max_key_length = max_key_length
         self._clock = clock
+        self._driver_errors = driver_errors(database, self._busy_timeout)
         self._conn: aiosqlite.Connection | None = None
         # Reads of a file store; None for ":memory:", whose database only its one connection
         # can see (and which no other process can lock, so its reads never wait for long).
@@ -380,40 +222,15 @@ class SQLiteStore:
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
-        """Map every sqlite3 error to the idemstore family (the one place that does)."""
+        """Map every sqlite3 error to the idemstore family (through ``_driver_errors``)."""
         try:
-            yield
-        except IdemstoreError:
-            raise
-        except sqlite3.Error as exc:
-            raise self._mapped(exc) from exc
+            with self._driver_errors.translated():
+                yield
         except ValueError as exc:
             # aiosqlite's "Connection closed": close() ran while this operation was under way.
             if not self._closed:
                 raise
             raise RuntimeError("this SQLiteStore was closed during the operation") from exc
-
-    def _mapped(self, exc: sqlite3.Error) -> IdemstoreError:
-        message = str(exc)
-        where = f"SQLite database {self._database!r}"
-        if "no such table" in message:
-            return SchemaError(
-                f"the {where} has no idemstore schema ({message}); "
-                f"run `idemstore migrate sqlite:///{self._database}`"
-            )
-        if "unable to open" in message:
-            return StoreUnavailableError(
-                f"cannot open the {where}: {message} "
-                "(does its directory exist, and may this process write there?)"
-            )
-        if "locked" in message or "busy" in message:
-            return StoreUnavailableError(
-                f"the {where} stayed locked by another connection for longer than "
-                f"busy_timeout={self._busy_timeout:g}s: {message}"
-            )
-        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
-            return StoreUnavailableError(f"{self._database!r} is not an SQLite database: {message}")
-        return StoreUnavailableError(f"{where} failed: {message}")
 
     def _check_open(self) -> None:
         if self._closed:
@@ -548,23 +365,6 @@ class SQLiteStore:
             async with self._lock:
                 return list(await conn.execute_fetchall(sql, parameters))
 
-    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
-        """One COUNT query over the table: a full scan of it, on the read connection (never
-        queued behind writes); ``limit`` does not apply."""
-        now = self._clock()
-        rows = await self._read(_STATS, (now,))
-        in_progress, lapsed, completed, expired, oldest, total = rows[0]
-        return StoreStats(
-            in_progress=in_progress,
-            lapsed=lapsed,
-            completed=completed,
-            expired=expired,
-            oldest_in_progress_age=None if oldest is None else max(0.0, now - oldest),
-            scanned=total,
-            complete=True,
-            method="one COUNT query over idemstore_records (a full table scan)",
-        )
-
     # -- migrations (SupportsMigrations) ----------------------------------------------------
 
     async def applied_migrations(self) -> list[AppliedMigration]:
@@ -576,9 +376,9 @@ class SQLiteStore:
 
     @staticmethod
     async def _versions(conn: aiosqlite.Connection) -> list[AppliedMigration]:
-        if not list(await conn.execute_fetchall(_VERSIONS_EXISTS)):
+        if not list(await conn.execute_fetchall(VERSIONS_EXISTS)):
             return []
-        rows = await conn.execute_fetchall(_SELECT_VERSIONS)
+        rows = await conn.execute_fetchall(SELECT_VERSIONS)
         return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
 
     async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
@@ -595,14 +395,14 @@ class SQLiteStore:
                     pending = pending_migrations(available, await self._versions(conn))
                     if not pending:
                         break
-                    for statement in _statements_of(pending[0]):
+                    for statement in statements_of(pending[0]):
                         await conn.execute(statement)
                 done.append(pending[0])
         return done
 
     def migration_sql(self, migration: Migration) -> str:
         """The statements ``apply_migrations`` runs for ``migration``, as one script."""
-        body = ";\n\n".join(s.rstrip(";") for s in _statements_of(migration))
+        body = ";\n\n".join(s.rstrip(";") for s in statements_of(migration))
         return f"BEGIN IMMEDIATE;\n\n{body};\n\nCOMMIT;\n"
 
     # -- the contract -------------------------------------------------------------------------
@@ -616,9 +416,9 @@ class SQLiteStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        retention = check_duration("retention", retention)
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
         conn = await self._connected()
         token = new_token()
         with self._errors():
@@ -630,27 +430,21 @@ class SQLiteStore:
                     "token": token,
                     "now": now,
                     "lease_ttl": lease_ttl,
-                    "retention": retention,
+                    "held": retention_while_held(lease_ttl, retention),
                 }
-                won = list(await conn.execute_fetchall(_RESERVE, params))
-                row = None if won else list(await conn.execute_fetchall(_SELECT_ROW, (scope, key)))
+                won = list(await conn.execute_fetchall(RESERVE, params))
+                row = None if won else list(await conn.execute_fetchall(SELECT_ROW, (scope, key)))
         if won:
             fence, takeover, deadline = won[0]
             lease = Lease(scope, key, token, fence, deadline, retention)
             return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
         assert row, "reserve left a row alone, so the row exists"
-        record = _record(row[0])
+        record = decode_record(row[0])
         if record.fingerprint != fingerprint:
             return Reservation(Outcome.MISMATCH, record=record)
         if record.status is Status.COMPLETED:
             return Reservation(Outcome.COMPLETED, record=record)
         return Reservation(Outcome.IN_PROGRESS, record=record)
-
-    def _check_lease(self, lease: Lease) -> bool:
-        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
-        could hold ``lease`` at all (False: it owns nothing, no I/O needed)."""
-        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
-        return not lease_owns_nothing(lease)
 
     def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
         return {
@@ -664,32 +458,33 @@ class SQLiteStore:
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        response = check_response(response)
-        keep = check_duration("retention", retention if retention is not None else lease.retention)
-        if not self._check_lease(lease):
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
             self._check_open()
             return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
                 params = self._holder_params(lease, now)
-                params.update(response=response, retention=keep)
-                rows = list(await conn.execute_fetchall(_COMPLETE, params))
+                params.update(response=checked[0], retention=checked[1])
+                rows = list(await conn.execute_fetchall(COMPLETE, params))
         return bool(rows)
 
     async def release(self, lease: Lease) -> bool:
-        if not self._check_lease(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             self._check_open()
             return False
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
-                rows = list(await conn.execute_fetchall(_RELEASE, self._holder_params(lease, now)))
+                rows = list(await conn.execute_fetchall(RELEASE, self._holder_params(lease, now)))
         return bool(rows)
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not self._check_lease(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             self._check_open()
             return None
         conn = await self._connected()
@@ -697,43 +492,40 @@ class SQLiteStore:
             async with self._write(conn) as now:
                 params = self._holder_params(lease, now)
                 params["lease_ttl"] = lease_ttl
-                rows = list(await conn.execute_fetchall(_EXTEND, params))
+                params["held"] = retention_while_held(lease_ttl, lease.retention)
+                rows = list(await conn.execute_fetchall(EXTEND, params))
         if not rows:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, rows[0][0], lease.retention)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        rows = await self._read(_SELECT_VISIBLE, (scope, key))
-        return _live(rows, self._clock())
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        rows = await self._read(SELECT_VISIBLE, (scope, key))
+        return live_record(rows, self._clock())
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + check_timeout(timeout)
-        delay = POLL_FIRST
-        while True:
-            rows = await self._read(_SELECT_VISIBLE, (scope, key))
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
+
+        async def read() -> Sighting:
+            rows = await self._read(SELECT_VISIBLE, (scope, key))
             now = self._clock()
-            record = _live(rows, now)
-            if record is None or record.status is Status.COMPLETED:
-                return record
-            assert record.lease_expires_at is not None
-            if record.lease_expires_at <= now:
-                return record
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return record
-            # Also look again when the lease lapses: that frees the key without any write.
-            await asyncio.sleep(min(delay, remaining, max(record.lease_expires_at - now, 0.0)))
-            delay = min(delay * 2, POLL_MAX)
+            return Sighting(live_record(rows, now), now)
+
+        # No push channel between processes sharing a file: the loop polls.
+        return await wait_for_holder(read, timeout=timeout, unavailable=self._timed_out)
+
+    def _timed_out(self, exc: TimeoutError) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"the SQLite database {self._database!r} could not be read within the wait's "
+            "timeout (another connection holds a lock on it)"
+        )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         conn = await self._connected()
         with self._errors():
             async with self._write(conn) as now:
-                rows = list(await conn.execute_fetchall(_DELETE, (scope, key)))
+                rows = list(await conn.execute_fetchall(DELETE, (scope, key)))
         # True only if a live record went: a tombstone or an expired row was already absent.
         return any(status != "released" and expires_at > now for status, expires_at in rows)
 
@@ -745,7 +537,7 @@ class SQLiteStore:
             while removed < limit:
                 batch = min(SWEEP_BATCH, limit - removed)
                 async with self._write(conn) as now:
-                    count = len(list(await conn.execute_fetchall(_SWEEP, (now, batch))))
+                    count = len(list(await conn.execute_fetchall(SWEEP, (now, batch))))
                 removed += count
                 if count < batch:
                     break

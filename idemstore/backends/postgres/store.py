@@ -12,33 +12,44 @@ store, and polls when that connection is down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import re
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlencode, urlunsplit
 
 import asyncpg
 
-from idemstore.errors import (
-    ConfigurationError,
-    IdemstoreError,
-    SchemaError,
-    StoreUnavailableError,
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
 )
+from idemstore.backends.postgres.client_errors import driver_errors
+from idemstore.backends.postgres.listening import Subscription
+from idemstore.backends.postgres.statements import (
+    APPLIED_MIGRATIONS,
+    COMPLETE,
+    CONNECTION_PARAMETERS,
+    CREATE_VERSIONS_TABLE,
+    DELETE,
+    EXTEND,
+    GET,
+    RELEASE,
+    RESERVE,
+    SCHEMA_NAME,
+    SWEEP_BATCH,
+    hash64,
+    quote_ident,
+    seconds,
+)
+from idemstore.backends.postgres.stats import stats as count_records
+from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_identity,
-    check_limit,
-    check_response,
-    check_timeout,
-    lease_owns_nothing,
-    new_token,
-)
-from idemstore.stats import DEFAULT_LIMIT, StoreStats
+from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
 
 if TYPE_CHECKING:
@@ -47,175 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresStore"]
 
-# Durations past this many seconds (about 100 years) are clamped: PostgreSQL's timestamps end
-# in the year 294276 and an overflowing interval would be an error, not "forever".
-_MAX_SECONDS = 3.2e9
-
-# A schema name we can quote safely and that fits PostgreSQL's 63-byte identifiers.
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-# libpq-style connection parameters asyncpg understands; every other query parameter is ours.
-_CONNECTION_PARAMETERS = frozenset(
-    {
-        "host",
-        "port",
-        "user",
-        "password",
-        "dbname",
-        "database",
-        "passfile",
-        "service",
-        "sslmode",
-        "sslcert",
-        "sslkey",
-        "sslrootcert",
-        "sslcrl",
-        "sslpassword",
-        "sslnegotiation",
-        "ssl_min_protocol_version",
-        "ssl_max_protocol_version",
-        "target_session_attrs",
-        "krbsrvname",
-        "gsslib",
-        "application_name",
-    }
-)
-
-_RECORD_COLUMNS = """
-    fingerprint, status, token, fence, response,
-    extract(epoch FROM created_at)::float8 AS created_at,
-    extract(epoch FROM expires_at)::float8 AS expires_at,
-    CASE WHEN status = 'in_progress'
-         THEN extract(epoch FROM lease_expires_at)::float8 END AS lease_expires_at"""
-
-# {s} is the quoted schema.
-_RESERVE = "SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)"
-_COMPLETE = "SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)"
-_RELEASE = "SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)"
-_DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
-
-# extend: the holder check of complete, plus "the lease has not lapsed": extending a lapsed
-# lease would let its holder keep a key others were already entitled to take. Re-evaluated on
-# the newest row after a concurrent takeover commits, so a fenced-out holder extends nothing.
-_EXTEND = """
-UPDATE {s}.idemstore_records
-   SET lease_expires_at = clock_timestamp() + make_interval(secs => $5)
- WHERE scope = $1 AND key = $2 AND token = $3 AND fence = $4
-   AND status = 'in_progress' AND NOT released
-   AND expires_at > clock_timestamp() AND lease_expires_at > clock_timestamp()
-RETURNING extract(epoch FROM lease_expires_at)::float8"""
-
-# get/wait: released rows and rows past retention do not exist for any read, swept or not.
-# ``now`` is the database clock, so ``wait`` can tell when a lease lapses by the same clock.
-_GET = (
-    "SELECT"
-    + _RECORD_COLUMNS
-    + """,
-    extract(epoch FROM clock_timestamp())::float8 AS now
-  FROM {s}.idemstore_records
- WHERE scope = $1 AND key = $2 AND NOT released AND expires_at > clock_timestamp()"""
-)
-
-# sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
-# never waits for a row that a reserve is taking over or another sweeper is deleting. The
-# deadline is checked again on the row actually deleted.
-_SWEEP_BATCH = """
-WITH gone AS (
-    DELETE FROM {s}.idemstore_records
-     WHERE ctid = ANY(ARRAY(
-             SELECT ctid FROM {s}.idemstore_records
-              WHERE expires_at <= clock_timestamp()
-              LIMIT $1
-                FOR UPDATE SKIP LOCKED))
-       AND expires_at <= clock_timestamp()
-    RETURNING 1)
-SELECT count(*) FROM gone"""
-
-# idemstore stats: one aggregate pass over the table (COUNT ... FILTER), by the database clock
-# (one instant for the whole statement);
-# the same rules as the reads: past retention first, released tombstones are not live. The
-# expired count alone could use the expires_at index; the others need every row, so one
-# sequential scan serves all. Read-only, takes no row locks.
-_STATS = """
-SELECT
-    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
-                     AND status = 'in_progress' AND lease_expires_at > statement_timestamp()),
-    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
-                     AND status = 'in_progress'
-                     AND (lease_expires_at IS NULL OR lease_expires_at <= statement_timestamp())),
-    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
-                     AND status = 'completed'),
-    count(*) FILTER (WHERE expires_at <= statement_timestamp()),
-    extract(epoch FROM statement_timestamp() - min(created_at) FILTER (
-        WHERE expires_at > statement_timestamp() AND NOT released
-          AND status = 'in_progress'))::float8,
-    count(*)
-  FROM {s}.idemstore_records"""
-
-_APPLIED_MIGRATIONS = """
-SELECT name, checksum, extract(epoch FROM applied_at)::float8
-  FROM {s}.idemstore_migrations ORDER BY name"""
-
-_CREATE_VERSIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS {s}.idemstore_migrations (
-    name       text PRIMARY KEY,
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)"""
-
-# How long ``wait`` sleeps between checks: with a working listener only as a safety net (a
-# notification is what wakes it); without one, polling with capped backoff.
-_LISTENING_RECHECK = 1.0
-_POLL_FIRST = 0.01
-_POLL_MAX = 0.25
 # How long after a failed listener connection ``wait`` tries again.
 _LISTENER_RETRY = 1.0
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _hash64(*parts: str) -> int:
-    """A signed 64-bit hash of ``parts``, each length-prefixed so parts never run together."""
-    digest = hashlib.blake2b(digest_size=8, person=b"idemstore")
-    for part in parts:
-        data = part.encode("utf-8")
-        digest.update(len(data).to_bytes(4, "big"))
-        digest.update(data)
-    return int.from_bytes(digest.digest(), "big", signed=True)
-
-
-def _seconds(value: float) -> float:
-    return min(value, _MAX_SECONDS)
-
-
-def _driver_error(exc: BaseException, where: str) -> IdemstoreError:
-    """The idemstore error for a driver exception (the caller raises it ``from exc``)."""
-    if isinstance(
-        exc,
-        asyncpg.UndefinedTableError
-        | asyncpg.UndefinedFunctionError
-        | asyncpg.InvalidSchemaNameError
-        | asyncpg.UndefinedObjectError,
-    ):
-        return SchemaError(
-            f"the idemstore schema at {where} is missing or incomplete ({exc}); "
-            f"run: idemstore migrate {where}"
-        )
-    if isinstance(exc, TimeoutError):
-        return StoreUnavailableError(f"PostgreSQL at {where} did not answer in time")
-    return StoreUnavailableError(f"PostgreSQL at {where} failed: {type(exc).__name__}: {exc}")
-
-
-# What _driver_error maps: everything asyncpg raises, socket errors and timeouts.
-_DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,
-    TimeoutError,
-)
 
 
 async def _no_reset(connection: asyncpg.Connection) -> None:
@@ -241,6 +85,7 @@ class PostgresStore:
         "_connect_lock",
         "_connect_timeout",
         "_dsn",
+        "_errors",
         "_listen",
         "_listen_dsn",
         "_listener",
@@ -260,6 +105,8 @@ class PostgresStore:
         "_sweep_batch_size",
         "_waiters",
     )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,
@@ -282,7 +129,7 @@ class PostgresStore:
         """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
         wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
         same schema."""
-        if not _SCHEMA_NAME.match(schema):
+        if not SCHEMA_NAME.match(schema):
             raise ConfigurationError(
                 f"schema must be an identifier of letters, digits and underscores "
                 f"(at most 63, not starting with a digit), not {schema!r}"
@@ -298,21 +145,21 @@ class PostgresStore:
             raise ConfigurationError("sweep_batch_size must be at least 1")
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
+        self._errors = driver_errors(self._redacted)
         self._schema = schema
-        quoted = _quote_ident(schema)
+        quoted = quote_ident(schema)
         self._sql = {
             name: template.format(s=quoted)
             for name, template in {
-                "reserve": _RESERVE,
-                "complete": _COMPLETE,
-                "release": _RELEASE,
-                "delete": _DELETE,
-                "extend": _EXTEND,
-                "get": _GET,
-                "sweep": _SWEEP_BATCH,
-                "stats": _STATS,
-                "applied": _APPLIED_MIGRATIONS,
-                "versions": _CREATE_VERSIONS_TABLE,
+                "reserve": RESERVE,
+                "complete": COMPLETE,
+                "release": RELEASE,
+                "delete": DELETE,
+                "extend": EXTEND,
+                "get": GET,
+                "sweep": SWEEP_BATCH,
+                "applied": APPLIED_MIGRATIONS,
+                "versions": CREATE_VERSIONS_TABLE,
             }.items()
         }
         self._pool_min_size = pool_min_size
@@ -328,7 +175,7 @@ class PostgresStore:
         self._max_key_length = max_key_length
         # One NOTIFY channel per schema; the payload names the key by its lock hash.
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
-        self._migration_lock = _hash64("idemstore migrate", schema)
+        self._migration_lock = hash64("idemstore migrate", schema)
         self._pool: asyncpg.Pool | None = None
         self._ready = False
         self._connect_lock: asyncio.Lock | None = None
@@ -359,7 +206,7 @@ class PostgresStore:
             "max_key_length": pop_int(opts, "max_key_length", MAX_KEY_LENGTH),
         }
         connection = {}
-        for name in sorted(_CONNECTION_PARAMETERS & set(opts)):
+        for name in sorted(CONNECTION_PARAMETERS & set(opts)):
             connection[name] = str(opts.pop(name))
         parsed.reject_unknown()
         connection.setdefault("application_name", "idemstore")
@@ -393,8 +240,8 @@ class PostgresStore:
                         max_inactive_connection_lifetime=self._max_inactive_lifetime,
                         reset=_no_reset,
                     )
-                except _DRIVER_ERRORS as exc:
-                    raise _driver_error(exc, self._redacted) from exc
+                except self._errors.catches as exc:
+                    raise self._errors.translate(exc) from exc
             return self._pool
 
     async def _ensure_ready(self) -> asyncpg.Pool:
@@ -427,40 +274,34 @@ class PostgresStore:
 
     async def _fetchrow(self, name: str, *args: Any) -> Any:
         pool = await self._ensure_ready()
-        try:
+        with self._errors.translated():
             return await pool.fetchrow(self._sql[name], *args)
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
         pool = await self._ensure_ready()
-        try:
+        with self._errors.translated():
             return await pool.fetchval(self._sql[name], *args)
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
 
     def _lock_key(self, scope: str, key: str) -> int:
-        return _hash64(self._schema, scope, key)
+        return hash64(self._schema, scope, key)
 
     # -- migrations (SupportsMigrations) ------------------------------------------------------
 
     def migration_sql(self, migration: Migration) -> str:
         """The migration's SQL with this store's quoted schema in place of ``{{schema}}``."""
-        return migration.sql.replace("{{schema}}", _quote_ident(self._schema))
+        return migration.sql.replace("{{schema}}", quote_ident(self._schema))
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         pool = await self._connect()
-        try:
+        with self._errors.translated():
             async with pool.acquire() as conn:
                 exists = await conn.fetchval(
                     "SELECT to_regclass($1) IS NOT NULL",
-                    f"{_quote_ident(self._schema)}.idemstore_migrations",
+                    f"{quote_ident(self._schema)}.idemstore_migrations",
                 )
                 if not exists:
                     return []
                 rows = await conn.fetch(self._sql["applied"])
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
         return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
 
     async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
@@ -469,8 +310,8 @@ class PostgresStore:
         versions table after taking the lock, so every migration runs exactly once."""
         pool = await self._connect()
         done: list[Migration] = []
-        quoted = _quote_ident(self._schema)
-        try:
+        quoted = quote_ident(self._schema)
+        with self._errors.translated():
             async with pool.acquire() as conn:
                 while True:
                     async with conn.transaction():
@@ -496,8 +337,6 @@ class PostgresStore:
                             migration.checksum,
                         )
                     done.append(migration)
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
         return done
 
     # -- the contract -----------------------------------------------------------------------
@@ -526,9 +365,9 @@ class PostgresStore:
         lease_ttl: float,
         retention: float,
     ) -> Reservation:
-        check_identity(key, scope, fingerprint, max_key_length=self._max_key_length)
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        retention = check_duration("retention", retention)
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
         token = new_token()
         row = await self._fetchrow(
             "reserve",
@@ -537,8 +376,9 @@ class PostgresStore:
             key,
             fingerprint,
             token,
-            _seconds(lease_ttl),
-            _seconds(retention),
+            seconds(lease_ttl),
+            # The function's retention is the row's: never shorter than the lease.
+            seconds(retention_while_held(lease_ttl, retention)),
         )
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
@@ -546,18 +386,13 @@ class PostgresStore:
             return Reservation(outcome, lease=lease, takeover=row["takeover"])
         return Reservation(outcome, record=self._record(scope, key, row))
 
-    def _may_hold(self, lease: Lease) -> bool:
-        """``InvalidKeyError`` for a key or scope no record could have; else whether a row
-        could hold ``lease`` at all (a forged fence or token owns nothing: no I/O)."""
-        check_identity(lease.key, lease.scope, max_key_length=self._max_key_length)
-        return not lease_owns_nothing(lease)
-
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        response = check_response(response)
-        keep = check_duration("retention", retention if retention is not None else lease.retention)
-        if not self._may_hold(lease):
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
             return False
         done: bool = await self._fetchval(
             "complete",
@@ -565,15 +400,15 @@ class PostgresStore:
             lease.key,
             lease.token,
             lease.fence,
-            response,
-            _seconds(keep),
+            checked[0],
+            seconds(checked[1]),
             self._channel,
             self._lock_key(lease.scope, lease.key),
         )
         return done
 
     async def release(self, lease: Lease) -> bool:
-        if not self._may_hold(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             return False
         done: bool = await self._fetchval(
             "release",
@@ -588,64 +423,55 @@ class PostgresStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not self._may_hold(lease):
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
             return None
         deadline = await self._fetchval(
-            "extend", lease.scope, lease.key, lease.token, lease.fence, _seconds(lease_ttl)
+            "extend",
+            lease.scope,
+            lease.key,
+            lease.token,
+            lease.fence,
+            seconds(lease_ttl),
+            seconds(retention_while_held(lease_ttl, lease.retention)),
         )
         if deadline is None:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
     async def get(self, key: str, *, scope: str = "") -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         row = await self._fetchrow("get", scope, key)
         return None if row is None else self._record(scope, key, row)
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        check_identity(key, scope, max_key_length=self._max_key_length)
-        timeout = check_timeout(timeout)
-        await self._ensure_ready()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        """Woken by NOTIFY through the store's listener connection; polls while it is down.
+        Every read, and opening the listener, is bounded by what is left of ``timeout``."""
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
         lock_key = self._lock_key(scope, key)
-        event = asyncio.Event()
-        # Subscribe before the first read: a notification between the read and the sleep
-        # must not be lost.
-        self._waiters.setdefault(lock_key, set()).add(event)
-        try:
-            listening = await self._ensure_listener()
-            poll = _POLL_FIRST
-            while True:
-                event.clear()
-                row = await self._fetchrow("get", scope, key)
-                if row is None:
-                    return None
-                record = self._record(scope, key, row)
-                if record.status is Status.COMPLETED:
-                    return record
-                assert record.lease_expires_at is not None
-                lease_left = record.lease_expires_at - row["now"]
-                remaining = deadline - loop.time()
-                if lease_left <= 0 or remaining <= 0:
-                    return record
-                if listening and self._listener is not None:
-                    pause = _LISTENING_RECHECK
-                else:
-                    pause, poll = poll, min(poll * 2, _POLL_MAX)
-                    listening = await self._ensure_listener()
-                # Also wake when the lease lapses: nobody notifies that.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(pause, remaining, lease_left))
-        finally:
-            waiters = self._waiters.get(lock_key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[lock_key]
+
+        async def read() -> Sighting:
+            row = await self._fetchrow("get", scope, key)
+            if row is None:
+                return Sighting(None, 0.0)
+            return Sighting(self._record(scope, key, row), row["now"])
+
+        async def subscribe() -> Subscription:
+            # Registered before the listener may connect: a NOTIFY meanwhile is not lost.
+            subscription = Subscription(self._waiters, lock_key, self._listening)
+            try:
+                await self._ensure_listener()
+            except BaseException:
+                # Cut off by the wait's deadline while connecting: the loop never sees it.
+                subscription.close()
+                raise
+            return subscription
+
+        return await wait_for_holder(
+            read, timeout=timeout, unavailable=self._errors.translate, subscribe=subscribe
+        )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
-        check_identity(key, scope, max_key_length=self._max_key_length)
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
         existed: bool = await self._fetchval(
             "delete", scope, key, self._channel, self._lock_key(scope, key)
         )
@@ -662,30 +488,15 @@ class PostgresStore:
                 break
         return removed
 
-    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
-        """One aggregate query (COUNT ... FILTER) over the table: a sequential scan of it,
-        read-only and lock-free; ``limit`` does not apply."""
-        row = await self._fetchrow("stats")
-        in_progress, lapsed, completed, expired, oldest, total = row
-        return StoreStats(
-            in_progress=in_progress,
-            lapsed=lapsed,
-            completed=completed,
-            expired=expired,
-            oldest_in_progress_age=oldest,
-            scanned=total,
-            complete=True,
-            method="one COUNT ... FILTER query over idemstore_records (a sequential scan)",
-        )
-
     async def ping(self) -> None:
         pool = await self._ensure_ready()
-        try:
+        with self._errors.translated():
             await pool.fetchval("SELECT 1")
-        except _DRIVER_ERRORS as exc:
-            raise _driver_error(exc, self._redacted) from exc
 
     # -- LISTEN/NOTIFY --------------------------------------------------------------------------
+
+    def _listening(self) -> bool:
+        return self._listener is not None and not self._listener.is_closed()
 
     def _on_notify(self, connection: Any, pid: int, channel: str, payload: str) -> None:
         try:
@@ -735,7 +546,7 @@ class PostgresStore:
                 )
                 await connection.add_listener(self._channel, self._on_notify)
                 connection.add_termination_listener(self._on_listener_lost)
-            except _DRIVER_ERRORS:
+            except self._errors.catches:
                 self._listener_retry_at = loop.time() + _LISTENER_RETRY
                 if connection is not None:
                     connection.terminate()
@@ -762,7 +573,7 @@ class PostgresStore:
         if pool is not None:
             try:
                 await asyncio.wait_for(pool.close(), self._command_timeout)
-            except (*_DRIVER_ERRORS, TimeoutError):
+            except self._errors.catches:
                 pool.terminate()
 
     async def __aenter__(self) -> Self:

@@ -1,0 +1,212 @@
+"""How a record is one DynamoDB item: its attributes, the expressions that read and write it,
+and the conversions between items and ``Record``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from idemstore.protocol import Record, Status
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "COMPLETE_UPDATE",
+    "EXTEND_CONDITION",
+    "EXTEND_UPDATE",
+    "HOLDER_CONDITION",
+    "HOLDER_NAMES",
+    "ITEM_LIMIT",
+    "RELEASE_UPDATE",
+    "RESERVE_CONDITION",
+    "RESERVE_NAMES",
+    "RESERVE_UPDATE",
+    "SWEEP_FILTER",
+    "TTL_ATTRIBUTE",
+    "confirmed_retry",
+    "decode_record",
+    "encode_response",
+    "error_code",
+    "error_message",
+    "integer",
+    "names",
+    "number",
+    "partition_key",
+    "text",
+    "utf8_len",
+]
+
+# -- the item ------------------------------------------------------------------------------
+#
+# pk               S  SHA-256 (hex) of scope NUL key: fixed size whatever the scope and key
+#                     (DynamoDB caps a partition key at 2048 bytes) and evenly spread over
+#                     partitions; NUL cannot occur in either, so no two identities collide.
+# scope, key       S  the identity as given, returned by reads
+# fingerprint      S
+# status           S  in_progress | completed | released (a tombstone that keeps the fence)
+# token            S  owner token of the current or last lease
+# fence            N  rises with every acquisition while the item exists
+# created_at       N  epoch seconds (float)
+# expires_at       N  retention deadline (float); past it the item is absent for every read
+# lease_expires_at N  only while in progress
+# response         B  only when completed; zlib-compressed when ``compressed`` is true
+# compressed       BOOL
+# ttl              N  whole epoch seconds for DynamoDB TTL: expires_at + clock_skew, rounded up
+# op               S  nonce of the last complete/release/extend (see _confirmed_retry)
+
+TTL_ATTRIBUTE = "ttl"
+ITEM_LIMIT = 400 * 1024  # DynamoDB's item size limit, names and values together
+
+_NAMES = {
+    "#pk": "pk",
+    "#scope": "scope",
+    "#key": "key",
+    "#fp": "fingerprint",
+    "#status": "status",
+    "#token": "token",
+    "#fence": "fence",
+    "#created": "created_at",
+    "#exp": "expires_at",
+    "#lease": "lease_expires_at",
+    "#response": "response",
+    "#compressed": "compressed",
+    "#ttl": TTL_ATTRIBUTE,
+    "#op": "op",
+}
+
+# ``:horizon`` is now - clock_skew: a deadline has passed once it is at or before it.
+
+# Whom reserve may replace, in one atomic step: nobody (no item); a record past retention
+# (absent to every read; TTL may not have deleted it yet); a released tombstone; or a lapsed
+# lease of the *same* fingerprint (a takeover: a mismatch never takes a key over). Anything
+# else fails the condition and comes back as ALL_OLD, so a lost race costs no GetItem.
+RESERVE_CONDITION = (
+    "attribute_not_exists(#pk)"
+    " OR #exp <= :horizon"
+    " OR #status = :released"
+    " OR (#status = :in_progress AND #lease <= :horizon AND #fp = :fp)"
+)
+# The fence is read and raised inside the same write, so two reservers can never be handed
+# the same fence, and a tombstone or expired item that still exists passes its fence on.
+RESERVE_UPDATE = (
+    "SET #scope = :scope, #key = :key, #fp = :fp, #status = :in_progress, #token = :token,"
+    " #created = :now, #exp = :exp, #lease = :lease, #ttl = :ttl,"
+    " #fence = if_not_exists(#fence, :zero) + :one"
+    " REMOVE #response, #compressed, #op"
+)
+RESERVE_NAMES = (
+    *("#pk", "#scope", "#key", "#fp", "#status", "#token", "#fence", "#created"),
+    *("#exp", "#lease", "#ttl", "#response", "#compressed", "#op"),
+)
+
+# Only the current holder may finish: its token AND fence (a stale owner's lease carries an
+# older pair once a takeover or re-claim happened), still in progress (a completed record is
+# never rewritten, a released one never revived), and not past retention (an expired record
+# is absent: finishing it would resurrect it under a reserver that already saw it gone).
+HOLDER_CONDITION = (
+    "#token = :token AND #fence = :fence AND #status = :in_progress AND #exp > :horizon"
+)
+# ``extend`` also refuses a lapsed lease: someone else may already be entitled to take it.
+EXTEND_CONDITION = HOLDER_CONDITION + " AND #lease > :horizon"
+
+COMPLETE_UPDATE = (
+    "SET #status = :completed, #response = :response, #compressed = :compressed,"
+    " #exp = :exp, #ttl = :ttl, #op = :op REMOVE #lease"
+)
+# A tombstone keeps fence and retention: the next acquisition continues the fence.
+RELEASE_UPDATE = "SET #status = :released, #op = :op REMOVE #lease"
+# A heartbeat restarts retention too (``:exp`` is at least the new lease): a live lease keeps
+# its item, and DynamoDB's TTL follows.
+EXTEND_UPDATE = "SET #lease = :lease, #exp = :exp, #ttl = :ttl, #op = :op"
+HOLDER_NAMES = ("#token", "#fence", "#status", "#exp", "#op")
+
+# Sweep deletes only what is still past retention when the delete lands: a key reserved
+# again between the scan and the delete is left alone.
+SWEEP_FILTER = "#exp <= :horizon"
+
+
+def names(*placeholders: str) -> dict[str, str]:
+    # DynamoDB rejects unused placeholders, so each request names exactly what it uses.
+    return {p: _NAMES[p] for p in placeholders}
+
+
+def number(value: float) -> dict[str, str]:
+    return {"N": repr(float(value))}
+
+
+def integer(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def text(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def partition_key(scope: str, key: str) -> dict[str, dict[str, str]]:
+    digest = hashlib.sha256(scope.encode() + b"\x00" + key.encode()).hexdigest()
+    return {"pk": {"S": digest}}
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode())
+
+
+def decode_record(item: Mapping[str, Any]) -> Record:
+    status = Status(item["status"]["S"])
+    response: bytes | None = None
+    if status is Status.COMPLETED and "response" in item:
+        response = bytes(item["response"]["B"])
+        if item.get("compressed", {}).get("BOOL", False):
+            response = zlib.decompress(response)
+    elif status is Status.COMPLETED:
+        response = b""
+    lease = item.get("lease_expires_at")
+    return Record(
+        scope=item["scope"]["S"],
+        key=item["key"]["S"],
+        fingerprint=item["fingerprint"]["S"],
+        status=status,
+        token=item["token"]["S"],
+        fence=int(item["fence"]["N"]),
+        response=response,
+        created_at=float(item["created_at"]["N"]),
+        expires_at=float(item["expires_at"]["N"]),
+        lease_expires_at=(
+            float(lease["N"]) if status is Status.IN_PROGRESS and lease is not None else None
+        ),
+    )
+
+
+def confirmed_retry(exc: BaseException, op: str) -> bool:
+    """Whether a failed holder write had in fact landed: the SDK retried it (say, after a
+    timeout) and the retry found the nonce of its own first attempt."""
+    item = getattr(exc, "response", {}).get("Item") or {}
+    return bool(item.get("op", {}).get("S") == op)
+
+
+def error_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code is not None else None
+    return None
+
+
+def error_message(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Message", ""))
+    return str(exc)
+
+
+def encode_response(response: bytes, compress_min_bytes: int) -> tuple[bytes, bool]:
+    """The response as stored, and whether it is zlib-compressed: only from
+    ``compress_min_bytes`` on, and only when that makes it smaller."""
+    if len(response) >= compress_min_bytes and response:
+        packed = zlib.compress(response, 6)
+        if len(packed) < len(response):
+            return packed, True
+    return response, False

@@ -1,0 +1,599 @@
+"""The DynamoDB store: the client, URL options, and the contract as conditional writes.
+
+Every operation is one HTTP request on one long-lived aiobotocore client: ``reserve`` is a
+conditional ``UpdateItem`` (it continues the fence in the same request, which a ``PutItem``
+cannot), ``complete``/``release``/``extend`` are ``UpdateItem`` conditioned on token and
+fence, ``get`` is a ``GetItem`` with ``ConsistentRead``, ``delete`` a ``DeleteItem``. Times
+come from the client's clock; ``clock_skew`` (seconds) is the margin by which every deadline
+is pushed out before it counts as passed. See docs/backends/dynamodb.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+import time
+from typing import TYPE_CHECKING, Any, Self
+
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
+)
+from idemstore.backends.dynamodb.client_errors import driver_errors
+from idemstore.backends.dynamodb.items import (
+    COMPLETE_UPDATE,
+    EXTEND_CONDITION,
+    EXTEND_UPDATE,
+    HOLDER_CONDITION,
+    HOLDER_NAMES,
+    ITEM_LIMIT,
+    RELEASE_UPDATE,
+    RESERVE_CONDITION,
+    RESERVE_NAMES,
+    RESERVE_UPDATE,
+    confirmed_retry,
+    decode_record,
+    encode_response,
+    error_code,
+    integer,
+    names,
+    number,
+    partition_key,
+    text,
+    utf8_len,
+)
+from idemstore.backends.dynamodb.stats import stats as count_records
+from idemstore.backends.dynamodb.table import Table
+from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
+from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
+from idemstore.records import (
+    MAX_FINGERPRINT_LENGTH,
+    MAX_KEY_LENGTH,
+    check_duration,
+    check_limit,
+    new_token,
+)
+from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import TracebackType
+
+__all__ = ["DynamoDBStore"]
+
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+# DynamoDB numbers stop at 9.99e125; deadlines are clamped to the year 9999.
+_MAX_DEADLINE = 253402300799.0
+# Bytes an item takes besides the identity strings and the response: attribute names, the
+# pk, token, op, numbers (at most 21 bytes each) and the flag, with room to spare.
+_ITEM_OVERHEAD = 512
+_RESERVE_ATTEMPTS = 5
+
+
+class DynamoDBStore:
+    """Records as items of one DynamoDB table, one request per operation.
+
+    Build it with ``open_store("dynamodb://TABLE?region=…")`` or ``DynamoDBStore.from_url``.
+    ``session`` (an ``aiobotocore`` session) and ``clock`` (epoch seconds) may be injected.
+    """
+
+    __slots__ = (
+        "_auto_create",
+        "_client",
+        "_clock",
+        "_closed",
+        "_compress_min_bytes",
+        "_config",
+        "_connect_lock",
+        "_endpoint_url",
+        "_errors",
+        "_max_key_length",
+        "_profile",
+        "_region",
+        "_session",
+        "_skew",
+        "_stack",
+        "_table",
+        "_tables",
+        "_url",
+    )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
+
+    def __init__(
+        self,
+        table: str,
+        *,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        profile: str | None = None,
+        auto_create: bool = False,
+        clock_skew: float = 0.1,
+        compress_min_bytes: int = 1024,
+        max_attempts: int = 3,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 5.0,
+        max_pool_connections: int = 50,
+        max_key_length: int = MAX_KEY_LENGTH,
+        session: Any = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(table, str) or not _TABLE_NAME.match(table):
+            raise ConfigurationError(
+                f"DynamoDB table name {table!r} is invalid: 3 to 255 characters of "
+                "A-Z a-z 0-9 _ . -"
+            )
+        if isinstance(endpoint_url, str) and "@" in endpoint_url.split("?", 1)[0]:
+            # botocore logs and reports the endpoint as given, password and all; DynamoDB
+            # signs requests with AWS credentials and never reads these.
+            raise ConfigurationError(
+                "endpoint_url must not carry a user or password (DynamoDB takes credentials "
+                f"from the AWS chain): {redact_url(endpoint_url)!r}"
+            )
+        if not callable(clock):
+            raise ConfigurationError(
+                f"clock must be a callable returning epoch seconds, not {clock!r}"
+            )
+        if not math.isfinite(clock_skew) or clock_skew < 0:
+            raise ConfigurationError(f"clock_skew must be >= 0 seconds, not {clock_skew!r}")
+        if compress_min_bytes < 0:
+            raise ConfigurationError(f"compress_min_bytes must be >= 0, not {compress_min_bytes!r}")
+        if max_attempts < 1 or max_pool_connections < 1:
+            raise ConfigurationError("max_attempts and max_pool_connections must be at least 1")
+        for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+            check_duration(name, seconds)
+        self._table = table
+        self._region = region
+        self._endpoint_url = endpoint_url
+        self._profile = profile
+        self._auto_create = auto_create
+        self._skew = float(clock_skew)
+        self._compress_min_bytes = compress_min_bytes
+        self._config = {
+            # "standard" retries throttling and transient errors with backoff; past
+            # max_attempts the error surfaces as StoreUnavailableError.
+            "retries": {"max_attempts": max_attempts, "mode": "standard"},
+            "connect_timeout": float(connect_timeout),
+            "read_timeout": float(read_timeout),
+            "max_pool_connections": max_pool_connections,
+        }
+        self._max_key_length = max_key_length
+        self._session = session
+        self._clock = clock
+        self._url = f"dynamodb://{table}"
+        where = f"DynamoDB table {table!r}"
+        if endpoint_url:
+            where += f" at {redact_url(endpoint_url)}"
+        self._errors = driver_errors(where, self._url)
+        self._tables = Table(table, self._url, self._errors)
+        self._client: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._connect_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """``dynamodb://TABLE``; options: region, endpoint_url, profile, auto_create,
+        clock_skew, compress_min_bytes, max_attempts, connect_timeout, read_timeout,
+        max_pool_connections, max_key_length (and ``session``, ``clock`` as keywords)."""
+        parsed = parse_store_url(url, options)
+        if parsed.username is not None or parsed.password is not None or parsed.port is not None:
+            # Not a table name; and the error must not echo a password.
+            raise ConfigurationError(
+                "a DynamoDB store URL takes no user, password or port (credentials come from "
+                f"the AWS chain): dynamodb://TABLE?region=..., not {redact_url(url)!r}"
+            )
+        if parsed.path not in ("", "/") or not parsed.netloc:
+            raise ConfigurationError(
+                f"a DynamoDB store URL names its table: dynamodb://TABLE?region=..., "
+                f"not {redact_url(url)!r}"
+            )
+        opts = parsed.options
+        store = cls(
+            parsed.netloc,
+            region=_pop_optional_str(opts, "region"),
+            endpoint_url=_pop_optional_str(opts, "endpoint_url"),
+            profile=_pop_optional_str(opts, "profile"),
+            auto_create=pop_bool(opts, "auto_create", False),
+            clock_skew=pop_float(opts, "clock_skew", 0.1),
+            compress_min_bytes=pop_int(opts, "compress_min_bytes", 1024),
+            max_attempts=pop_int(opts, "max_attempts", 3),
+            connect_timeout=pop_float(opts, "connect_timeout", 2.0),
+            read_timeout=pop_float(opts, "read_timeout", 5.0),
+            max_pool_connections=pop_int(opts, "max_pool_connections", 50),
+            max_key_length=pop_int(opts, "max_key_length", MAX_KEY_LENGTH),
+            session=opts.pop("session", None),
+            clock=opts.pop("clock", time.time),
+        )
+        parsed.reject_unknown()
+        return store
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this DynamoDBStore is closed")
+
+    async def _connect(self) -> Any:
+        self._check_open()
+        if self._client is not None:
+            return self._client
+        async with self._connect_lock:
+            self._check_open()
+            if self._client is not None:
+                return self._client
+            from aiobotocore.config import AioConfig
+            from aiobotocore.session import AioSession
+
+            session = self._session or AioSession(profile=self._profile)
+            stack = contextlib.AsyncExitStack()
+            try:
+                client = await stack.enter_async_context(
+                    session.create_client(
+                        "dynamodb",
+                        region_name=self._region,
+                        endpoint_url=self._endpoint_url,
+                        config=AioConfig(**self._config),
+                    )
+                )
+            except Exception as exc:
+                await stack.aclose()
+                raise self._errors.translate(exc) from exc
+            if self._auto_create:
+                try:
+                    await self._tables.create(client)
+                except BaseException:
+                    await stack.aclose()
+                    raise
+            if self._closed:
+                # close() ran while the client was being built: it would outlive the store.
+                with contextlib.suppress(Exception):
+                    await stack.aclose()
+                self._check_open()
+            self._stack = stack
+            self._client = client
+        return client
+
+    async def _call(self, operation: str, **request: Any) -> dict[str, Any]:
+        """One request; every driver error mapped (``ConditionalCheckFailedException`` is
+        left to the caller, which needs its ``Item``)."""
+        client = await self._connect()
+        try:
+            response: dict[str, Any] = await getattr(client, operation)(
+                TableName=self._table, **request
+            )
+        except Exception as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise
+            raise self._errors.translate(exc) from exc
+        return response
+
+    # -- encoding ----------------------------------------------------------------------------
+
+    def _horizon(self, now: float) -> dict[str, str]:
+        return number(now - self._skew)
+
+    def _ttl(self, expires_at: float) -> dict[str, str]:
+        return integer(math.ceil(expires_at + self._skew))
+
+    def _live(self, item: Mapping[str, Any] | None, now: float) -> bool:
+        return (
+            item is not None
+            and "status" in item
+            and item["status"]["S"] != "released"
+            and float(item["expires_at"]["N"]) > now - self._skew
+        )
+
+    # -- the contract ------------------------------------------------------------------------
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
+        for _ in range(_RESERVE_ATTEMPTS):
+            outcome = await self._try_reserve(key, fingerprint, scope, lease_ttl, retention)
+            if outcome is not None:
+                return outcome
+        raise StoreUnavailableError(
+            f"reserve of {key!r} kept failing its condition without a readable record "
+            f"({_RESERVE_ATTEMPTS} attempts): the item is being rewritten concurrently"
+        )
+
+    async def _try_reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
+    ) -> Reservation | None:
+        now = self._clock()
+        token = new_token()
+        expires_at = min(now + retention_while_held(lease_ttl, retention), _MAX_DEADLINE)
+        lease_expires_at = min(now + lease_ttl, _MAX_DEADLINE)
+        try:
+            response = await self._call(
+                "update_item",
+                Key=partition_key(scope, key),
+                UpdateExpression=RESERVE_UPDATE,
+                ConditionExpression=RESERVE_CONDITION,
+                ExpressionAttributeNames=names(*RESERVE_NAMES),
+                ExpressionAttributeValues={
+                    ":scope": text(scope),
+                    ":key": text(key),
+                    ":fp": text(fingerprint),
+                    ":in_progress": text(Status.IN_PROGRESS.value),
+                    ":released": text("released"),
+                    ":token": text(token),
+                    ":now": number(now),
+                    ":exp": number(expires_at),
+                    ":lease": number(lease_expires_at),
+                    ":ttl": self._ttl(expires_at),
+                    ":horizon": self._horizon(now),
+                    ":zero": integer(0),
+                    ":one": integer(1),
+                },
+                # The old item tells us the fence we just raised and whether it was a takeover.
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except Exception as exc:
+            existing = await self._failed_item(exc, scope, key)
+            if existing is None:
+                return None  # gone between the write and the read: try again
+            if existing.get("token", {}).get("S") == token:
+                # The SDK retried a write that had landed: the key is ours.
+                record = decode_record(existing)
+                assert record.lease_expires_at is not None
+                lease = Lease(scope, key, token, record.fence, record.lease_expires_at, retention)
+                return Reservation(Outcome.ACQUIRED, lease=lease)
+            if not self._live(existing, now):
+                return None  # became reservable after our condition was evaluated
+            record = decode_record(existing)
+            if record.fingerprint != fingerprint:
+                return Reservation(Outcome.MISMATCH, record=record)
+            if record.status is Status.COMPLETED:
+                return Reservation(Outcome.COMPLETED, record=record)
+            return Reservation(Outcome.IN_PROGRESS, record=record)
+        old = response.get("Attributes")
+        fence = int(old["fence"]["N"]) + 1 if old and "fence" in old else 1
+        takeover = bool(
+            old and self._live(old, now) and old["status"]["S"] == Status.IN_PROGRESS.value
+        )
+        lease = Lease(scope, key, token, fence, lease_expires_at, retention)
+        return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover)
+
+    async def _failed_item(self, exc: Exception, scope: str, key: str) -> Mapping[str, Any] | None:
+        """The item a conditional write failed on (``ALL_OLD``); re-raise anything else.
+
+        Endpoints that ignore ``ReturnValuesOnConditionCheckFailure`` (older DynamoDB Local)
+        get one consistent ``GetItem`` instead.
+        """
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise exc
+        item: Mapping[str, Any] | None = getattr(exc, "response", {}).get("Item")
+        if item is None:
+            read = await self._call("get_item", Key=partition_key(scope, key), ConsistentRead=True)
+            item = read.get("Item")
+        return item
+
+    async def _holder_write(
+        self,
+        lease: Lease,
+        update: str,
+        condition: str,
+        placeholders: tuple[str, ...],
+        values: dict[str, Any],
+        now: float,
+    ) -> bool:
+        """A write only the lease holder may make; ``False`` when fenced out."""
+        op = new_token()
+        try:
+            await self._call(
+                "update_item",
+                Key=partition_key(lease.scope, lease.key),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names(*placeholders),
+                ExpressionAttributeValues={
+                    ":token": text(lease.token),
+                    ":fence": integer(lease.fence),
+                    ":in_progress": text(Status.IN_PROGRESS.value),
+                    ":horizon": self._horizon(now),
+                    ":op": text(op),
+                    **values,
+                },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except Exception as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return confirmed_retry(exc, op)
+        return True
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
+            self._check_open()
+            return False
+        response, keep = checked
+        stored, compressed = encode_response(response, self._compress_min_bytes)
+        size = (
+            _ITEM_OVERHEAD
+            + utf8_len(lease.scope)
+            + utf8_len(lease.key)
+            + 4 * MAX_FINGERPRINT_LENGTH
+            + len(stored)
+        )
+        if size > ITEM_LIMIT:
+            # Refused before any I/O: the record stays in progress and the lease can still
+            # be released (or completed with a smaller response).
+            raise ResponseTooLargeError(
+                f"the response is {len(response)} bytes ({len(stored)} stored"
+                f"{' after zlib' if compressed else ''}); with the record it would exceed "
+                f"DynamoDB's 400 KB item limit. Store large results elsewhere and record a "
+                "reference, or release the lease"
+            )
+        now = self._clock()
+        expires_at = min(now + keep, _MAX_DEADLINE)
+        return await self._holder_write(
+            lease,
+            COMPLETE_UPDATE,
+            HOLDER_CONDITION,
+            (*HOLDER_NAMES, "#response", "#compressed", "#ttl", "#lease"),
+            {
+                ":completed": text(Status.COMPLETED.value),
+                ":response": {"B": stored},
+                ":compressed": {"BOOL": compressed},
+                ":exp": number(expires_at),
+                ":ttl": self._ttl(expires_at),
+            },
+            now,
+        )
+
+    async def release(self, lease: Lease) -> bool:
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            self._check_open()
+            return False
+        return await self._holder_write(
+            lease,
+            RELEASE_UPDATE,
+            HOLDER_CONDITION,
+            (*HOLDER_NAMES, "#lease"),
+            {":released": text("released")},
+            self._clock(),
+        )
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            self._check_open()
+            return None
+        now = self._clock()
+        deadline = min(now + lease_ttl, _MAX_DEADLINE)
+        expires_at = min(now + retention_while_held(lease_ttl, lease.retention), _MAX_DEADLINE)
+        extended = await self._holder_write(
+            lease,
+            EXTEND_UPDATE,
+            EXTEND_CONDITION,
+            (*HOLDER_NAMES, "#lease", "#ttl"),
+            {":lease": number(deadline), ":exp": number(expires_at), ":ttl": self._ttl(expires_at)},
+            now,
+        )
+        if not extended:
+            return None
+        return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        return (await self._read(key, scope)).record
+
+    async def _read(self, key: str, scope: str) -> Sighting:
+        response = await self._call("get_item", Key=partition_key(scope, key), ConsistentRead=True)
+        item = response.get("Item")
+        now = self._clock()
+        record = decode_record(item) if item is not None and self._live(item, now) else None
+        # A lease counts as lapsed once the skew margin has passed too (as for takeover).
+        return Sighting(record, now - self._skew)
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        """DynamoDB cannot push: the shared loop polls with capped backoff, every read bounded
+        by the time left (the SDK's timeouts and retries could otherwise hold one far past
+        ``timeout``)."""
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
+        return await wait_for_holder(
+            lambda: self._read(key, scope), timeout=timeout, unavailable=self._errors.translate
+        )
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        response = await self._call(
+            "delete_item", Key=partition_key(scope, key), ReturnValues="ALL_OLD"
+        )
+        return self._live(response.get("Attributes"), self._clock())
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` items past retention, found by a ``Scan`` of the table.
+
+        With DynamoDB TTL enabled this is never needed (reads already hide expired items):
+        it costs a read of the whole table. Each delete is conditioned on the item still
+        being expired.
+        """
+        limit = check_limit(limit)
+        return await self._tables.sweep(self._call, self._horizon(self._clock()), limit)
+
+    async def ping(self) -> None:
+        # A data-plane read of an item that never exists: proves endpoint, credentials and
+        # table (DescribeTable has a far lower rate limit).
+        await self._call(
+            "get_item",
+            Key={"pk": {"S": "idemstore-ping"}},
+            ProjectionExpression="#pk",
+            ExpressionAttributeNames=names("#pk"),
+        )
+
+    async def close(self) -> None:
+        self._closed = True
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+
+    async def __aenter__(self) -> Self:
+        # Fail at startup, not on the first request, when the endpoint, the credentials or
+        # the table are wrong (``__aexit__`` will not run then: close here).
+        try:
+            await self._connect()
+            await self.ping()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- the table (for `idemstore migrate`) ------------------------------------------------
+
+    def table_definition(self) -> dict[str, Any]:
+        """The table as JSON: the ``CreateTable`` request plus ``TimeToLiveSpecification``,
+        which is also the shape of a CloudFormation ``AWS::DynamoDB::Table``'s Properties."""
+        return self._tables.definition()
+
+    async def table_status(self) -> dict[str, Any]:
+        """``{"table", "exists", "status", "key_schema_ok", "ttl_enabled", "ttl_attribute",
+        "billing_mode"}``; a missing table gives ``exists: False`` (and no error)."""
+        return await self._tables.status(await self._connect())
+
+    async def create_table(self) -> bool:
+        """Create the table (on-demand billing), wait until it is active, enable TTL; False
+        when it already existed as needed. Another key schema raises ``SchemaError``."""
+        return await self._tables.create(await self._connect())
+
+
+def _pop_optional_str(options: dict[str, Any], name: str) -> str | None:
+    value = options.pop(name, None)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigurationError(f"option {name} must be a string, not {value!r}")
+    return value

@@ -1,0 +1,143 @@
+"""The SQL of the PostgreSQL backend and the small pure helpers around it.
+
+Statements are templates: ``{s}`` is the store's quoted schema. The functions they call are
+installed by ``migrations/postgres``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = [
+    "APPLIED_MIGRATIONS",
+    "COMPLETE",
+    "CONNECTION_PARAMETERS",
+    "CREATE_VERSIONS_TABLE",
+    "DELETE",
+    "EXTEND",
+    "GET",
+    "MAX_SECONDS",
+    "RELEASE",
+    "RESERVE",
+    "SCHEMA_NAME",
+    "SWEEP_BATCH",
+    "hash64",
+    "quote_ident",
+    "seconds",
+]
+
+# Durations past this many seconds (about 100 years) are clamped: PostgreSQL's timestamps end
+# in the year 294276 and an overflowing interval would be an error, not "forever".
+MAX_SECONDS = 3.2e9
+
+# A schema name we can quote safely and that fits PostgreSQL's 63-byte identifiers.
+SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+# libpq-style connection parameters asyncpg understands; every other query parameter is ours.
+CONNECTION_PARAMETERS = frozenset(
+    {
+        "host",
+        "port",
+        "user",
+        "password",
+        "dbname",
+        "database",
+        "passfile",
+        "service",
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "application_name",
+    }
+)
+
+RECORD_COLUMNS = """
+    fingerprint, status, token, fence, response,
+    extract(epoch FROM created_at)::float8 AS created_at,
+    extract(epoch FROM expires_at)::float8 AS expires_at,
+    CASE WHEN status = 'in_progress'
+         THEN extract(epoch FROM lease_expires_at)::float8 END AS lease_expires_at"""
+
+# {s} is the quoted schema.
+RESERVE = "SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)"
+COMPLETE = "SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)"
+RELEASE = "SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)"
+DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
+
+# extend: the holder check of complete, plus "the lease has not lapsed": extending a lapsed
+# lease would let its holder keep a key others were already entitled to take. Re-evaluated on
+# the newest row after a concurrent takeover commits, so a fenced-out holder extends nothing.
+# Retention restarts with the heartbeat ($6 is at least the lease): a live lease keeps its row.
+EXTEND = """
+UPDATE {s}.idemstore_records
+   SET lease_expires_at = clock_timestamp() + make_interval(secs => $5),
+       expires_at = clock_timestamp() + make_interval(secs => $6)
+ WHERE id = {s}.idemstore_id($1, $2) AND token = $3 AND fence = $4
+   AND status = 'in_progress' AND NOT released
+   AND expires_at > clock_timestamp() AND lease_expires_at > clock_timestamp()
+RETURNING extract(epoch FROM lease_expires_at)::float8"""
+
+# get/wait: released rows and rows past retention do not exist for any read, swept or not.
+# ``now`` is the database clock, so ``wait`` can tell when a lease lapses by the same clock.
+GET = (
+    "SELECT"
+    + RECORD_COLUMNS
+    + """,
+    extract(epoch FROM clock_timestamp())::float8 AS now
+  FROM {s}.idemstore_records
+ WHERE id = {s}.idemstore_id($1, $2) AND NOT released AND expires_at > clock_timestamp()"""
+)
+
+# sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
+# never waits for a row that a reserve is taking over or another sweeper is deleting. The
+# deadline is checked again on the row actually deleted.
+SWEEP_BATCH = """
+WITH gone AS (
+    DELETE FROM {s}.idemstore_records
+     WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM {s}.idemstore_records
+              WHERE expires_at <= clock_timestamp()
+              LIMIT $1
+                FOR UPDATE SKIP LOCKED))
+       AND expires_at <= clock_timestamp()
+    RETURNING 1)
+SELECT count(*) FROM gone"""
+
+APPLIED_MIGRATIONS = """
+SELECT name, checksum, extract(epoch FROM applied_at)::float8
+  FROM {s}.idemstore_migrations ORDER BY name"""
+
+CREATE_VERSIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS {s}.idemstore_migrations (
+    name       text PRIMARY KEY,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)"""
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def hash64(*parts: str) -> int:
+    """A signed 64-bit hash of ``parts``, each length-prefixed so parts never run together."""
+    digest = hashlib.blake2b(digest_size=8, person=b"idemstore")
+    for part in parts:
+        data = part.encode("utf-8")
+        digest.update(len(data).to_bytes(4, "big"))
+        digest.update(data)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def seconds(value: float) -> float:
+    return min(value, MAX_SECONDS)

@@ -1,0 +1,18 @@
+"""``redis://``, ``rediss://`` and ``redis+cluster://h1:p1,h2:p2``: records in Redis hashes.
+
+Every operation is one Lua script (``lua/*.lua``) run with EVALSHA on exactly one key, so it
+is one round trip, atomic, and works unchanged on Redis Cluster. Lease and retention deadlines
+are hash fields compared with the server's ``TIME``; the key's own expiry removes a record by
+itself shortly after its retention ends (``expiry_grace``). ``wait`` is woken by a PUBLISH
+that ``complete``, ``release`` and ``delete`` send from inside their script.
+
+Modules: ``store`` (the store), ``scripts`` (loads the Lua), ``codec`` (key names and hash
+fields), ``notifier`` (the shared pub/sub connection).
+"""
+
+from __future__ import annotations
+
+from idemstore.backends.redis.codec import record_key
+from idemstore.backends.redis.store import RedisStore
+
+__all__ = ["RedisStore", "record_key"]

@@ -1,0 +1,82 @@
+"""How a record lives in Redis: its key name, and its hash fields as Python values.
+
+A record is one hash. Fields: st (p = in progress, c = completed, r = released tombstone), fp,
+tok, fen, ca / ea / la (created, retention deadline, lease deadline: microseconds of the server
+clock), tk (1 when the lease was a takeover), res (the response, raw bytes), op (the nonce of
+the complete or release that finished the lease). The key expires by itself at ea + grace;
+until then the scripts treat it as gone once ea has passed, so no read ever returns an expired
+record, yet the fence still continues.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from idemstore.protocol import Record, Status
+
+__all__ = [
+    "GLOB_SPECIAL",
+    "MAX_DURATION",
+    "decode_record",
+    "integer",
+    "micros",
+    "record_key",
+    "seconds",
+]
+
+# Braces would end the hash tag early and '%' is the escape itself. The scope also escapes
+# ':' so that the first ':' inside the tag separates scope from key: ("a:b", "c") and
+# ("a", "b:c") become "{a%3Ab:c}" and "{a:b:c}".
+_KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+_SCOPE_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D", ":": "%3A"})
+GLOB_SPECIAL = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+
+def record_key(prefix: str, scope: str, key: str) -> bytes:
+    """The Redis key of ``(scope, key)``: ``PREFIX{scope:key}``, escaped, all in the hash tag.
+
+    The whole identity is the hash tag, so a record and anything tied to it share a slot.
+    """
+    return f"{prefix}{{{scope.translate(_SCOPE_ESCAPES)}:{key.translate(_KEY_ESCAPES)}}}".encode()
+
+
+# Durations are capped at 100 years: deadlines in microseconds must stay integers a Lua double
+# holds exactly (below 2**53, about the year 2255), and PEXPIREAT refuses larger ones, so a
+# lease_ttl or retention of, say, 1e300 would otherwise fail every reserve.
+MAX_DURATION = 100 * 365.25 * 86400
+
+
+@functools.lru_cache(maxsize=256)  # callers reuse a handful of lease/retention durations
+def micros(seconds: float) -> str:
+    return str(max(1, round(min(seconds, MAX_DURATION) * 1_000_000)))
+
+
+def seconds(micros: bytes | int) -> float:
+    # float(), not int(): a deadline stored in scientific notation (by a version that let
+    # deadlines pass 1e17 us) must still read back instead of raising ValueError.
+    return float(micros) / 1_000_000
+
+
+def integer(raw: bytes | int) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return int(float(raw))
+
+
+def decode_record(scope: str, key: str, fields: list[Any]) -> Record:
+    st, fp, tok, fen, ca, ea, la, res = fields
+    status = Status.COMPLETED if st == b"c" else Status.IN_PROGRESS
+    return Record(
+        scope=scope,
+        key=key,
+        fingerprint=fp.decode(),
+        status=status,
+        token=tok.decode(),
+        fence=integer(fen),
+        response=bytes(res) if status is Status.COMPLETED and res is not None else None,
+        created_at=seconds(ca),
+        expires_at=seconds(ea),
+        lease_expires_at=seconds(la) if status is Status.IN_PROGRESS and la else None,
+    )

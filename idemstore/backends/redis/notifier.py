@@ -1,0 +1,220 @@
+"""One pub/sub connection per Redis store, shared by every ``wait`` on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisClusterException, RedisError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["Notifier", "Subscription"]
+
+_DRIVER_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
+
+
+class Notifier:
+    """One pub/sub connection per store, shared by every ``wait``.
+
+    Waiters register an event per channel (the record's key); one reader task sets the events
+    when a message arrives. When the connection fails, every waiter is woken and falls back to
+    polling until a reconnect confirms a subscription again.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_confirmations",
+        "_connect",
+        "_events",
+        "_healthy",
+        "_pubsub",
+        "_pubsub_client",
+        "_reader",
+        "_send_lock",
+        "_stale",
+    )
+
+    def __init__(self, connect: Callable[[], Awaitable[tuple[Any, Any]]]) -> None:
+        # connect() -> (client to close with the pub/sub, or None; PubSub)
+        self._connect = connect
+        self._pubsub: Any = None
+        self._pubsub_client: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._events: dict[bytes, set[asyncio.Event]] = {}
+        # Per channel, one future per SUBSCRIBE sent, resolved in order by the confirmations:
+        # True when Redis confirmed, False when the connection failed first.
+        self._confirmations: dict[bytes, list[asyncio.Future[bool]]] = {}
+        self._stale: set[bytes] = set()
+        # SUBSCRIBE and UNSUBSCRIBE go out in the order the waiters' bookkeeping changed, so
+        # an UNSUBSCRIBE for a channel nobody waited on cannot overtake a new SUBSCRIBE.
+        self._send_lock = asyncio.Lock()
+        self._healthy = False
+        self._closed = False
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    async def subscribe(self, channel: bytes, timeout: float) -> tuple[asyncio.Event, bool]:
+        """An event set on every message on ``channel``, and whether the subscription is
+        confirmed (then a PUBLISH after the caller's next read cannot be missed)."""
+        event = asyncio.Event()
+        self._events.setdefault(channel, set()).add(event)
+        self._stale.discard(channel)
+        if self._closed:
+            return event, False
+        confirmed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._send_lock:
+                    if self._pubsub is None:
+                        self._pubsub_client, self._pubsub = await self._connect()
+                    self._confirmations.setdefault(channel, []).append(confirmed)
+                    await self._pubsub.subscribe(channel)
+                if self._closed:
+                    # close() ran while this connected: the connection would outlive it.
+                    await self._close_connection()
+                    self._drop(channel, confirmed)
+                    return event, False
+                if self._reader is None or self._reader.done():
+                    self._reader = asyncio.create_task(self._read(), name="idemstore-redis-wait")
+                return event, await asyncio.shield(confirmed)
+        except _DRIVER_ERRORS:
+            self._drop(channel, confirmed)
+            return event, False
+        except asyncio.CancelledError:
+            self._drop(channel, confirmed)
+            self.release(channel, event)
+            raise
+
+    def _drop(self, channel: bytes, confirmed: asyncio.Future[bool]) -> None:
+        pending = self._confirmations.get(channel)
+        if pending and confirmed in pending:
+            pending.remove(confirmed)
+        confirmed.cancel()
+
+    def release(self, channel: bytes, event: asyncio.Event) -> None:
+        """Forget ``event``; the reader unsubscribes channels nobody waits on any more."""
+        waiting = self._events.get(channel)
+        if waiting is None:
+            return
+        waiting.discard(event)
+        if not waiting:
+            del self._events[channel]
+            self._stale.add(channel)
+
+    async def _read(self) -> None:
+        backoff = 0.05
+        while not self._closed:
+            try:
+                if self._pubsub is None:
+                    raise ConnectionError("no pub/sub connection")
+                if self._stale:
+                    async with self._send_lock:
+                        stale, self._stale = self._stale - self._events.keys(), set()
+                        if stale:
+                            await self._pubsub.unsubscribe(*stale)
+                message = await self._pubsub.get_message(timeout=1.0)
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The connection is gone (after redis-py's own reconnect attempts). Wake every
+                # waiter so it re-reads and polls, then reconnect and resubscribe.
+                self._healthy = False
+                self._fail_all()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                await self._reconnect()
+                continue
+            if message is not None:
+                self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        channel = message["channel"]
+        if kind == "message":
+            for event in self._events.get(channel, ()):
+                event.set()
+        elif kind == "subscribe":
+            self._healthy = True
+            pending = self._confirmations.get(channel)
+            if pending:
+                first = pending.pop(0)
+                if not first.done():
+                    first.set_result(True)
+                if not pending:
+                    del self._confirmations[channel]
+            else:
+                # Nobody asked: redis-py reconnected and resubscribed by itself. A message
+                # may have been lost in between, so the waiters must look again.
+                for event in self._events.get(channel, ()):
+                    event.set()
+
+    def _fail_all(self) -> None:
+        for pending in self._confirmations.values():
+            for future in pending:
+                if not future.done():
+                    future.set_result(False)
+        self._confirmations.clear()
+        for waiting in self._events.values():
+            for event in waiting:
+                event.set()
+
+    async def _reconnect(self) -> None:
+        await self._close_connection()
+        try:
+            async with self._send_lock:
+                self._pubsub_client, self._pubsub = await self._connect()
+                if self._events:
+                    await self._pubsub.subscribe(*self._events)
+        except Exception:
+            # The reader tries again after a backoff; waiters keep polling meanwhile.
+            await self._close_connection()
+
+    async def _close_connection(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        client, self._pubsub_client = self._pubsub_client, None
+        # Closing a broken connection may fail too; there is nothing left to do about it.
+        with contextlib.suppress(Exception):
+            if pubsub is not None:
+                await pubsub.aclose()
+        with contextlib.suppress(Exception):
+            if client is not None:
+                await client.aclose()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._healthy = False
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        self._fail_all()
+        await self._close_connection()
+
+
+class Subscription:
+    """One ``wait``'s interest in one channel: pushing once Redis confirmed the subscription
+    and while the pub/sub connection stays healthy."""
+
+    __slots__ = ("_channel", "_confirmed", "_notifier", "event")
+
+    def __init__(
+        self, notifier: Notifier, channel: bytes, event: asyncio.Event, confirmed: bool
+    ) -> None:
+        self._notifier = notifier
+        self._channel = channel
+        self._confirmed = confirmed
+        self.event = event
+
+    @property
+    def pushing(self) -> bool:
+        return self._confirmed and self._notifier.healthy
+
+    def close(self) -> None:
+        self._notifier.release(self._channel, self.event)

@@ -1,0 +1,584 @@
+"""The Redis store: connections, URL options, and the contract on top of the Lua scripts.
+
+Every operation is one Lua script run with EVALSHA (EVAL when the node answers NOSCRIPT) on
+exactly one key, so it is one round trip, atomic, and works unchanged on Redis Cluster. Lease
+and retention deadlines are hash fields compared with the server's ``TIME``; the key's own
+expiry removes a record by itself shortly after its retention ends (``expiry_grace``).
+``wait`` is woken by a PUBLISH that ``complete``, ``release`` and ``delete`` send from inside
+their script, on one pub/sub connection per store, and falls back to polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    retention_while_held,
+    wait_arguments,
+)
+from idemstore.backends.driver_errors import DriverErrors, Rule, unavailable
+from idemstore.backends.redis.codec import (
+    GLOB_SPECIAL,
+    MAX_DURATION,
+    decode_record,
+    integer,
+    micros,
+    record_key,
+    seconds,
+)
+from idemstore.backends.redis.notifier import Notifier, Subscription
+from idemstore.backends.redis.scripts import RANGE_ERROR, SCRIPTS, Script
+from idemstore.backends.redis.stats import stats as count_records
+from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.errors import ConfigurationError, IdemstoreError, StoreUnavailableError
+from idemstore.protocol import Lease, Outcome, Record, Reservation
+from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
+from idemstore.urls import (
+    malformed_url_error,
+    parse_store_url,
+    pop_bool,
+    pop_float,
+    pop_int,
+    pop_str,
+    redact_url,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["RedisStore"]
+
+DEFAULT_PORT = 6379
+DEFAULT_PREFIX = "idem:"
+# expiry_grace is bounded so that PEXPIREAT's argument (retention deadline + grace, in ms)
+# stays an integer a Lua number writes exactly.
+_MAX_GRACE = 100 * 365 * 86400.0
+
+# -- the store ------------------------------------------------------------------------------
+
+
+class RedisStore:
+    """A store in Redis or Redis Cluster. Build it with ``open_store(url)`` or ``from_url``.
+
+    Options (URL query parameters or keyword arguments): ``prefix`` (``idem:``), ``db``,
+    ``socket_timeout`` (5 s), ``socket_connect_timeout`` (5 s), ``retries`` (2),
+    ``operation_timeout`` (none: a hard cap on one call, retries included; without it a call
+    gives up after ``retries + 1`` attempts, each bounded by the socket timeouts),
+    ``max_connections`` (100 in-flight operations; more wait at most ``socket_timeout`` for a
+    free one), ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
+    ``max_key_length``, and for ``rediss://`` ``ssl_ca_certs``, ``ssl_certfile``,
+    ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``.
+    """
+
+    __slots__ = (
+        "_client",
+        "_client_options",
+        "_closed",
+        "_cluster",
+        "_connect_lock",
+        "_errors",
+        "_grace_ms",
+        "_limit",
+        "_max_connections",
+        "_max_key_length",
+        "_nodes",
+        "_notifier",
+        "_operation_timeout",
+        "_prefix",
+        "_queue_timeout",
+        "_where",
+    )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
+
+    def __init__(
+        self,
+        nodes: list[tuple[str, int]],
+        *,
+        cluster: bool = False,
+        tls: bool = False,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        socket_timeout: float = 5.0,
+        socket_connect_timeout: float = 5.0,
+        operation_timeout: float | None = None,
+        retries: int = 2,
+        max_connections: int = 100,
+        expiry_grace: float = 60.0,
+        max_key_length: int = MAX_KEY_LENGTH,
+        ssl_options: dict[str, Any] | None = None,
+        where: str | None = None,
+    ) -> None:
+        if not nodes:
+            raise ConfigurationError("a redis store needs at least one host")
+        if "{" in prefix or "}" in prefix:
+            raise ConfigurationError(
+                f"prefix {prefix!r} must not contain '{{' or '}}': the record's hash tag "
+                "must be the first braces in the key"
+            )
+        if cluster and db:
+            raise ConfigurationError("Redis Cluster has only database 0")
+        for name, value in (
+            ("socket_timeout", socket_timeout),
+            ("socket_connect_timeout", socket_connect_timeout),
+        ):
+            check_duration(name, value)
+        if operation_timeout is not None:
+            check_duration("operation_timeout", operation_timeout)
+        if retries < 0:
+            raise ConfigurationError(f"retries must be 0 or more, not {retries}")
+        if max_connections < 1:
+            raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
+        # Bounded so that PEXPIREAT's argument (retention deadline + grace, in ms) stays an
+        # integer a Lua number writes exactly.
+        if not math.isfinite(expiry_grace) or not 0 <= expiry_grace <= _MAX_GRACE:
+            raise ConfigurationError(
+                f"expiry_grace must be 0 to {_MAX_GRACE:.0f} seconds, not {expiry_grace!r}"
+            )
+        self._nodes = list(nodes)
+        self._cluster = cluster
+        self._prefix = prefix
+        self._operation_timeout = operation_timeout
+        self._queue_timeout = operation_timeout or socket_timeout
+        self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000))
+        self._max_key_length = max_key_length
+        self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
+        options: dict[str, Any] = {
+            "username": username,
+            "password": password,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+            # Responses are raw bytes: never let the driver decode them.
+            "decode_responses": False,
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
+        }
+        if tls:
+            options["ssl"] = True
+            options.update(ssl_options or {})
+        if not cluster:
+            options["db"] = db
+        self._client_options = options
+        # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
+        # operations here; the pool gets one more connection for the pub/sub reader.
+        self._max_connections = max_connections
+        self._limit = asyncio.Semaphore(max_connections)
+        self._client: Any = None
+        self._connect_lock = asyncio.Lock()
+        self._notifier = Notifier(self._open_pubsub)
+        self._errors = _driver_errors(self._where)
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        cluster = scheme == "redis+cluster"
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise malformed_url_error(url, exc) from None
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        nodes = [_host_port(item, url) for item in hosts.split(",") if item]
+        if not nodes:
+            nodes = [("127.0.0.1", DEFAULT_PORT)]
+        if len(nodes) > 1 and not cluster:
+            raise ConfigurationError(
+                "several hosts need a redis+cluster:// URL; redis:// names one server"
+            )
+        # parse_store_url splits one host:port; give it the first so it handles the rest.
+        first = f"{userinfo}@{hosts.split(',')[0]}" if userinfo else hosts.split(",")[0]
+        parsed = parse_store_url(urlunsplit(parts._replace(netloc=first)), options)
+        db = 0
+        path = parsed.path.strip("/")
+        if path:
+            if not path.isdigit():
+                raise ConfigurationError(
+                    f"the path of a redis URL is a database number: {redact_url(url)!r}"
+                )
+            db = int(path)
+        db = pop_int(parsed.options, "db", db)
+        ssl_options: dict[str, Any] = {}
+        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"):
+            if name in parsed.options:
+                ssl_options[name] = pop_str(parsed.options, name, "")
+        if "ssl_check_hostname" in parsed.options:
+            ssl_options["ssl_check_hostname"] = pop_bool(parsed.options, "ssl_check_hostname", True)
+        tls = pop_bool(parsed.options, "ssl", scheme == "rediss")
+        if ssl_options and not tls:
+            raise ConfigurationError("ssl_* options need a rediss:// URL (or ssl=true)")
+        store = cls(
+            nodes,
+            cluster=cluster,
+            tls=tls,
+            db=db,
+            username=unquote(parsed.username) if parsed.username else None,
+            password=unquote(parsed.password) if parsed.password is not None else None,
+            prefix=pop_str(parsed.options, "prefix", DEFAULT_PREFIX),
+            socket_timeout=pop_float(parsed.options, "socket_timeout", 5.0),
+            socket_connect_timeout=pop_float(parsed.options, "socket_connect_timeout", 5.0),
+            operation_timeout=(
+                pop_float(parsed.options, "operation_timeout", 0.0)
+                if "operation_timeout" in parsed.options
+                else None
+            ),
+            retries=pop_int(parsed.options, "retries", 2),
+            max_connections=pop_int(parsed.options, "max_connections", 100),
+            expiry_grace=pop_float(parsed.options, "expiry_grace", 60.0),
+            max_key_length=pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH),
+            ssl_options=ssl_options,
+            where=redact_url(url),
+        )
+        parsed.reject_unknown()
+        return store
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this RedisStore is closed")
+
+    def _new_client(self) -> Any:
+        if self._cluster:
+            return RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],
+                max_connections=self._max_connections + 1,
+                **self._client_options,
+            )
+        host, port = self._nodes[0]
+        return Redis(
+            host=host,
+            port=port,
+            max_connections=self._max_connections + 1,
+            **self._client_options,
+        )
+
+    async def _ready(self) -> Any:
+        self._check_open()
+        if self._client is not None:
+            return self._client
+        async with self._connect_lock:
+            # close() may have run while this waited for the lock or for the cluster's
+            # first answer: a client built now would outlive the store, so drop it.
+            self._check_open()
+            if self._client is None:
+                client = self._new_client()
+                if self._cluster:
+                    try:
+                        await client.initialize()
+                    except BaseException:
+                        await client.aclose()
+                        raise
+                if self._closed:
+                    with contextlib.suppress(*self._errors.catches):
+                        await client.aclose()
+                    self._check_open()
+                self._client = client
+        return self._client
+
+    async def _open_pubsub(self) -> tuple[Any, Any]:
+        """A pub/sub connection: on a cluster, to any node (PUBLISH reaches every node)."""
+        client = await self._ready()
+        if not self._cluster:
+            return None, client.pubsub()
+        node = random.choice(client.get_nodes())
+        options = {k: v for k, v in self._client_options.items() if k != "db"}
+        own = Redis(host=node.host, port=node.port, **options)
+        return own, own.pubsub()
+
+    async def _run(self, name: str, key: bytes, *args: str | bytes) -> Any:
+        """Run one script on ``key``; with ``operation_timeout``, within that time."""
+        if self._operation_timeout is None:
+            # The hot path: no timer of our own; the socket timeouts bound every wait.
+            return await self._call(SCRIPTS[name], key, args)
+        try:
+            async with asyncio.timeout(self._operation_timeout):
+                return await self._call(SCRIPTS[name], key, args)
+        except TimeoutError as exc:
+            raise self._errors.translate(exc) from exc
+
+    async def _call(self, script: Script, key: bytes, args: tuple[str | bytes, ...]) -> Any:
+        """EVALSHA, or EVAL when the node does not know the script (yet, or any more)."""
+        try:
+            client = self._client if self._client is not None else await self._ready()
+            if self._limit.locked():
+                await self._wait_for_slot()
+            else:
+                await self._limit.acquire()  # free: returns at once
+            try:
+                return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
+            except NoScriptError:
+                # This node restarted or was flushed: EVAL runs and caches it again.
+                return await client.execute_command("EVAL", script.source, 1, key, *args)
+            finally:
+                self._limit.release()
+        except self._errors.catches as exc:
+            raise self._errors.translate(exc) from exc
+
+    async def _acquire_slot(self) -> None:
+        if not self._limit.locked():
+            await self._limit.acquire()  # free: returns at once, no timer
+            return
+        await self._wait_for_slot()
+
+    async def _wait_for_slot(self) -> None:
+        try:
+            await asyncio.wait_for(self._limit.acquire(), self._queue_timeout)
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"redis store {self._where}: all {self._max_connections} connections stayed "
+                f"busy for {self._queue_timeout}s (raise max_connections?)"
+            ) from None
+
+    def _key(self, scope: str, key: str) -> bytes:
+        return record_key(self._prefix, scope, key)
+
+    # -- the contract ---------------------------------------------------------------------
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
+        self._check_open()
+        token = new_token()
+        reply = await self._run(
+            "reserve",
+            self._key(scope, key),
+            fingerprint,
+            token,
+            micros(lease_ttl),
+            micros(retention_while_held(lease_ttl, retention)),
+            self._grace_ms,
+        )
+        outcome = reply[0]
+        if outcome == b"a":
+            _, _, fence, takeover, deadline = reply
+            lease = Lease(scope, key, token, integer(fence), seconds(deadline), retention)
+            return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
+        record = decode_record(scope, key, reply[2:])
+        kind = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
+        return Reservation(kind[outcome], record=record)
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        self._check_open()
+        if checked is None:
+            return False
+        reply = await self._run(
+            "complete",
+            self._key(lease.scope, lease.key),
+            lease.token,
+            str(lease.fence),
+            new_token(),
+            checked[0],
+            micros(checked[1]),
+            self._grace_ms,
+        )
+        return reply is not None
+
+    async def release(self, lease: Lease) -> bool:
+        self._check_open()
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            return False
+        reply = await self._run(
+            "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence), new_token()
+        )
+        return reply is not None
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        self._check_open()
+        if not lease_arguments(lease, max_key_length=self._max_key_length):
+            return None
+        reply = await self._run(
+            "extend",
+            self._key(lease.scope, lease.key),
+            lease.token,
+            str(lease.fence),
+            micros(lease_ttl),
+            micros(retention_while_held(lease_ttl, lease.retention)),
+            self._grace_ms,
+        )
+        if reply is None:
+            return None
+        return Lease(
+            lease.scope, lease.key, lease.token, lease.fence, seconds(reply), lease.retention
+        )
+
+    async def _read(self, scope: str, key: str, name: bytes) -> Sighting:
+        reply = await self._run("get", name)
+        if reply is None:
+            return Sighting(None, 0.0)
+        return Sighting(decode_record(scope, key, reply[1:]), seconds(reply[0]))
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        self._check_open()
+        return (await self._read(scope, key, self._key(scope, key))).record
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        """Woken by the PUBLISH of complete/release/delete; every read is bounded by the time
+        left (the socket timeouts and redis-py's retries could otherwise hold one far past
+        ``timeout``)."""
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
+        self._check_open()
+        name = self._key(scope, key)
+
+        async def subscribe() -> Subscription:
+            event, confirmed = await self._notifier.subscribe(name, self._queue_timeout)
+            return Subscription(self._notifier, name, event, confirmed)
+
+        return await wait_for_holder(
+            lambda: self._read(scope, key, name),
+            timeout=timeout,
+            unavailable=self._errors.translate,
+            subscribe=subscribe,
+        )
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        self._check_open()
+        return bool(await self._run("delete", self._key(scope, key)))
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        """Remove up to ``limit`` records past retention that Redis has not expired yet.
+
+        Redis deletes every record by itself ``expiry_grace`` after its retention ends, so
+        running a sweeper is optional. This walks the prefix with SCAN (every primary on a
+        cluster), which costs a pass over the keyspace.
+        """
+        limit = check_limit(limit)
+        self._check_open()
+        pattern = self._prefix.translate(GLOB_SPECIAL).encode() + b"{*"
+        grace_ms = int(self._grace_ms)
+        removed = 0
+        try:
+            client = await self._ready()
+            batch: list[bytes] = []
+            async for name in client.scan_iter(match=pattern, count=1000):
+                batch.append(name)
+                if len(batch) >= 1000:
+                    removed += await self._sweep_batch(client, batch, grace_ms, limit - removed)
+                    batch = []
+                    if removed >= limit:
+                        return removed
+            if batch:
+                removed += await self._sweep_batch(client, batch, grace_ms, limit - removed)
+        except self._errors.catches as exc:
+            raise self._errors.translate(exc) from exc
+        return removed
+
+    async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
+        # A key past retention has at most the grace period (plus rounding) left to live;
+        # only those are worth a script call, which checks the retention deadline itself.
+        await self._acquire_slot()
+        try:
+            pipe = client.pipeline(transaction=False) if not self._cluster else client.pipeline()
+            for name in names:
+                pipe.pttl(name)
+            ttls = await pipe.execute()
+        finally:
+            self._limit.release()
+        removed = 0
+        for name, ttl in zip(names, ttls, strict=True):
+            if removed >= room:
+                break
+            if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 1:
+                removed += int(await self._run("sweep", name))
+        return removed
+
+    async def ping(self) -> None:
+        try:
+            async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
+                client = await self._ready()
+                await client.ping()
+        except self._errors.catches as exc:
+            raise self._errors.translate(exc) from exc
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._notifier.close()
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(*self._errors.catches):
+                await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.ping()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _driver_errors(where: str) -> DriverErrors:
+    """How redis-py's exceptions map onto the idemstore family, for the store at ``where``."""
+
+    def out_of_range(exc: BaseException) -> IdemstoreError:
+        name = str(exc).split()[1]
+        return ConfigurationError(
+            f"{name} is too long for Redis: the deadline would fall past the year 2255 "
+            "(2**53 microseconds after the epoch, the last a Lua number holds exactly)"
+        )
+
+    return DriverErrors(
+        catches=(RedisError, RedisClusterException, OSError, TimeoutError),
+        rules=(
+            Rule(
+                lambda exc: isinstance(exc, ResponseError) and str(exc).startswith(RANGE_ERROR),
+                out_of_range,
+            ),
+        ),
+        otherwise=unavailable(f"redis store {where}"),
+    )
+
+
+def _host_port(item: str, url: str) -> tuple[str, int]:
+    host, port = item, ""
+    if item.startswith("["):  # [IPv6]:port
+        host, _, rest = item[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif ":" in item:
+        host, _, port = item.rpartition(":")
+    if not host:
+        raise ConfigurationError(f"store URL {redact_url(url)!r} has an empty host")
+    if not port:
+        return host, DEFAULT_PORT
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        # Not echoed: a password with an unencoded '/' ends the host part early and lands here.
+        raise ConfigurationError(f"store URL {redact_url(url)!r} has a bad port")
+    return host, int(port)
