@@ -75,8 +75,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
 from idemstore import telemetry
 from idemstore.errors import (
@@ -89,7 +90,7 @@ from idemstore.protocol import Outcome
 from idemstore.records import check_duration, check_response
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Coroutine
     from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
@@ -108,7 +109,7 @@ logger = logging.getLogger("idemstore.execution")
 
 T = TypeVar("T")
 
-FailurePolicy = "Literal['release', 'hold'] | Callable[[Exception], bytes | None]"
+FailurePolicy: TypeAlias = Literal["release", "hold"] | Callable[[Exception], bytes | None]
 """What ``on_failure`` accepts (see ``ExecutionPolicy``)."""
 
 
@@ -142,7 +143,7 @@ class LeaseKeeper:
     try them; ``lapsed`` is only for logging.
     """
 
-    __slots__ = ("_stopping", "_store", "_task", "_ttl", "lapsed", "lease")
+    __slots__ = ("_loop", "_stopping", "_store", "_task", "_timer", "_ttl", "lapsed", "lease")
 
     def __init__(self, store: IdempotencyStore, lease: Lease, lease_ttl: float) -> None:
         self._store = store
@@ -150,38 +151,56 @@ class LeaseKeeper:
         self.lease = lease
         self.lapsed = False
         self._stopping = False
-        self._task = asyncio.create_task(self._beat(), name=f"idemstore-heartbeat:{lease.key}")
+        self._loop = asyncio.get_running_loop()
+        # A timer, not a sleeping task: most work ends before the first beat is due, and
+        # then stopping costs no task at all (this runs once per execution, on the hot path).
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(lease_ttl / 3, self._due)
 
     @property
     def running(self) -> bool:
-        """Whether the heartbeat still runs."""
-        return not self._task.done()
+        """Whether the heartbeat still runs (not stopped, and the lease not found lost)."""
+        return self._timer is not None or self._task is not None
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopping:
+            self._task = self._loop.create_task(
+                self._beat(), name=f"idemstore-heartbeat:{self.lease.key}"
+            )
 
     async def _beat(self) -> None:
-        # The flag, not only cancel(), ends the loop: a driver may swallow a cancellation that
-        # lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
-        # CPython gh-86296), and the loop must still end after that call.
-        while not self._stopping:
-            await asyncio.sleep(self._ttl / 3)
-            try:
-                extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
-            except Exception:
-                # A store hiccup: keep the lease we have and try on the next beat; if it lapsed
-                # meanwhile, complete() is fenced out and says so.
-                logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
-                continue
-            if extended is None:
-                self.lapsed = True
-                return
-            self.lease = extended
+        try:
+            extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
+        except Exception:
+            # A store hiccup: keep the lease we have and try on the next beat; if it lapsed
+            # meanwhile, complete() is fenced out and says so.
+            logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
+            extended = self.lease
+        finally:
+            self._task = None
+        if extended is None:
+            self.lapsed = True
+            return
+        self.lease = extended
+        # The flag, not only cancel(), ends the beats: a driver may swallow a cancellation
+        # that lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
+        # CPython gh-86296), and no beat may follow that call.
+        if not self._stopping:
+            self._timer = self._loop.call_later(self._ttl / 3, self._due)
 
     async def stop(self) -> Lease:
         """Stop extending; return the latest lease (the one to complete or release)."""
         self._stopping = True
-        self._task.cancel()
-        # asyncio.wait, not await: the heartbeat's own CancelledError must not be confused
-        # with (and swallow) a cancellation of the caller arriving meanwhile.
-        await asyncio.wait([self._task])
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is not None:
+            task.cancel()
+            # asyncio.wait, not await: the heartbeat's own CancelledError must not be
+            # confused with (and swallow) a cancellation of the caller arriving meanwhile.
+            await asyncio.wait([task])
         return self.lease
 
 
@@ -223,7 +242,7 @@ class ExecutionPolicy:
         retention: float = 86400.0,
         in_flight: Literal["wait", "reject"] = "wait",
         wait_timeout: float | None = None,
-        on_failure: Literal["release", "hold"] | Callable[[Exception], bytes | None] = "release",
+        on_failure: FailurePolicy = "release",
         consumer: str = "runner",
     ) -> None:
         if in_flight not in ("wait", "reject"):
@@ -455,12 +474,14 @@ class Execution:
             logger.info("key %r is held until its lease lapses after a failure", self.key)
             return
         if callable(policy) and isinstance(error, Exception):
-            # The encoder runs before the state changes: if it raises, the key is released.
+            # The encoder runs before the state changes: if it raises (or returns something
+            # that is not bytes), the key is released.
+            encoded: bytes | None = None
             try:
-                encoded = policy(error)
+                returned = policy(error)
+                encoded = None if returned is None else check_response(returned)
             except Exception:
                 logger.exception("on_failure could not encode the error of key %r", self.key)
-                encoded = None
             if encoded is not None:
                 try:
                     await self.settle(encoded)

@@ -224,3 +224,20 @@ def _returns(value: bytes) -> Callable[[], Awaitable[bytes]]:
         return value
 
     return work
+
+
+async def test_an_encoder_that_fails_releases_the_key(store: IdempotencyStore) -> None:
+    def broken(error: Exception) -> bytes | None:
+        return str(error)  # type: ignore[return-value]  # not bytes
+
+    policy = ExecutionPolicy(store, on_failure=broken, in_flight="reject")
+    key = new_key()
+
+    async def fails() -> bytes:
+        raise ValueError("declined")
+
+    with pytest.raises(ValueError, match="declined"):
+        await policy.run(key, "fp", fails)
+    again = await policy.begin(key, "fp")
+    assert isinstance(again, Execution)
+    await again.release()

@@ -3,9 +3,11 @@ how form bodies are compared. The same cases run under uvicorn in test_uvicorn.p
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 
 from tests.http.apps import create_app
 from tests.http.conftest import ALICE, keyed
@@ -119,3 +121,20 @@ async def test_multipart_over_the_body_limit_is_still_413(
         response = await upload(client, "too-big", photo=b"x" * 2000)
     assert response.status_code == 413
     assert calls(app, "upload") == 0
+
+
+async def test_an_app_cancelled_before_its_response_releases_the_key(
+    app_client: AppClient,
+) -> None:
+    app, client = app_client
+    # httpx's ASGI transport runs the app in the client's task: cancelling the request
+    # cancels the app mid-handler, as a server shutting down does.
+    request = asyncio.create_task(client.post("/slow", headers=keyed("cancelled")))
+    await app.state.started.wait()
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    app.state.gate.set()
+    retry = await client.post("/slow", headers=keyed("cancelled"))
+    assert retry.status_code == 200 and "idempotent-replayed" not in retry.headers
+    assert calls(app, "slow") == 2
