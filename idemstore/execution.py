@@ -222,6 +222,8 @@ class ExecutionPolicy:
             record as the outcome (errors replay too) or ``None`` to release. A cancellation
             is a failure: ``"release"`` and ``"hold"`` apply to it; a callable is not asked
             (nothing was produced to record) and the key is released.
+        consumer: the consumer's name in ``idemstore.consumer.calls`` and its span
+            (``idemstore {consumer}``) once ``idemstore.instrument()`` was called.
     """
 
     __slots__ = (
