@@ -14,9 +14,11 @@ import idemstore
 from idemstore import Idempotency, open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import ConfigurationError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, make_venv
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.telemetry.conftest import Telemetry
 
 SECRET_KEY = "order-4711-secret"
@@ -52,19 +54,37 @@ def test_without_instrument_nothing_is_wrapped_and_opentelemetry_is_not_imported
     assert out == "MemoryStore False"
 
 
-def test_instrument_without_the_api_names_the_extra_to_install() -> None:
-    out = _run_python(
-        """
-        import sys
-        sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
-        import idemstore
-        try:
-            idemstore.instrument()
-        except idemstore.MissingDependencyError as exc:
-            print(exc)
-        """
+WITHOUT_OTEL = """
+import asyncio
+import idemstore
+
+async def main():
+    async with idemstore.open_store("memory://") as store:
+        result = await idemstore.Idempotency(store).run("k", "f", lambda: asyncio.sleep(0, b"x"))
+        assert result.value == b"x"
+    try:
+        idemstore.instrument()
+    except idemstore.MissingDependencyError as exc:
+        print(exc)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_without_the_otel_extra_everything_works_and_instrument_names_it(
+    built_wheel: Path, tmp_path: Path
+) -> None:
+    bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-c", WITHOUT_OTEL],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+        timeout=120,
     )
-    assert "pip install 'idemstore[otel]'" in out
+    assert "pip install 'idemstore[otel]'" in done.stdout
 
 
 def test_record_keys_must_be_false_true_or_hash() -> None:
