@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from idemstore.errors import MissingDependencyError
+from idemstore.errors import ConfigurationError, MissingDependencyError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -101,12 +101,12 @@ def instrument(
     """
     global _current
     if record_keys not in (False, True, "hash"):
-        from idemstore.errors import ConfigurationError
-
         raise ConfigurationError(f"record_keys must be False, True or 'hash', not {record_keys!r}")
     try:
         from idemstore.telemetry.instruments import Instruments
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("opentelemetry"):
+            raise
         raise MissingDependencyError(
             "idemstore.instrument() needs the OpenTelemetry API: pip install 'idemstore[otel]'"
         ) from exc
@@ -125,8 +125,7 @@ def uninstrument() -> None:
 def instrumented(store: IdempotencyStore, *, backend: str | None = None) -> IdempotencyStore:
     """``store`` wrapped so that it records spans and metrics, or ``store`` itself when
     ``instrument()`` was not called. Wrapping twice does not record twice. ``backend`` names
-    the engine in ``idemstore.backend`` (default: ``backend_name(store)``); ``open_store``
-    passes the name its URL scheme is registered under."""
+    the engine in ``idemstore.backend`` (default: ``backend_name(store)``)."""
     instruments = _current
     if instruments is None:
         return store
