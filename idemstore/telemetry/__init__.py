@@ -116,7 +116,8 @@ def instrument(
 def uninstrument() -> None:
     """Stop recording: consumers and newly opened stores take the plain path again.
 
-    A store wrapped earlier and held by the application keeps recording.
+    A store wrapped earlier keeps recording: one the application holds, and the store of a
+    consumer that handled a call while instrumented.
     """
     global _current
     _current = None

@@ -39,7 +39,6 @@ __all__ = ["ExecutionObserver", "observe_begin"]
 
 T = TypeVar("T")
 
-DEFAULT_CONSUMER = "runner"
 _UNTRACED = contextlib.nullcontext()
 
 
@@ -53,7 +52,7 @@ async def observe_begin(
     """``begin()`` under a new consumer span; counts the call by what ``begin`` decided."""
     # A policy built before instrument() still records: its store is wrapped on first use.
     store = policy.store = instruments.wrap(policy.store)
-    consumer = getattr(policy, "consumer", DEFAULT_CONSUMER)
+    consumer = policy.consumer
     attributes: dict[str, Any] = {CONSUMER: consumer, BACKEND: backend_name(store)}
     span: Span = INVALID_SPAN  # counted, not traced, while no tracer provider is configured
     current: AbstractContextManager[Any] = _UNTRACED
