@@ -11,7 +11,7 @@ The metric and span names are listed in ``docs/observability.md`` and in ``METRI
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRICS",
+    "Instrumentor",
     "KeyRecording",
     "backend_name",
     "current",
@@ -131,3 +132,22 @@ def instrumented(store: IdempotencyStore, *, backend: str | None = None) -> Idem
     if instruments is None:
         return store
     return instruments.wrap(store, backend=backend)
+
+
+class Instrumentor:
+    """``instrument()`` for OpenTelemetry's auto-instrumentation.
+
+    ``opentelemetry-instrument python app.py`` (from ``opentelemetry-distro``) configures the
+    SDK from ``OTEL_*`` environment variables, then calls ``Instrumentor().instrument()`` for
+    every ``opentelemetry_instrumentor`` entry point; idemstore declares this class there, so
+    under it no line of code is needed.
+    """
+
+    def instrument(self, **options: Any) -> None:
+        instrument(
+            meter_provider=options.get("meter_provider"),
+            tracer_provider=options.get("tracer_provider"),
+        )
+
+    def uninstrument(self, **options: Any) -> None:
+        uninstrument()

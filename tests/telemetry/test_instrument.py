@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,8 +20,6 @@ from idemstore.errors import ConfigurationError
 from tests.conftest import ROOT, make_venv
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.telemetry.conftest import Telemetry
 
 SECRET_KEY = "order-4711-secret"
@@ -204,3 +205,44 @@ def test_spans_start_once_the_application_installs_a_tracer_provider() -> None:
     count, names = out.split(" ", 1)
     assert 40 - 64 // 3 <= int(count) < 40
     assert names == "['idemstore complete', 'idemstore reserve', 'idemstore runner']"
+
+
+AUTO_RUN = """
+import asyncio, idemstore
+
+async def main():
+    async with idemstore.open_store("memory://") as store:
+        runner = idemstore.Idempotency(store)
+        async def work():
+            return b"x"
+        await runner.run("k", "f", work)
+        await runner.run("k", "f", work)
+
+asyncio.run(main())
+"""
+
+
+def test_opentelemetry_instrument_needs_no_line_of_code(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text(AUTO_RUN)
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    done = subprocess.run(
+        [str(launcher), sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={
+            **os.environ,
+            "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+        },
+    )
+    names = re.findall(r'"name": "(idemstore [a-z]+)"', done.stdout)
+    # The first call executed (consumer, reserve, complete), the retry replayed (consumer,
+    # reserve).
+    assert sorted(names) == sorted(
+        ["idemstore runner"] * 2 + ["idemstore reserve"] * 2 + ["idemstore complete"]
+    )
+    assert '"idemstore.call.outcome": "replayed"' in done.stdout
