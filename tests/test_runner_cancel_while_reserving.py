@@ -22,7 +22,7 @@ ENGINES = {
     "redis": ("redis_store_url", "socket_timeout=10"),
     "postgres": ("postgres_store_url", "command_timeout=10"),
 }
-LATENCY = 0.5  # seconds per chunk, each way: the window in which the caller is cancelled
+LATENCY = 1.0  # seconds per chunk, each way: the window in which the caller is cancelled
 LONG_LEASE = 30.0
 
 
