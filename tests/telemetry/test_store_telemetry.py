@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 FINGERPRINT = "f" * 64
 OTHER = "e" * 64
-LAPSING_TTL = 0.3
+LAPSING_TTL = 1.0
 
 
 async def _scripted_run(store: IdempotencyStore) -> None:
