@@ -21,8 +21,9 @@ LAPSING_TTL = 1.0
 
 
 async def _scripted_run(store: IdempotencyStore) -> None:
-    """12 calls through the runner: 6 executed (one of them a takeover), 3 replays,
-    1 conflict, 1 in-progress rejection; plus one stale owner fenced out of complete."""
+    """11 calls through the runner: 6 executed (one of them a takeover), 3 replays,
+    1 conflict, 1 in-progress rejection; plus a holder, reserving directly, whose lease lapses
+    and who is then fenced out of complete."""
     runner = Idempotency(store, in_flight="reject")
 
     async def work() -> bytes:
@@ -65,6 +66,14 @@ async def test_reserve_outcomes_count_what_the_scripted_run_did(
     assert telemetry.total(outcomes, **{"idemstore.reserve.outcome": "in_progress"}) == 1
     assert telemetry.total(outcomes, **{"idemstore.backend": backend}) == 12
     assert telemetry.total("idemstore.lease.fenced_out", **{"idemstore.operation": "complete"}) == 1
+
+    # The runner's 11 calls (the stale holder reserved directly), by what the consumer saw.
+    calls, outcome = "idemstore.consumer.calls", "idemstore.call.outcome"
+    assert telemetry.total(calls) == 11
+    assert telemetry.total(calls, **{outcome: "executed"}) == 6
+    assert telemetry.total(calls, **{outcome: "replayed"}) == 3
+    assert telemetry.total(calls, **{outcome: "conflict"}) == 1
+    assert telemetry.total(calls, **{outcome: "in_progress"}) == 1
 
     duration = "idemstore.store.operation.duration"
     assert telemetry.total(duration, **{"idemstore.operation": "reserve"}) == 12
