@@ -21,6 +21,7 @@ from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reserva
 from idemstore.registry import Engine, FixtureVariant
 from idemstore.runner import Idempotency, Result
 from idemstore.sweeper import Sweeper
+from idemstore.telemetry import instrument, uninstrument
 from idemstore.urls import open_store, register_backend
 
 __version__ = "0.1.0"
@@ -55,6 +56,8 @@ __all__ = [
     "__version__",
     "canonical_json",
     "fingerprint",
+    "instrument",
     "open_store",
     "register_backend",
+    "uninstrument",
 ]

@@ -178,7 +178,7 @@ class IdempotencyMiddleware:
     ) -> None:
         self.app = app
         self._policy = ExecutionPolicy(
-            store, lease_ttl=lease_ttl, retention=retention, in_flight="reject"
+            store, lease_ttl=lease_ttl, retention=retention, in_flight="reject", consumer="asgi"
         )
         if isinstance(methods, str):
             methods = (methods,)

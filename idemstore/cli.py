@@ -17,7 +17,16 @@ from idemstore.errors import ConfigurationError, IdemstoreError
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
-SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy", "gateway")
+SCENARIO_NAMES = (
+    "fresh",
+    "replay",
+    "contention",
+    "mixed",
+    "hasher",
+    "proxy",
+    "gateway",
+    "telemetry",
+)
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000
 DEFAULT_PAYLOAD_BYTES = 256
@@ -106,6 +115,26 @@ async def _sweep(args: argparse.Namespace) -> int:
             if stop.is_set():
                 print(f"stopped; {sweeper.removed} record(s) swept in all", flush=True)
                 return 0
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    import json
+
+    from idemstore.stats import SupportsStats, format_stats
+    from idemstore.telemetry import backend_name
+
+    async with open_store(args.url) as store:
+        if not isinstance(store, SupportsStats):
+            raise ConfigurationError(
+                f"the {backend_name(store)} backend cannot count its records (it has no stats())"
+            )
+        stats = await store.stats(limit=args.limit)
+        backend = backend_name(store)
+    if args.json:
+        print(json.dumps({"backend": backend, **stats.to_dict()}, indent=2))
+    else:
+        print(format_stats(backend, stats))
+    return 0
 
 
 async def _bench(args: argparse.Namespace) -> int:
@@ -403,6 +432,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=_positive_int, default=1000, help="batch size (default 1000)"
     )
     sweep.set_defaults(handler=_sweep)
+
+    stats = commands.add_parser(
+        "stats",
+        help="count live records by state, expired ones not yet removed, the oldest lease",
+        description=(
+            "Count the records of a store: in progress, lapsed, completed, past retention and"
+            " not yet removed, and the age of the oldest in-progress record. SQL engines count"
+            " in one query; Redis and DynamoDB read at most --limit records (see"
+            " docs/observability.md for what each costs)."
+        ),
+    )
+    stats.add_argument("url", metavar="URL")
+    stats.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=100_000,
+        help="most records a scanning backend reads (default 100000)",
+    )
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    stats.set_defaults(handler=_stats)
 
     bench = commands.add_parser(
         "bench",

@@ -79,6 +79,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
+from idemstore import telemetry
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
+    from idemstore.telemetry.consumer import ExecutionObserver
 
 __all__ = [
     "Execution",
@@ -220,9 +222,19 @@ class ExecutionPolicy:
             record as the outcome (errors replay too) or ``None`` to release. A cancellation
             is a failure: ``"release"`` and ``"hold"`` apply to it; a callable is not asked
             (nothing was produced to record) and the key is released.
+        consumer: the consumer's name in ``idemstore.consumer.calls`` and its span
+            (``idemstore {consumer}``) once ``idemstore.instrument()`` was called.
     """
 
-    __slots__ = ("in_flight", "lease_ttl", "on_failure", "retention", "store", "wait_timeout")
+    __slots__ = (
+        "consumer",
+        "in_flight",
+        "lease_ttl",
+        "on_failure",
+        "retention",
+        "store",
+        "wait_timeout",
+    )
 
     def __init__(
         self,
@@ -233,6 +245,7 @@ class ExecutionPolicy:
         in_flight: Literal["wait", "reject"] = "wait",
         wait_timeout: float | None = None,
         on_failure: FailurePolicy = "release",
+        consumer: str = "runner",
     ) -> None:
         if in_flight not in ("wait", "reject"):
             raise ConfigurationError(f"in_flight must be 'wait' or 'reject', not {in_flight!r}")
@@ -249,12 +262,22 @@ class ExecutionPolicy:
             None if wait_timeout is None else check_duration("wait_timeout", wait_timeout)
         )
         self.on_failure = on_failure
+        # Names this consumer in idemstore.consumer.calls and its spans (instrument()).
+        self.consumer = consumer
 
     async def begin(self, key: str, fingerprint: str, *, scope: str = "") -> Execution | Replay:
         """Own the key (an ``Execution``) or get its recorded outcome (a ``Replay``).
 
         Raises ``ConflictError``, ``InProgressError``, or what the store raises.
         """
+        instruments = telemetry.current()
+        if instruments is None:
+            return await self._begin(key, fingerprint, scope)
+        return await instruments.observe_begin(
+            self, lambda: self._begin(key, fingerprint, scope), key, scope
+        )
+
+    async def _begin(self, key: str, fingerprint: str, scope: str) -> Execution | Replay:
         loop = asyncio.get_running_loop()
         deadline = None if self.wait_timeout is None else loop.time() + self.wait_timeout
         while True:
@@ -353,7 +376,7 @@ class Execution:
     settlement. Exceptions after settlement propagate but change nothing in the store.
     """
 
-    __slots__ = ("_keeper", "_policy", "_state", "fence", "key", "scope")
+    __slots__ = ("_keeper", "_policy", "_state", "fence", "key", "observer", "scope")
 
     def __init__(self, policy: ExecutionPolicy, lease: Lease) -> None:
         self._policy = policy
@@ -362,6 +385,8 @@ class Execution:
         self.key = lease.key
         self.scope = lease.scope
         self.fence = lease.fence
+        # Set by idemstore.telemetry after instrument(): the consumer span, ended on finishing.
+        self.observer: ExecutionObserver | None = None
 
     def __repr__(self) -> str:
         return f"<Execution key={self.key!r} scope={self.scope!r} fence={self.fence} {self._state}>"
@@ -402,7 +427,7 @@ class Execution:
         """
         response = check_response(response)
         self._claim("settling")
-        return await _shielded(self._settle(response))
+        return await _shielded(self._observed("settled", self._settle(response)))
 
     async def _settle(self, response: bytes) -> bool:
         lease = await self._keeper.stop()
@@ -436,7 +461,7 @@ class Execution:
         not cut short by a cancellation of the caller.
         """
         self._claim("released")
-        await _shielded(self._release())
+        await _shielded(self._observed("released", self._release()))
 
     async def _release(self) -> None:
         lease = await self._keeper.stop()
@@ -447,7 +472,7 @@ class Execution:
         policy = self._policy.on_failure
         if policy == "hold":
             self._claim("held")
-            await _shielded(self._keeper.stop())
+            await _shielded(self._observed("held", self._keeper.stop()))
             logger.info("key %r is held until its lease lapses after a failure", self.key)
             return
         if callable(policy) and isinstance(error, Exception):
@@ -468,6 +493,12 @@ class Execution:
                     logger.warning("could not record the error of key %r", self.key, exc_info=True)
                 return
         await self.release()
+
+    def _observed(self, state: str, bookkeeping: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        """``bookkeeping`` itself, or run under the consumer span after instrument()."""
+        if self.observer is None:
+            return bookkeeping
+        return self.observer.finishing(state, bookkeeping)
 
     async def __aenter__(self) -> Self:
         return self

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Self
 
+from idemstore import telemetry
 from idemstore.records import check_duration
 
 if TYPE_CHECKING:
@@ -40,8 +41,10 @@ class Sweeper:
     async def sweep_once(self) -> int:
         """One pass: sweep batches until one comes back short. Returns how many went."""
         total = 0
+        # Counted in idemstore.sweep.removed once idemstore.instrument() was called.
+        store = telemetry.instrumented(self._store)
         while True:
-            removed = await self._store.sweep(limit=self.limit)
+            removed = await store.sweep(limit=self.limit)
             total += removed
             self.removed += removed
             if removed < self.limit:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from idemstore import telemetry
 from idemstore.errors import ConfigurationError, MissingDependencyError
 from idemstore.registry import engine_for_scheme, known_schemes, register_backend
 
@@ -116,7 +117,10 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
             f"pip install 'idemstore[{engine.extra or 'all'}]'"
         ) from exc
     cls = getattr(module, class_name)
-    return cast("IdempotencyStore", cls.from_url(url, **options))
+    store = cast("IdempotencyStore", cls.from_url(url, **options))
+    # After idemstore.instrument() the store records spans and metrics; before, it is returned
+    # as built (no wrapper, no cost).
+    return telemetry.instrumented(store)
 
 
 def require_driver(driver: str | None, extra: str | None, what: str) -> None:

@@ -20,6 +20,7 @@ from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
+from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
 from idemstore.urls import parse_store_url, pop_int
 
 if TYPE_CHECKING:
@@ -266,6 +267,16 @@ class MemoryStore:
             del self._entries[k]
             self._wake(*k)
         return len(expired)
+
+    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+        """Counted in process, one pass over every record (``limit`` does not apply: the
+        records are in this process's memory already)."""
+        self._check_open()
+        tally = StatsTally(self._clock())
+        for entry in self._entries.values():
+            status = "released" if entry.released else entry.status.value
+            tally.add(status, entry.created_at, entry.expires_at, entry.lease_expires_at)
+        return tally.result(complete=True, method="one pass over the records in this process")
 
     async def ping(self) -> None:
         self._check_open()

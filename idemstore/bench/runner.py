@@ -36,6 +36,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
     run_store,
 )
+from idemstore.bench.telemetry_overhead import run_telemetry
 from idemstore.registry import engine_for_scheme, engines, scheme_of
 from idemstore.urls import open_store, redact_url
 
@@ -344,7 +345,7 @@ async def run_bench(
     result = BenchResult(meta=_meta(), config=config.to_dict(), unavailable=list(unavailable))
     store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
     total = len(targets) * store_steps * len(config.concurrency)
-    total += sum(name in config.scenarios for name in ("hasher", "proxy", "gateway"))
+    total += sum(name in config.scenarios for name in ("hasher", "proxy", "gateway", "telemetry"))
     progress.start(total)
     run_id = secrets.token_hex(3)
     started = time.perf_counter()
@@ -370,6 +371,13 @@ async def run_bench(
             result.unavailable.append(through)
         else:
             result.measurements.append(through)
+    if "telemetry" in config.scenarios:
+        progress.step("telemetry (instrument() overhead)")
+        observed = await run_telemetry(one_worker)
+        if isinstance(observed, Unavailable):
+            result.unavailable.append(observed)
+        else:
+            result.measurements += observed
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result

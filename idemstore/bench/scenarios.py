@@ -46,8 +46,8 @@ __all__ = [
 ]
 
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "replay", "contention", "mixed")
-# gateway: idemstore.bench.gateway_scenario (HTTP, its own module).
-SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy", "gateway")
+# gateway: idemstore.bench.gateway_scenario (HTTP, its own module); telemetry likewise.
+SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy", "gateway", "telemetry")
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.

@@ -48,6 +48,7 @@ from idemstore.backends.dynamodb.items import (
     text,
     utf8_len,
 )
+from idemstore.backends.dynamodb.stats import stats as count_records
 from idemstore.backends.dynamodb.table import Table
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
@@ -103,6 +104,8 @@ class DynamoDBStore:
         "_tables",
         "_url",
     )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ from idemstore.backends.postgres.statements import (
     quote_ident,
     seconds,
 )
+from idemstore.backends.postgres.stats import stats as count_records
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
@@ -104,6 +105,8 @@ class PostgresStore:
         "_sweep_batch_size",
         "_waiters",
     )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,

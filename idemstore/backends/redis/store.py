@@ -43,6 +43,7 @@ from idemstore.backends.redis.codec import (
 from idemstore.backends.redis.notifier import Notifier, Subscription
 from idemstore.backends.redis.replication import run_replicated, sentinel_client
 from idemstore.backends.redis.scripts import SCRIPTS, Script
+from idemstore.backends.redis.stats import stats as count_records
 from idemstore.backends.redis.url_options import DEFAULT_PREFIX, parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
@@ -98,6 +99,8 @@ class RedisStore:
         "_wait_replicas_ms",
         "_where",
     )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ from idemstore.backends.sqlite.statements import (
     live_record,
     statements_of,
 )
+from idemstore.backends.sqlite.stats import stats as count_records
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
     ConfigurationError,
@@ -136,6 +137,8 @@ class SQLiteStore:
         "_ready",
         "_synchronous",
     )
+
+    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,

@@ -1,0 +1,52 @@
+"""``idemstore stats`` on PostgreSQL: one aggregate query over the records table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from idemstore.backends.postgres.statements import quote_ident
+from idemstore.stats import DEFAULT_LIMIT, StoreStats
+
+if TYPE_CHECKING:
+    from idemstore.backends.postgres.store import PostgresStore
+
+__all__ = ["STATS", "stats"]
+
+# One aggregate pass over the table (COUNT ... FILTER) by the database clock, one instant for
+# the whole statement; the rules of the reads: past retention first, released tombstones are
+# not live. The expired count alone could use the expires_at index; the others need every
+# row, so one sequential scan serves all. Read-only, it takes no row locks. {s}: the schema.
+STATS = """
+SELECT
+    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
+                     AND status = 'in_progress' AND lease_expires_at > statement_timestamp()),
+    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
+                     AND status = 'in_progress'
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= statement_timestamp())),
+    count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released
+                     AND status = 'completed'),
+    count(*) FILTER (WHERE expires_at <= statement_timestamp()),
+    extract(epoch FROM statement_timestamp() - min(created_at) FILTER (
+        WHERE expires_at > statement_timestamp() AND NOT released
+          AND status = 'in_progress'))::float8,
+    count(*)
+  FROM {s}.idemstore_records"""
+
+
+async def stats(store: PostgresStore, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+    """One COUNT ... FILTER query over the table: a sequential scan of it, read-only and
+    lock-free; ``limit`` does not apply."""
+    pool = await store._ensure_ready()
+    with store._errors.translated():
+        row = await pool.fetchrow(STATS.format(s=quote_ident(store._schema)))
+    in_progress, lapsed, completed, expired, oldest, total = row
+    return StoreStats(
+        in_progress=in_progress,
+        lapsed=lapsed,
+        completed=completed,
+        expired=expired,
+        oldest_in_progress_age=oldest,
+        scanned=total,
+        complete=True,
+        method="one COUNT ... FILTER query over idemstore_records (a sequential scan)",
+    )

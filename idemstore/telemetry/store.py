@@ -1,0 +1,221 @@
+"""A store wrapper that records a span and metrics around every operation of the store it wraps.
+
+It changes no result and no error: every call is forwarded as is, and whatever the wrapped store
+returns or raises is what the caller sees. Attributes it does not define (``stats``, engine
+specifics) are read from the wrapped store.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+from opentelemetry.trace import StatusCode
+
+from idemstore.protocol import Status
+from idemstore.telemetry import backend_name
+from idemstore.telemetry.instruments import (
+    BACKEND,
+    ERROR_TYPE,
+    FENCE,
+    OPERATION,
+    OUTCOME,
+    RESERVE_OUTCOME,
+    TAKEOVER,
+    WAIT_OUTCOME,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    from opentelemetry.trace import Span
+
+    from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
+    from idemstore.telemetry.instruments import Instruments
+
+__all__ = ["InstrumentedStore"]
+
+T = TypeVar("T")
+
+
+class InstrumentedStore:
+    """``IdempotencyStore`` that forwards to ``wrapped`` and records into ``instruments``."""
+
+    __slots__ = ("_base", "backend", "instruments", "wrapped")
+
+    def __init__(
+        self, wrapped: IdempotencyStore, instruments: Instruments, *, backend: str | None = None
+    ) -> None:
+        self.wrapped = wrapped
+        self.instruments = instruments
+        self.backend = backend or backend_name(wrapped)
+        self._base: dict[str, Any] = {BACKEND: self.backend}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def __repr__(self) -> str:
+        return f"InstrumentedStore({self.wrapped!r})"
+
+    async def _observe(
+        self,
+        operation: str,
+        call: Awaitable[T],
+        describe: Callable[[T, Span], None],
+        key: object = None,
+        scope: object = None,
+    ) -> T:
+        """Await ``call`` under a span named after ``operation`` and time it; ``describe``
+        then sets the outcome attributes on the span (and may count it)."""
+        instruments = self.instruments
+        attributes = {**self._base, OPERATION: operation}
+        span_attributes = dict(attributes)
+        instruments.key_attributes(span_attributes, key, scope)
+        with instruments.start_span(f"idemstore {operation}", span_attributes) as span:
+            started = time.perf_counter()
+            try:
+                result = await call
+            except BaseException as exc:
+                error = type(exc).__qualname__
+                attributes[ERROR_TYPE] = error
+                instruments.record_operation(attributes, started)
+                span.set_attribute(ERROR_TYPE, error)
+                # The type only: an exception's text may quote a key or a response.
+                span.set_status(StatusCode.ERROR, error)
+                if operation == "extend" and isinstance(exc, Exception):
+                    instruments.heartbeat_failures.add(1, {**self._base, ERROR_TYPE: error})
+                raise
+            instruments.record_operation(attributes, started)
+            describe(result, span)
+        return result
+
+    def _fenced(self, operation: str, span: Span) -> None:
+        span.set_attribute(OUTCOME, "fenced_out")
+        self.instruments.fenced_out.add(1, {**self._base, OPERATION: operation})
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        def describe(reservation: Reservation, span: Span) -> None:
+            found = reservation.lease or reservation.record
+            outcome = reservation.outcome.value
+            span.set_attributes({OUTCOME: outcome, TAKEOVER: reservation.takeover})
+            if found is not None:
+                span.set_attribute(FENCE, found.fence)
+            self.instruments.reserve_outcomes.add(
+                1, {**self._base, RESERVE_OUTCOME: outcome, TAKEOVER: reservation.takeover}
+            )
+
+        call = self.wrapped.reserve(
+            key, fingerprint, scope=scope, lease_ttl=lease_ttl, retention=retention
+        )
+        return await self._observe("reserve", call, describe, key, scope)
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        def describe(stored: bool, span: Span) -> None:
+            span.set_attribute(FENCE, lease.fence)
+            if stored:
+                span.set_attribute(OUTCOME, "completed")
+            else:
+                self._fenced("complete", span)
+
+        call = self.wrapped.complete(lease, response, retention=retention)
+        return await self._observe("complete", call, describe, lease.key, lease.scope)
+
+    async def release(self, lease: Lease) -> bool:
+        def describe(released: bool, span: Span) -> None:
+            span.set_attribute(FENCE, lease.fence)
+            if released:
+                span.set_attribute(OUTCOME, "released")
+            else:
+                self._fenced("release", span)
+
+        call = self.wrapped.release(lease)
+        return await self._observe("release", call, describe, lease.key, lease.scope)
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        def describe(extended: Lease | None, span: Span) -> None:
+            span.set_attribute(FENCE, lease.fence)
+            if extended is not None:
+                span.set_attribute(OUTCOME, "extended")
+            else:
+                self._fenced("extend", span)
+
+        call = self.wrapped.extend(lease, lease_ttl=lease_ttl)
+        return await self._observe("extend", call, describe, lease.key, lease.scope)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        def describe(record: Record | None, span: Span) -> None:
+            span.set_attribute(OUTCOME, "absent" if record is None else record.status.value)
+            if record is not None:
+                span.set_attribute(FENCE, record.fence)
+
+        return await self._observe("get", self.wrapped.get(key, scope=scope), describe, key, scope)
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        started = time.perf_counter()
+
+        def describe(record: Record | None, span: Span) -> None:
+            waited = time.perf_counter() - started
+            # wait returns early once the key is settled or its lease lapsed; a record it
+            # returns with a lease still running means the timeout ended it.
+            timed_out = (
+                record is not None
+                and record.status is Status.IN_PROGRESS
+                and record.lease_expires_at is not None
+                and record.lease_expires_at > time.time()
+            )
+            outcome = "timeout" if timed_out else "settled"
+            span.set_attribute(OUTCOME, outcome)
+            self.instruments.wait_duration.record(waited, {**self._base, WAIT_OUTCOME: outcome})
+            if timed_out:
+                self.instruments.wait_timeouts.add(1, self._base)
+
+        call = self.wrapped.wait(key, scope=scope, timeout=timeout)
+        return await self._observe("wait", call, describe, key, scope)
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        def describe(deleted: bool, span: Span) -> None:
+            span.set_attribute(OUTCOME, "deleted" if deleted else "absent")
+
+        call = self.wrapped.delete(key, scope=scope)
+        return await self._observe("delete", call, describe, key, scope)
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        def describe(removed: int, span: Span) -> None:
+            span.set_attribute("idemstore.sweep.removed", removed)
+            if removed:
+                self.instruments.swept.add(removed, self._base)
+
+        return await self._observe("sweep", self.wrapped.sweep(limit=limit), describe)
+
+    async def ping(self) -> None:
+        await self._observe("ping", self.wrapped.ping(), _nothing)
+
+    async def close(self) -> None:
+        await self.wrapped.close()
+
+    async def __aenter__(self) -> Self:
+        await self.wrapped.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.wrapped.__aexit__(exc_type, exc, tb)
+
+
+def _nothing(result: object, span: Span) -> None:
+    """``describe`` for operations whose only outcome is not raising."""

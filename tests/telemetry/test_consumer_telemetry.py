@@ -1,0 +1,111 @@
+"""Consumer metrics and the consumer span, through the one execution path, on real engines."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pytest
+
+from idemstore import ConflictError, Idempotency, InProgressError
+from idemstore.execution import ExecutionPolicy
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from idemstore import IdempotencyStore
+    from tests.telemetry.conftest import Telemetry
+
+FINGERPRINT = "f" * 64
+OTHER = "e" * 64
+
+
+async def _ten_calls(store: IdempotencyStore) -> None:
+    """10 calls: 5 executed, 3 replayed, 1 conflict, 1 rejected while in progress."""
+    runner = Idempotency(store, in_flight="reject")
+
+    async def work() -> bytes:
+        return b"done"
+
+    for i in range(5):
+        await runner.run(f"k{i}", FINGERPRINT, work)
+    for i in range(3):
+        await runner.run(f"k{i}", FINGERPRINT, work)
+    with pytest.raises(ConflictError):
+        await runner.run("k3", OTHER, work)
+    held = await store.reserve("held", FINGERPRINT, lease_ttl=30, retention=60)
+    assert held.acquired
+    with pytest.raises(InProgressError):
+        await runner.run("held", FINGERPRINT, work)
+
+
+async def test_consumer_calls_count_each_outcome_of_a_scripted_run(
+    store: IdempotencyStore, telemetry: Telemetry
+) -> None:
+    await _ten_calls(store)
+    calls = "idemstore.consumer.calls"
+    outcome = "idemstore.call.outcome"
+    assert telemetry.total(calls, **{"idemstore.consumer": "runner"}) == 10
+    assert telemetry.total(calls, **{outcome: "executed"}) == 5
+    assert telemetry.total(calls, **{outcome: "replayed"}) == 3
+    assert telemetry.total(calls, **{outcome: "conflict"}) == 1
+    assert telemetry.total(calls, **{outcome: "in_progress"}) == 1
+
+
+def _children(telemetry: Telemetry, parent: ReadableSpan) -> list[ReadableSpan]:
+    assert parent.context is not None
+    return [
+        s
+        for s in telemetry.spans()
+        if s.parent is not None and s.parent.span_id == parent.context.span_id
+    ]
+
+
+async def test_store_spans_nest_under_the_consumer_span_and_a_replay_shows(
+    store: IdempotencyStore, telemetry: Telemetry
+) -> None:
+    await _ten_calls(store)
+    consumer_spans = telemetry.spans("idemstore runner")
+    assert len(consumer_spans) == 10
+    executed = [s for s in consumer_spans if s.attributes["idemstore.call.outcome"] == "executed"]
+    replayed = [s for s in consumer_spans if s.attributes["idemstore.call.outcome"] == "replayed"]
+    for span in executed:
+        assert span.attributes["idemstore.outcome"] == "settled"
+        assert [c.name for c in _children(telemetry, span)] == [
+            "idemstore reserve",
+            "idemstore complete",
+        ]
+    for span in replayed:
+        (child,) = _children(telemetry, span)
+        assert child.name == "idemstore reserve"
+        assert child.attributes["idemstore.outcome"] == "completed"
+    # The direct reserve of the holder has no consumer span above it.
+    roots = [s for s in telemetry.spans("idemstore reserve") if s.parent is None]
+    assert len(roots) == 1
+
+
+async def test_heartbeats_nest_under_the_consumer_span_of_their_execution(
+    store: IdempotencyStore, telemetry: Telemetry
+) -> None:
+    policy = ExecutionPolicy(store, lease_ttl=0.3, consumer="heartbeat-test")
+    claim = await policy.begin("slow", FINGERPRINT)
+    async with claim:  # type: ignore[union-attr]
+        await asyncio.sleep(0.5)  # the keeper extends every lease_ttl / 3
+        await claim.settle(b"done")  # type: ignore[union-attr]
+    (consumer,) = telemetry.spans("idemstore heartbeat-test")
+    names = [c.name for c in _children(telemetry, consumer)]
+    assert names[0] == "idemstore reserve" and names[-1] == "idemstore complete"
+    assert names.count("idemstore extend") >= 1
+
+
+async def test_a_lost_lease_ends_its_consumer_span_as_not_recorded(
+    store: IdempotencyStore, telemetry: Telemetry
+) -> None:
+    policy = ExecutionPolicy(store, lease_ttl=30)
+    claim = await policy.begin("lost", FINGERPRINT)
+    await store.delete("lost")  # an operator removed the key: the owner is fenced out
+    async with claim:  # type: ignore[union-attr]
+        assert not await claim.settle(b"late")  # type: ignore[union-attr]
+    (consumer,) = telemetry.spans("idemstore runner")
+    assert consumer.attributes["idemstore.outcome"] == "not_recorded"
+    assert telemetry.total("idemstore.lease.fenced_out", **{"idemstore.operation": "complete"}) == 1
