@@ -6,14 +6,19 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import logging
-import os
 import signal
 import sys
 from typing import TYPE_CHECKING
 
 from idemstore import __version__
+from idemstore.argument_types import (
+    concurrency_list,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from idemstore.errors import ConfigurationError, IdemstoreError
+from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
@@ -176,221 +181,6 @@ async def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _proxy_store_url(args: argparse.Namespace) -> str:
-    """``--store`` as a URL; mcp-idempotent's ``memory`` / ``redis`` words are accepted too."""
-    store: str = args.store
-    if store == "memory":
-        store = "memory://"
-    elif store == "redis":
-        store = args.redis_url or os.environ.get("REDIS_URL", "")
-        if not store:
-            raise ConfigurationError("--store redis needs --redis-url URL (or $REDIS_URL)")
-        return store
-    if args.redis_url is not None:
-        raise ConfigurationError("--redis-url goes with --store redis; or pass --store URL")
-    return store
-
-
-async def _proxy(args: argparse.Namespace) -> int:
-    from idemstore.mcp.proxy import IdempotentProxy, default_key_scope, run_stdio_proxy
-
-    command = list(args.server_command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise ConfigurationError("no server command: idemstore proxy [options] -- CMD [ARGS ...]")
-    if args.retention is not None and args.ttl_ms is not None:
-        raise ConfigurationError("give --retention SECONDS or --ttl-ms MS, not both")
-    retention = args.retention
-    if args.ttl_ms is not None:
-        retention = args.ttl_ms / 1000
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="idemstore proxy: %(levelname)s %(name)s: %(message)s",
-    )
-    async with open_store(_proxy_store_url(args)) as store:
-        proxy = IdempotentProxy(
-            store,
-            run_id=args.run_id,
-            key_scope=args.key_scope or default_key_scope(command),
-            lease_ttl=args.lease,
-            retention=retention if retention is not None else 600.0,
-            sep_retention=args.sep_retention,
-            in_flight=args.in_flight,
-            implicit=not args.no_implicit,
-            tools=args.tools or ("*",),
-            exclude_tools=args.exclude_tools or (),
-            dedupe_read_only=args.dedupe_read_only,
-            cancel_grace=args.cancel_grace,
-        )
-        return await run_stdio_proxy(proxy, command)
-
-
-async def _gateway(args: argparse.Namespace) -> int:
-    from idemstore.mcp.gateway import GatewayConfig, GatewayScope, McpGateway, parse_listen, serve
-
-    host, port = parse_listen(args.listen)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="idemstore gateway: %(levelname)s %(name)s: %(message)s",
-    )
-    config = GatewayConfig(
-        upstream=args.upstream,
-        connect_timeout=args.connect_timeout,
-        read_timeout=args.read_timeout,
-        max_body_bytes=args.max_body_bytes,
-    )
-    scope = GatewayScope(header=args.scope_header.lower())
-    async with open_store(args.store) as store:
-        gateway = McpGateway(
-            store,
-            config,
-            scope=scope,
-            run_id=args.run_id,
-            lease_ttl=args.lease,
-            retention=args.retention,
-            sep_retention=args.sep_retention,
-            in_flight=args.in_flight,
-            implicit=not args.no_implicit,
-            tools=args.tools or ("*",),
-            exclude_tools=args.exclude_tools or (),
-            dedupe_read_only=args.dedupe_read_only,
-        )
-        await serve(gateway, host, port, log_level=args.log_level)
-    return 0
-
-
-def _gateway_parser(commands: Any) -> None:
-    gateway = commands.add_parser(
-        "gateway",
-        help="deduplicate tools/call in front of a remote MCP server (Streamable HTTP)",
-        description=(
-            "Serve a Streamable HTTP reverse proxy in front of one MCP endpoint, replaying the "
-            "recorded result to retried tools/call requests; replicas sharing --store "
-            "deduplicate together."
-        ),
-    )
-    gateway.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to serve")
-    gateway.add_argument(
-        "--upstream", required=True, metavar="URL", help="the MCP endpoint, e.g. http://h:9000/mcp"
-    )
-    gateway.add_argument(
-        "--store", default="memory://", metavar="URL", help="store URL (default memory://)"
-    )
-    gateway.add_argument(
-        "--scope-header",
-        default="authorization",
-        metavar="NAME",
-        help="header whose (hashed) value scopes records (default: Authorization)",
-    )
-    gateway.add_argument(
-        "--run-id",
-        metavar="ID",
-        help="scope of derived keys; replicas that share it deduplicate key-less calls",
-    )
-    gateway.add_argument(
-        "--retention",
-        type=_positive_float,
-        default=600.0,
-        metavar="SECONDS",
-        help="how long a derived or _meta key's result is replayed (default 600)",
-    )
-    gateway.add_argument(
-        "--sep-retention",
-        type=_positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
-    )
-    gateway.add_argument(
-        "--lease",
-        type=_positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease of a running call, heartbeated every third (default 30)",
-    )
-    gateway.add_argument(
-        "--in-flight",
-        choices=("wait", "reject"),
-        default="wait",
-        help="a duplicate of a running call without a SEP-3182 key: wait (default) or reject",
-    )
-    gateway.add_argument(
-        "--no-implicit", action="store_true", help="deduplicate only calls that carry a key"
-    )
-    gateway.add_argument(
-        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
-    )
-    gateway.add_argument(
-        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
-    )
-    gateway.add_argument(
-        "--dedupe-read-only",
-        action="store_true",
-        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
-    )
-    gateway.add_argument(
-        "--connect-timeout",
-        type=_positive_float,
-        default=10.0,
-        metavar="SECONDS",
-        help="to open an upstream connection (default 10)",
-    )
-    gateway.add_argument(
-        "--read-timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="between bytes of an upstream answer (default: none, streams idle long)",
-    )
-    gateway.add_argument(
-        "--max-body-bytes",
-        type=_positive_int,
-        default=16 * 1024 * 1024,
-        metavar="N",
-        help="largest POST body read (default 16 MiB; larger gets 413)",
-    )
-    gateway.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="warning",
-        help="logs go to stderr (default warning)",
-    )
-    gateway.set_defaults(handler=_gateway)
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return value
-
-
-def _concurrency_list(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(dict.fromkeys(int(part) for part in text.split(",") if part.strip()))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must look like 1,16,64, not {text!r}") from None
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"every level must be at least 1: {text!r}")
-    return levels
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="idemstore",
@@ -426,11 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help="remove records past their retention")
     sweep.add_argument("url", metavar="URL")
     sweep.add_argument(
-        "--every", type=_positive_float, metavar="SECONDS", help="repeat until Ctrl-C / SIGTERM"
+        "--every", type=positive_float, metavar="SECONDS", help="repeat until Ctrl-C / SIGTERM"
     )
-    sweep.add_argument(
-        "--limit", type=_positive_int, default=1000, help="batch size (default 1000)"
-    )
+    sweep.add_argument("--limit", type=positive_int, default=1000, help="batch size (default 1000)")
     sweep.set_defaults(handler=_sweep)
 
     stats = commands.add_parser(
@@ -446,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("url", metavar="URL")
     stats.add_argument(
         "--limit",
-        type=_positive_int,
+        type=positive_int,
         default=100_000,
         help="most records a scanning backend reads (default 100000)",
     )
@@ -479,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--concurrency",
-        type=_concurrency_list,
+        type=concurrency_list,
         default=DEFAULT_CONCURRENCY,
         metavar="N,N,...",
         help="concurrent workers, comma-separated (default: %(default)s)".replace(
@@ -489,17 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
     amount = bench.add_mutually_exclusive_group()
     amount.add_argument(
         "--ops",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_OPS,
         metavar="N",
         help=f"operations per measurement (default {DEFAULT_OPS})",
     )
     amount.add_argument(
-        "--duration", type=_positive_float, metavar="S", help="seconds per measurement instead"
+        "--duration", type=positive_float, metavar="S", help="seconds per measurement instead"
     )
     bench.add_argument(
         "--payload-bytes",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_PAYLOAD_BYTES,
         metavar="N",
         help=f"response size, and the hasher's value size (default {DEFAULT_PAYLOAD_BYTES})",
@@ -510,94 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
     bench.set_defaults(handler=_bench)
 
-    proxy = commands.add_parser(
-        "proxy",
-        help="deduplicate tools/call in front of an MCP server (stdio)",
-        usage="idemstore proxy [options] -- CMD [ARGS ...]",
-        description=(
-            "Start CMD as an MCP server and relay stdio to it, replaying the recorded result "
-            "to retried tools/call requests instead of running the tool again."
-        ),
-    )
-    proxy.add_argument(
-        "--store",
-        default="memory://",
-        metavar="URL",
-        help="store URL (default memory://); 'memory' and 'redis' are accepted too",
-    )
-    proxy.add_argument(
-        "--redis-url", metavar="URL", help="with --store redis (default: $REDIS_URL)"
-    )
-    proxy.add_argument(
-        "--retention",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="how long a derived or _meta key's result is replayed (default 600)",
-    )
-    proxy.add_argument(
-        "--ttl-ms", type=_positive_float, metavar="MS", help="the same in milliseconds"
-    )
-    proxy.add_argument(
-        "--sep-retention",
-        type=_positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
-    )
-    proxy.add_argument(
-        "--lease",
-        type=_positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease of a running call, heartbeated every third (default 30)",
-    )
-    proxy.add_argument(
-        "--run-id", metavar="ID", help="scope of derived keys (default: one per proxy process)"
-    )
-    proxy.add_argument(
-        "--key-scope",
-        metavar="SCOPE",
-        help="scope of explicit keys (default: this user and the server command)",
-    )
-    proxy.add_argument(
-        "--in-flight",
-        choices=("wait", "reject"),
-        default="wait",
-        help="a duplicate of a running call without a SEP-3182 key: wait for it (default) "
-        "or reject it",
-    )
-    proxy.add_argument(
-        "--no-implicit",
-        action="store_true",
-        help="deduplicate only calls that carry a key (no derived keys)",
-    )
-    proxy.add_argument(
-        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
-    )
-    proxy.add_argument(
-        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
-    )
-    proxy.add_argument(
-        "--dedupe-read-only",
-        action="store_true",
-        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
-    )
-    proxy.add_argument(
-        "--cancel-grace",
-        type=_positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="a cancelled SEP-3182 call keeps its key this long without an answer (default 60)",
-    )
-    proxy.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="warning",
-        help="logs go to stderr (default warning)",
-    )
-    proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    proxy.set_defaults(handler=_proxy)
-    _gateway_parser(commands)
+    add_proxy_parser(commands)
+    add_gateway_parser(commands)
     return parser
 
 

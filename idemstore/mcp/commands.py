@@ -1,0 +1,294 @@
+"""The ``proxy`` and ``gateway`` subcommands of the ``idemstore`` command line.
+
+Nothing here imports the MCP SDK or the HTTP stack: each handler imports what it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from idemstore.argument_types import positive_float, positive_int
+from idemstore.errors import ConfigurationError
+from idemstore.urls import open_store
+
+__all__ = ["add_gateway_parser", "add_proxy_parser"]
+
+
+def _proxy_store_url(args: argparse.Namespace) -> str:
+    """``--store`` as a URL; mcp-idempotent's ``memory`` / ``redis`` words are accepted too."""
+    store: str = args.store
+    if store == "memory":
+        store = "memory://"
+    elif store == "redis":
+        store = args.redis_url or os.environ.get("REDIS_URL", "")
+        if not store:
+            raise ConfigurationError("--store redis needs --redis-url URL (or $REDIS_URL)")
+        return store
+    if args.redis_url is not None:
+        raise ConfigurationError("--redis-url goes with --store redis; or pass --store URL")
+    return store
+
+
+async def _proxy(args: argparse.Namespace) -> int:
+    from idemstore.mcp.proxy import IdempotentProxy, default_key_scope, run_stdio_proxy
+
+    command = list(args.server_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise ConfigurationError("no server command: idemstore proxy [options] -- CMD [ARGS ...]")
+    if args.retention is not None and args.ttl_ms is not None:
+        raise ConfigurationError("give --retention SECONDS or --ttl-ms MS, not both")
+    retention = args.retention
+    if args.ttl_ms is not None:
+        retention = args.ttl_ms / 1000
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="idemstore proxy: %(levelname)s %(name)s: %(message)s",
+    )
+    async with open_store(_proxy_store_url(args)) as store:
+        proxy = IdempotentProxy(
+            store,
+            run_id=args.run_id,
+            key_scope=args.key_scope or default_key_scope(command),
+            lease_ttl=args.lease,
+            retention=retention if retention is not None else 600.0,
+            sep_retention=args.sep_retention,
+            in_flight=args.in_flight,
+            implicit=not args.no_implicit,
+            tools=args.tools or ("*",),
+            exclude_tools=args.exclude_tools or (),
+            dedupe_read_only=args.dedupe_read_only,
+            cancel_grace=args.cancel_grace,
+        )
+        return await run_stdio_proxy(proxy, command)
+
+
+async def _gateway(args: argparse.Namespace) -> int:
+    from idemstore.mcp.gateway import GatewayConfig, GatewayScope, McpGateway, parse_listen, serve
+
+    host, port = parse_listen(args.listen)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="idemstore gateway: %(levelname)s %(name)s: %(message)s",
+    )
+    config = GatewayConfig(
+        upstream=args.upstream,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+        max_body_bytes=args.max_body_bytes,
+    )
+    scope = GatewayScope(header=args.scope_header.lower())
+    async with open_store(args.store) as store:
+        gateway = McpGateway(
+            store,
+            config,
+            scope=scope,
+            run_id=args.run_id,
+            lease_ttl=args.lease,
+            retention=args.retention,
+            sep_retention=args.sep_retention,
+            in_flight=args.in_flight,
+            implicit=not args.no_implicit,
+            tools=args.tools or ("*",),
+            exclude_tools=args.exclude_tools or (),
+            dedupe_read_only=args.dedupe_read_only,
+        )
+        await serve(gateway, host, port, log_level=args.log_level)
+    return 0
+
+
+def add_gateway_parser(commands: Any) -> None:
+    """The ``gateway`` subcommand: a Streamable HTTP reverse proxy."""
+    gateway = commands.add_parser(
+        "gateway",
+        help="deduplicate tools/call in front of a remote MCP server (Streamable HTTP)",
+        description=(
+            "Serve a Streamable HTTP reverse proxy in front of one MCP endpoint, replaying the "
+            "recorded result to retried tools/call requests; replicas sharing --store "
+            "deduplicate together."
+        ),
+    )
+    gateway.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to serve")
+    gateway.add_argument(
+        "--upstream", required=True, metavar="URL", help="the MCP endpoint, e.g. http://h:9000/mcp"
+    )
+    gateway.add_argument(
+        "--store", default="memory://", metavar="URL", help="store URL (default memory://)"
+    )
+    gateway.add_argument(
+        "--scope-header",
+        default="authorization",
+        metavar="NAME",
+        help="header whose (hashed) value scopes records (default: Authorization)",
+    )
+    gateway.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="scope of derived keys; replicas that share it deduplicate key-less calls",
+    )
+    gateway.add_argument(
+        "--retention",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a derived or _meta key's result is replayed (default 600)",
+    )
+    gateway.add_argument(
+        "--sep-retention",
+        type=positive_float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
+    )
+    gateway.add_argument(
+        "--lease",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease of a running call, heartbeated every third (default 30)",
+    )
+    gateway.add_argument(
+        "--in-flight",
+        choices=("wait", "reject"),
+        default="wait",
+        help="a duplicate of a running call without a SEP-3182 key: wait (default) or reject",
+    )
+    gateway.add_argument(
+        "--no-implicit", action="store_true", help="deduplicate only calls that carry a key"
+    )
+    gateway.add_argument(
+        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
+    )
+    gateway.add_argument(
+        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
+    )
+    gateway.add_argument(
+        "--dedupe-read-only",
+        action="store_true",
+        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
+    )
+    gateway.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="to open an upstream connection (default 10)",
+    )
+    gateway.add_argument(
+        "--read-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="between bytes of an upstream answer (default: none, streams idle long)",
+    )
+    gateway.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest POST body read (default 16 MiB; larger gets 413)",
+    )
+    gateway.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="logs go to stderr (default warning)",
+    )
+    gateway.set_defaults(handler=_gateway)
+
+
+def add_proxy_parser(commands: Any) -> None:
+    """The ``proxy`` subcommand: a stdio relay in front of one MCP server."""
+    proxy = commands.add_parser(
+        "proxy",
+        help="deduplicate tools/call in front of an MCP server (stdio)",
+        usage="idemstore proxy [options] -- CMD [ARGS ...]",
+        description=(
+            "Start CMD as an MCP server and relay stdio to it, replaying the recorded result "
+            "to retried tools/call requests instead of running the tool again."
+        ),
+    )
+    proxy.add_argument(
+        "--store",
+        default="memory://",
+        metavar="URL",
+        help="store URL (default memory://); 'memory' and 'redis' are accepted too",
+    )
+    proxy.add_argument(
+        "--redis-url", metavar="URL", help="with --store redis (default: $REDIS_URL)"
+    )
+    proxy.add_argument(
+        "--retention",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how long a derived or _meta key's result is replayed (default 600)",
+    )
+    proxy.add_argument(
+        "--ttl-ms", type=positive_float, metavar="MS", help="the same in milliseconds"
+    )
+    proxy.add_argument(
+        "--sep-retention",
+        type=positive_float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
+    )
+    proxy.add_argument(
+        "--lease",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease of a running call, heartbeated every third (default 30)",
+    )
+    proxy.add_argument(
+        "--run-id", metavar="ID", help="scope of derived keys (default: one per proxy process)"
+    )
+    proxy.add_argument(
+        "--key-scope",
+        metavar="SCOPE",
+        help="scope of explicit keys (default: this user and the server command)",
+    )
+    proxy.add_argument(
+        "--in-flight",
+        choices=("wait", "reject"),
+        default="wait",
+        help="a duplicate of a running call without a SEP-3182 key: wait for it (default) "
+        "or reject it",
+    )
+    proxy.add_argument(
+        "--no-implicit",
+        action="store_true",
+        help="deduplicate only calls that carry a key (no derived keys)",
+    )
+    proxy.add_argument(
+        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
+    )
+    proxy.add_argument(
+        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
+    )
+    proxy.add_argument(
+        "--dedupe-read-only",
+        action="store_true",
+        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
+    )
+    proxy.add_argument(
+        "--cancel-grace",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a cancelled SEP-3182 call keeps its key this long without an answer (default 60)",
+    )
+    proxy.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="logs go to stderr (default warning)",
+    )
+    proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    proxy.set_defaults(handler=_proxy)
