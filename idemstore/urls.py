@@ -120,7 +120,7 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
     store = cast("IdempotencyStore", cls.from_url(url, **options))
     # After idemstore.instrument() the store records spans and metrics; before, it is returned
     # as built (no wrapper, no cost).
-    return telemetry.instrumented(store)
+    return telemetry.instrumented(store, backend=engine.label(scheme))
 
 
 def require_driver(driver: str | None, extra: str | None, what: str) -> None:

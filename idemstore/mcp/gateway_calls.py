@@ -191,7 +191,7 @@ class _CallCore(ToolCallCore):
     def __init__(
         self, store: IdempotencyStore, read_only: Mapping[str, bool], **options: Any
     ) -> None:
-        super().__init__(store, **options)
+        super().__init__(store, consumer="mcp_gateway", **options)
         self._hints = read_only
 
     def is_read_only(self, name: str) -> bool:

@@ -168,7 +168,11 @@ class _Sep3182:
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
         self._policy = ExecutionPolicy(
-            store, lease_ttl=lease_ttl, retention=retention, in_flight="reject"
+            store,
+            lease_ttl=lease_ttl,
+            retention=retention,
+            in_flight="reject",
+            consumer="mcp_server",
         )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError(f"scope must be a str, a callable or None, not {scope!r}")

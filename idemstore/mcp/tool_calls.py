@@ -243,6 +243,7 @@ class ToolCallCore:
         exclude_tools: Sequence[str] = (),
         dedupe_read_only: bool = False,
         cancel_grace: float = 60.0,
+        consumer: str = "mcp_proxy",
     ) -> None:
         self.run_id = run_id if run_id is not None else uuid.uuid4().hex
         self._run_scope = f"mcp-proxy/run/{self.run_id}"
@@ -252,11 +253,17 @@ class ToolCallCore:
             check_identity("k", key_scope)
         except IdemstoreError as exc:
             raise ConfigurationError(f"bad run id or key scope: {exc}") from None
+        # consumer names the transport in telemetry (idemstore.consumer): the stdio proxy, or
+        # the HTTP gateway that shares this core.
         self._policy = ExecutionPolicy(
-            store, lease_ttl=lease_ttl, retention=retention, in_flight=in_flight
+            store, lease_ttl=lease_ttl, retention=retention, in_flight=in_flight, consumer=consumer
         )
         self._sep_policy = ExecutionPolicy(
-            store, lease_ttl=lease_ttl, retention=sep_retention, in_flight="reject"
+            store,
+            lease_ttl=lease_ttl,
+            retention=sep_retention,
+            in_flight="reject",
+            consumer=consumer,
         )
         self._cancel_grace = check_duration("cancel_grace", cancel_grace)
         self._implicit = implicit
