@@ -59,20 +59,24 @@ def _pytest(session: nox.Session, *args: str) -> None:
         "python",
         "-c",
         _PYTEST,
+        "--durations=15",  # where a lane's time goes, for whoever moves tests between lanes
         *args,
         *session.posargs,
         env={"IDEMSTORE_TEST_REQUIRE_ALL": "1"},
     )
 
 
-def _install(session: nox.Session) -> None:
-    session.install("-e", TEST_EXTRAS)
+def _install(session: nox.Session, *requirements: str) -> None:
+    # uv writes no bytecode unless asked; with PYTHONDONTWRITEBYTECODE set (as on CI machines)
+    # nothing would cache it either, and every Python subprocess a test starts would compile
+    # redis-py, boto and the rest again (seconds each: enough to break timing-based tests).
+    session.install(*requirements, env={"UV_COMPILE_BYTECODE": "1"})
 
 
 @nox.session(python=PYTHONS)
 def fast(session: nox.Session) -> None:
     """Types and the unit and contract tests, on every supported Python."""
-    _install(session)
+    _install(session, "-e", TEST_EXTRAS)
     # The interpreter's own version, so stdlib and dependency stubs are those of this Python.
     session.run("mypy", "--strict", "--python-version", session.python, "idemstore")
     ignore = [f"--ignore={path}" for path in SLOW_PATHS]
@@ -82,7 +86,7 @@ def fast(session: nox.Session) -> None:
 @nox.session(python=SLOW_LANE_PYTHON)
 def slow(session: nox.Session) -> None:
     """Reliability, process races, installs and the MCP/HTTP integration suites, on one Python."""
-    _install(session)
+    _install(session, "-e", TEST_EXTRAS)
     _pytest(session, *SLOW_PATHS)
     ignore = [f"--ignore={path}" for path in SLOW_PATHS]
     _pytest(session, "-m", SLOW_MARKER, *ignore)
@@ -91,10 +95,12 @@ def slow(session: nox.Session) -> None:
 @nox.session(python=SLOW_LANE_PYTHON)
 def dist(session: nox.Session) -> None:
     """Build the sdist and, from it, the wheel; check both the way an index would."""
-    session.install("build", "twine")
+    _install(session, "build[uv]", "twine")
     out = Path("dist")
     shutil.rmtree(out, ignore_errors=True)
-    session.run("python", "-m", "build", "--outdir", str(out))
+    # The sdist first, then the wheel from the unpacked sdist (build's default): a file the
+    # sdist forgets breaks the wheel here, not on a user's machine.
+    session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out))
     built = sorted(str(p) for p in out.iterdir())
     if not any(p.endswith(".tar.gz") for p in built) or not any(p.endswith(".whl") for p in built):
         session.error(f"python -m build did not produce an sdist and a wheel: {built}")
