@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.message
+import hashlib
 import json
 import re
 import subprocess
@@ -164,6 +165,17 @@ def test_the_sdist_installs_into_a_clean_venv_and_migrates_and_runs_the_quicksta
 
 def pyproject() -> dict[str, Any]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+# SHA-256 of the Apache License 2.0 text as the Apache Software Foundation publishes it
+# (LICENSE-2.0.txt, 11,358 bytes): an edited or truncated copy is no longer that license.
+APACHE_2_0_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+
+
+def test_the_license_file_is_the_unmodified_apache_2_0_text() -> None:
+    assert pyproject()["project"]["license"] == "Apache-2.0"
+    text = (ROOT / "LICENSE").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == APACHE_2_0_SHA256
 
 
 def test_the_classifiers_claim_exactly_the_pythons_the_lanes_test() -> None:
