@@ -19,7 +19,7 @@ import nox.command
 
 # The Pythons the package claims (requires-python and the classifiers in pyproject.toml).
 PYTHONS = ["3.11", "3.12", "3.13"]
-# The engine-heavy lane runs on one of them: the oldest, so nothing newer sneaks in unseen.
+# The engine-heavy lane runs on one of them: the machines' default Python (.venv uses it too).
 SLOW_LANE_PYTHON = "3.11"
 # Whole directories or files that belong to the slow lane: reliability (fault injection, killed
 # processes, engine restarts), process races, and the MCP/HTTP integration suites that spawn
