@@ -67,6 +67,11 @@ def _pytest(session: nox.Session, *args: str) -> None:
     )
 
 
+def _install_for_tests(session: nox.Session) -> None:
+    # pip too: uv's virtualenvs come without it, and tests build the wheel with `python -m pip`.
+    _install(session, "pip", "-e", TEST_EXTRAS)
+
+
 def _install(session: nox.Session, *requirements: str) -> None:
     # uv writes no bytecode unless asked; with PYTHONDONTWRITEBYTECODE set (as on CI machines)
     # nothing would cache it either, and every Python subprocess a test starts would compile
@@ -80,7 +85,7 @@ def _install(session: nox.Session, *requirements: str) -> None:
 @nox.session(python=PYTHONS, allow_parallel=True)
 def fast(session: nox.Session) -> None:
     """Types and the unit and contract tests, on every supported Python."""
-    _install(session, "-e", TEST_EXTRAS)
+    _install_for_tests(session)
     # The interpreter's own version, so stdlib and dependency stubs are those of this Python.
     session.run("mypy", "--strict", "--python-version", session.python, "idemstore")
     ignore = [f"--ignore={path}" for path in SLOW_PATHS]
@@ -90,7 +95,7 @@ def fast(session: nox.Session) -> None:
 @nox.session(python=SLOW_LANE_PYTHON, allow_parallel=False)
 def slow(session: nox.Session) -> None:
     """Reliability, process races, installs and the MCP/HTTP integration suites, on one Python."""
-    _install(session, "-e", TEST_EXTRAS)
+    _install_for_tests(session)
     ignore = [f"--ignore={path}" for path in SLOW_PATHS]
     # Two pytest runs (markers cannot select by path); the second runs even when the first
     # failed, so one lane run reports every failure. Either failing fails the lane.
