@@ -1,0 +1,125 @@
+"""The test lanes: which tests run on which Python (README, "Development").
+
+``./scripts/test`` runs every session here after ruff and the docs build. Run one lane alone
+with ``nox -s fast-3.13`` or ``nox -s slow``; arguments after ``--`` go to pytest.
+
+Lane selection is defined once, below: the *slow* lane is every test under ``SLOW_PATHS`` plus
+every test marked ``SLOW_MARKER`` anywhere else; the *fast* lane is everything else. Each test
+runs in exactly one lane on ``SLOW_LANE_PYTHON``, and the fast lane runs on every Python in
+``PYTHONS`` (the package's classifiers must list the same ones: tests/test_packaging.py checks).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nox
+import nox.command
+
+# The Pythons the package claims (requires-python and the classifiers in pyproject.toml).
+PYTHONS = ["3.11", "3.12", "3.13"]
+# The engine-heavy lane runs on one of them: the machines' default Python (.venv uses it too).
+SLOW_LANE_PYTHON = "3.11"
+# Whole directories or files that belong to the slow lane: reliability (fault injection, killed
+# processes, engine restarts), process races, and the MCP/HTTP integration suites that spawn
+# servers and clients. Paths are relative to the project root; a moved suite is changed here.
+SLOW_PATHS = [
+    "tests/reliability",
+    "tests/test_process_race.py",
+    "tests/mcp",
+    "tests/mcp_server",
+    "tests/http",
+    "tests/gateway",
+]
+# Tests elsewhere that install packages, race processes or restart engines carry this marker
+# (declared in pyproject.toml's [tool.pytest.ini_options]).
+SLOW_MARKER = "slow"
+# What a lane installs (editable: the tests import the checkout anyway, pythonpath = ".").
+TEST_EXTRAS = ".[all,test]"
+
+# uv makes the four environments quick to build; plain virtualenv (nox's own) still works.
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
+# Only interpreters already on this machine: a missing one is an error, never a download.
+nox.options.download_python = "never"
+nox.options.sessions = ["fast", "slow", "dist"]
+nox.needs_version = ">=2024.10.9"
+
+# pytest exits 5 when it collected or selected nothing: a lane that ran no test proves nothing.
+_PYTEST = (
+    "import sys, pytest\n"
+    "code = pytest.main(sys.argv[1:])\n"
+    "if code == 5:\n"
+    "    sys.exit('pytest ran no tests in this lane: that is a failure')\n"
+    "sys.exit(code)\n"
+)
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
+    session.run(
+        "python",
+        "-c",
+        _PYTEST,
+        "--durations=15",  # where a lane's time goes, for whoever moves tests between lanes
+        *args,
+        *session.posargs,
+        env={"IDEMSTORE_TEST_REQUIRE_ALL": "1"},
+    )
+
+
+def _install_for_tests(session: nox.Session) -> None:
+    # pip too: uv's virtualenvs come without it, and tests build the wheel with `python -m pip`.
+    _install(session, "pip", "-e", TEST_EXTRAS)
+
+
+def _install(session: nox.Session, *requirements: str) -> None:
+    # uv writes no bytecode unless asked; with PYTHONDONTWRITEBYTECODE set (as on CI machines)
+    # nothing would cache it either, and every Python subprocess a test starts would compile
+    # redis-py, boto and the rest again (seconds each: enough to break timing-based tests).
+    session.install(*requirements, env={"UV_COMPILE_BYTECODE": "1"})
+
+
+# The fast lanes wait on engines far more than they compute (a lane uses a fraction of a core),
+# so scripts/test runs them side by side (nox -j); the slow lane times races, kills processes
+# and restarts engines, so it runs alone.
+@nox.session(python=PYTHONS, allow_parallel=True)
+def fast(session: nox.Session) -> None:
+    """Types and the unit and contract tests, on every supported Python."""
+    _install_for_tests(session)
+    # The interpreter's own version, so stdlib and dependency stubs are those of this Python.
+    session.run("mypy", "--strict", "--python-version", session.python, "idemstore")
+    ignore = [f"--ignore={path}" for path in SLOW_PATHS]
+    _pytest(session, "-m", f"not {SLOW_MARKER}", *ignore)
+
+
+@nox.session(python=SLOW_LANE_PYTHON, allow_parallel=False)
+def slow(session: nox.Session) -> None:
+    """Reliability, process races, installs and the MCP/HTTP integration suites, on one Python."""
+    _install_for_tests(session)
+    ignore = [f"--ignore={path}" for path in SLOW_PATHS]
+    # Two pytest runs (markers cannot select by path); the second runs even when the first
+    # failed, so one lane run reports every failure. Either failing fails the lane.
+    failed = []
+    for args in ([*SLOW_PATHS], ["-m", SLOW_MARKER, *ignore]):
+        try:
+            _pytest(session, *args)
+        except nox.command.CommandFailed:
+            failed.append(" ".join(args))
+    if failed:
+        session.error(f"slow lane failed in: {'; '.join(failed)}")
+
+
+@nox.session(python=SLOW_LANE_PYTHON, allow_parallel=True)
+def dist(session: nox.Session) -> None:
+    """Build the sdist and, from it, the wheel; check both the way an index would."""
+    _install(session, "build[uv]", "twine")
+    out = Path("dist")
+    shutil.rmtree(out, ignore_errors=True)
+    # The sdist first, then the wheel from the unpacked sdist (build's default): a file the
+    # sdist forgets breaks the wheel here, not on a user's machine.
+    session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out))
+    built = sorted(str(p) for p in out.iterdir())
+    if not any(p.endswith(".tar.gz") for p in built) or not any(p.endswith(".whl") for p in built):
+        session.error(f"python -m build did not produce an sdist and a wheel: {built}")
+    session.run("twine", "check", "--strict", *built)
