@@ -14,12 +14,15 @@ import json
 import sys
 from pathlib import Path
 
+from idemstore.registry import engines
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "local" / "results.json"
 README = ROOT / "README.md"
 START = "<!-- bench:start (written by benchmarks/headline.py; do not edit) -->"
 END = "<!-- bench:end -->"
-BACKENDS = ("memory", "sqlite", "postgres", "redis", "dynamodb")
+# One row per registered engine, in registry order; an engine the run lacks has no row.
+BACKENDS = tuple(engine.name for engine in engines())
 
 
 def _fmt(value: float) -> str:

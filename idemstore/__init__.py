@@ -17,6 +17,7 @@ from idemstore.errors import (
 )
 from idemstore.hashing import canonical_json, fingerprint
 from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
+from idemstore.registry import Engine, FixtureVariant
 from idemstore.runner import Idempotency, Result
 from idemstore.sweeper import Sweeper
 from idemstore.urls import open_store, register_backend
@@ -27,6 +28,8 @@ __all__ = [
     "CanonicalizationError",
     "ConfigurationError",
     "ConflictError",
+    "Engine",
+    "FixtureVariant",
     "IdempotencyStore",
     "Idempotency",
     "IdemstoreError",

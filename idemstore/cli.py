@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from typing import Any
 
-    from idemstore.migrate import MigrationRun
     from idemstore.protocol import Record
+    from idemstore.schema import SchemaMode
 
 __all__ = ["main"]
 
@@ -138,63 +138,12 @@ async def _bench(args: argparse.Namespace) -> int:
     return EXIT_ABSENT if result.violations else 0
 
 
-def format_migration_run(run: MigrationRun, *, dry_run: bool, status: bool) -> str:
-    """What ``idemstore migrate`` prints for a run: plain text, one fact per line."""
-    if run.engine is None:
-        scheme = run.url.split("://", 1)[0]
-        return f"{scheme}:// stores keep no schema: nothing to migrate"
-    if status:
-        lines = [f"{run.engine} migrations from {run.source}"]
-        width = max((len(state.name) for state in run.states), default=0)
-        for state in run.states:
-            when = "pending" if state.applied_at is None else f"applied {_when(state.applied_at)}"
-            lines.append(f"{state.name:<{width}}  sha256:{state.checksum}  {when}")
-        pending = len(run.pending)
-        lines.append(f"{len(run.states) - pending} applied, {pending} pending")
-        return "\n".join(lines)
-    if dry_run:
-        if not run.planned:
-            return "schema is up to date: nothing to apply"
-        blocks = [f"-- {m.name} (pending, sha256:{m.checksum})\n{sql}" for m, sql in run.planned]
-        return "\n".join(blocks).rstrip("\n")
-    if not run.applied:
-        return f"schema already up to date ({len(run.states)} migration(s)): nothing to apply"
-    lines = [f"applied {m.name}" for m in run.applied]
-    lines.append(f"schema up to date ({len(run.states)} migration(s))")
-    return "\n".join(lines)
-
-
-async def _migrate_table(args: argparse.Namespace) -> int:
-    """``migrate`` for DynamoDB: its schema is a table and a TTL setting, not SQL files."""
-    import json
-
-    store: Any = open_store(args.url)
-    try:
-        if args.dry_run:
-            print(json.dumps(store.table_definition(), indent=2))
-            return 0
-        if args.status:
-            status = await store.table_status()
-            for name, value in status.items():
-                print(f"{name:>14}: {value}")
-            return 0
-        if await store.create_table():
-            print(f"table {store.table_definition()['TableName']!r} is ready (created or updated)")
-        else:
-            print("table already exists with the right schema and TTL: nothing to do")
-        return 0
-    finally:
-        await store.close()
-
-
 async def _migrate(args: argparse.Namespace) -> int:
-    from idemstore.migrate import run_migrations
+    from idemstore.schema import run_schema
 
-    if args.url.lower().startswith("dynamodb://"):
-        return await _migrate_table(args)
-
-    run = await run_migrations(args.url, dry_run=args.dry_run, status=args.status)
-    print(format_migration_run(run, dry_run=args.dry_run, status=args.status))
+    mode: SchemaMode = "status" if args.status else "plan" if args.dry_run else "apply"
+    report = await run_schema(args.url, mode)
+    print(report.render())
     return 0
 
 
@@ -292,10 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
     mode = migrate.add_mutually_exclusive_group()
     mode.add_argument(
-        "--dry-run", action="store_true", help="print the SQL of each pending migration; apply none"
+        "--dry-run",
+        action="store_true",
+        help="print what would be applied (each pending migration's SQL, a table definition)",
     )
     mode.add_argument(
-        "--status", action="store_true", help="list applied and pending migrations with checksums"
+        "--status",
+        action="store_true",
+        help="report the schema: applied and pending migrations with checksums, or the table",
     )
     migrate.set_defaults(handler=_migrate)
 

@@ -1,9 +1,11 @@
 """Schema migrations: ``NNNN_description.sql`` files per engine, applied in order, each in its
 own transaction, recorded in a versions table with a checksum so an edited file is caught.
 
-The runner is engine-neutral; a store that has a schema implements ``SupportsMigrations``.
-``run_migrations(url)`` is what ``idemstore migrate URL`` runs: it opens any store, drives it
-through that protocol, and reports what it found and did.
+The runner is engine-neutral; a store whose engine declares the ``SQL_MIGRATIONS`` schema kind
+(``idemstore.registry``) implements ``SupportsMigrations`` and reads ``migrations/<engine>/``.
+``SQLMigrations`` adapts such a store to the schema protocol of ``idemstore.schema`` (status /
+plan / apply), which is what ``idemstore migrate URL`` runs; ``run_migrations(url)`` is the
+same for callers that want the typed ``MigrationRun``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from idemstore.errors import SchemaError
+from idemstore.registry import SQL_MIGRATIONS, engine_for_url
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
@@ -27,6 +30,7 @@ __all__ = [
     "Migration",
     "MigrationRun",
     "MigrationState",
+    "SQLMigrations",
     "SupportsMigrations",
     "load_migrations",
     "migration_engine",
@@ -35,13 +39,6 @@ __all__ = [
     "pending_migrations",
     "run_migrations",
 ]
-
-# Which migrations/<engine>/ folder a URL scheme's store uses.
-MIGRATION_ENGINES: dict[str, str] = {
-    "sqlite": "sqlite",
-    "postgresql": "postgres",
-    "postgres": "postgres",
-}
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -116,8 +113,12 @@ def migrations_dir(engine: str) -> Path:
 
 
 def migration_engine(url: str) -> str | None:
-    """The migrations folder a store URL's engine uses, or ``None`` for engines without one."""
-    return MIGRATION_ENGINES.get(url.split("://", 1)[0].lower())
+    """The migrations folder a store URL's engine uses (its registry name), or ``None`` for
+    engines whose schema is not SQL migration files."""
+    engine = engine_for_url(url)
+    if engine is None or engine.schema != SQL_MIGRATIONS:
+        return None
+    return engine.name
 
 
 def load_migrations(engine: str) -> list[Migration]:
@@ -176,11 +177,12 @@ def migration_states(
 
 @dataclass(frozen=True, slots=True)
 class MigrationRun:
-    """What ``run_migrations`` found and did.
+    """What ``run_migrations`` (or ``SQLMigrations``) found and did: a schema report.
 
-    ``engine`` is ``None`` when the store keeps no schema (memory, Redis): nothing to do.
-    ``states`` lists every known migration as it stands after the run; ``applied`` what this
-    run applied; ``planned`` the pending migrations with the SQL a dry run would execute.
+    ``engine`` is ``None`` when the store keeps no SQL schema: nothing to do. ``states`` lists
+    every known migration as it stands after the run; ``applied`` what this run applied;
+    ``planned`` the pending migrations with the SQL a dry run would execute. ``mode`` is the
+    schema-protocol call that produced it: ``status``, ``plan`` or ``apply``.
     """
 
     url: str
@@ -189,10 +191,97 @@ class MigrationRun:
     states: tuple[MigrationState, ...] = ()
     applied: tuple[Migration, ...] = ()
     planned: tuple[tuple[Migration, str], ...] = ()
+    mode: str = "apply"
 
     @property
     def pending(self) -> list[MigrationState]:
         return [state for state in self.states if state.applied_at is None]
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.pending
+
+    def render(self) -> str:
+        """What ``idemstore migrate`` prints: plain text, one fact per line."""
+        if self.engine is None:
+            scheme = self.url.split("://", 1)[0]
+            return f"{scheme}:// stores keep no schema: nothing to migrate"
+        if self.mode == "status":
+            lines = [f"{self.engine} migrations from {self.source}"]
+            width = max((len(state.name) for state in self.states), default=0)
+            for state in self.states:
+                when = "pending" if state.applied_at is None else f"applied {_when(state)}"
+                lines.append(f"{state.name:<{width}}  sha256:{state.checksum}  {when}")
+            pending = len(self.pending)
+            lines.append(f"{len(self.states) - pending} applied, {pending} pending")
+            return "\n".join(lines)
+        if self.mode == "plan":
+            if not self.planned:
+                return "schema is up to date: nothing to apply"
+            blocks = [
+                f"-- {m.name} (pending, sha256:{m.checksum})\n{sql}" for m, sql in self.planned
+            ]
+            return "\n".join(blocks).rstrip("\n")
+        count = len(self.states)
+        if not self.applied:
+            return f"schema already up to date ({count} migration(s)): nothing to apply"
+        lines = [f"applied {m.name}" for m in self.applied]
+        lines.append(f"schema up to date ({count} migration(s))")
+        return "\n".join(lines)
+
+
+def _when(state: MigrationState) -> str:
+    import datetime as dt
+
+    assert state.applied_at is not None
+    moment = dt.datetime.fromtimestamp(state.applied_at, dt.UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+class SQLMigrations:
+    """The schema protocol for a store with SQL migration files (``SupportsMigrations``).
+
+    Works on a store that has not been entered; never migrates except in ``apply``.
+    """
+
+    __slots__ = ("_engine", "_store", "_url")
+
+    def __init__(self, store: object, *, url: str, engine: str) -> None:
+        if not isinstance(store, SupportsMigrations):
+            raise SchemaError(
+                f"the {engine} store does not offer applied_migrations / apply_migrations / "
+                "migration_sql, which its SQL_MIGRATIONS schema kind needs"
+            )
+        self._store = store
+        self._url = redact_url(url)
+        self._engine = engine
+
+    async def status(self) -> MigrationRun:
+        available = load_migrations(self._engine)
+        applied_rows = await self._store.applied_migrations()
+        pending_migrations(available, applied_rows)  # a history that disagrees is an error
+        states = migration_states(available, applied_rows)
+        return MigrationRun(
+            self._url, self._engine, migrations_dir(self._engine), tuple(states), mode="status"
+        )
+
+    async def plan(self) -> MigrationRun:
+        available = load_migrations(self._engine)
+        applied_rows = await self._store.applied_migrations()
+        pending = pending_migrations(available, applied_rows)
+        planned = tuple((m, self._store.migration_sql(m)) for m in pending)
+        states = tuple(migration_states(available, applied_rows))
+        source = migrations_dir(self._engine)
+        return MigrationRun(self._url, self._engine, source, states, (), planned, mode="plan")
+
+    async def apply(self) -> MigrationRun:
+        available = load_migrations(self._engine)
+        applied = await self._store.apply_migrations(available)
+        states = migration_states(available, await self._store.applied_migrations())
+        source = migrations_dir(self._engine)
+        return MigrationRun(
+            self._url, self._engine, source, tuple(states), tuple(applied), mode="apply"
+        )
 
 
 async def run_migrations(
@@ -201,26 +290,20 @@ async def run_migrations(
     """Bring the schema of the store at ``url`` up to date, or only report on it.
 
     ``dry_run`` plans (returns each pending migration's SQL) and ``status`` reads the versions
-    table; neither writes. A second run applies nothing. Stores without a schema return a run
-    whose ``engine`` is ``None``.
+    table; neither writes. A second run applies nothing. Stores whose schema is not SQL
+    migration files return a run whose ``engine`` is ``None`` (``idemstore.schema.run_schema``
+    covers every kind).
     """
     store = open_store(url, **options)
     try:
-        # The seam for stores whose schema is not SQL files (a DynamoDB table and its TTL
-        # setting): they would be recognised here, by a protocol of their own, before this.
         engine = migration_engine(url)
         if engine is None or not isinstance(store, SupportsMigrations):
             return MigrationRun(redact_url(url), None)
-        available = load_migrations(engine)
-        source = migrations_dir(engine)
-        if status or dry_run:
-            applied_rows = await store.applied_migrations()
-            pending = pending_migrations(available, applied_rows)
-            planned = tuple((m, store.migration_sql(m)) for m in pending) if dry_run else ()
-            states = migration_states(available, applied_rows)
-            return MigrationRun(redact_url(url), engine, source, tuple(states), (), planned)
-        applied = await store.apply_migrations(available)
-        states = migration_states(available, await store.applied_migrations())
-        return MigrationRun(redact_url(url), engine, source, tuple(states), tuple(applied))
+        migrations = SQLMigrations(store, url=url, engine=engine)
+        if status:
+            return await migrations.status()
+        if dry_run:
+            return await migrations.plan()
+        return await migrations.apply()
     finally:
         await store.close()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
+from idemstore.registry import engine_for_scheme, known_schemes, register_backend
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
@@ -26,44 +27,8 @@ __all__ = [
     "pop_str",
     "redact_url",
     "register_backend",
+    "require_driver",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class _Backend:
-    target: str  # "module:Class"
-    driver: str | None = None  # top-level module the backend needs
-    extra: str | None = None  # the pip extra that installs it
-
-
-_BACKENDS: dict[str, _Backend] = {
-    "memory": _Backend("idemstore.backends.memory:MemoryStore"),
-    "sqlite": _Backend("idemstore.backends.sqlite:SQLiteStore", "aiosqlite", "sqlite"),
-    "postgresql": _Backend("idemstore.backends.postgres:PostgresStore", "asyncpg", "postgres"),
-    "postgres": _Backend("idemstore.backends.postgres:PostgresStore", "asyncpg", "postgres"),
-    "redis": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
-    "rediss": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
-    "redis+cluster": _Backend("idemstore.backends.redis:RedisStore", "redis", "redis"),
-    "dynamodb": _Backend("idemstore.backends.dynamodb:DynamoDBStore", "aiobotocore", "dynamodb"),
-}
-
-
-def known_schemes() -> list[str]:
-    """Every scheme ``open_store`` accepts, sorted."""
-    return sorted(_BACKENDS)
-
-
-def register_backend(scheme: str, target: str) -> None:
-    """Make ``open_store`` build ``target`` ("package.module:Class") for URLs of ``scheme``.
-
-    The class must have a ``from_url(url, **options)`` classmethod. The module is imported only
-    when a URL of that scheme is opened.
-    """
-    if ":" not in target:
-        raise ConfigurationError(
-            f"backend target must look like 'package.module:Class', not {target!r}"
-        )
-    _BACKENDS[scheme.lower()] = _Backend(target)
 
 
 # "user:secret@" where urlsplit sees no password: a malformed URL ("redis:/u:pw@h", one slash)
@@ -132,17 +97,13 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
     The store connects on first use (or on ``async with``); this call does no I/O.
     """
     scheme = _scheme_of(url)
-    backend = _BACKENDS.get(scheme)
-    if backend is None:
+    engine = engine_for_scheme(scheme)
+    if engine is None:
         raise ConfigurationError(
             f"unknown store scheme {scheme!r}; known schemes: {', '.join(known_schemes())}"
         )
-    if backend.driver is not None and importlib.util.find_spec(backend.driver) is None:
-        raise MissingDependencyError(
-            f"the {scheme}:// backend needs the {backend.driver!r} package: "
-            f"pip install 'idemstore[{backend.extra}]'"
-        )
-    module_name, class_name = backend.target.split(":", 1)
+    require_driver(engine.driver, engine.extra, f"the {scheme}:// backend")
+    module_name, class_name = engine.store.split(":", 1)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -152,10 +113,18 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
             ) from None
         raise MissingDependencyError(
             f"the {scheme}:// backend could not import {exc.name!r}: "
-            f"pip install 'idemstore[{backend.extra or 'all'}]'"
+            f"pip install 'idemstore[{engine.extra or 'all'}]'"
         ) from exc
     cls = getattr(module, class_name)
     return cast("IdempotencyStore", cls.from_url(url, **options))
+
+
+def require_driver(driver: str | None, extra: str | None, what: str) -> None:
+    """Raise ``MissingDependencyError`` naming the pip extra when ``driver`` is not installed."""
+    if driver is not None and importlib.util.find_spec(driver) is None:
+        raise MissingDependencyError(
+            f"{what} needs the {driver!r} package: pip install 'idemstore[{extra or 'all'}]'"
+        )
 
 
 # -- parsing helpers backends share ----------------------------------------------------------

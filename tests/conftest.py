@@ -1,43 +1,27 @@
-"""Fixtures every test directory shares: where each backend's store lives.
+"""Fixtures every test directory shares.
 
-Each backend provides a function-scoped fixture ``<backend>_store_url`` that yields the URL of
-a fresh, empty, migrated store (its own file, schema, key prefix or table), so tests never see
-each other's records. Backends whose engine is a server start it once per session from the
-binaries on PATH (``idemstore.local_servers``); a missing server skips that backend loudly, or
-fails the run when IDEMSTORE_TEST_REQUIRE_ALL=1.
+Where each backend's store lives comes from the ``idemstore.testing`` plugin (loaded here
+explicitly, in case pytest's plugin autoloading is off): every engine's registry entry names
+the module of its fixtures (``<variant>_store_url`` and the servers behind them), each giving
+a fresh, empty, migrated store per test. A missing server skips that backend loudly, or fails
+the run when IDEMSTORE_TEST_REQUIRE_ALL=1 (``backend_unavailable``).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
+from idemstore.testing.fixtures import backend_unavailable
+
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins: list[str] = [
-    "tests.fixtures.dynamodb",
-    "tests.fixtures.postgres",
-    "tests.fixtures.redis",
-    "tests.fixtures.sqlite",
-]
+pytest_plugins: list[str] = ["idemstore.testing"]
 
-
-def backend_unavailable(backend: str, why: str) -> NoReturn:
-    """Skip (on a laptop) or fail (in CI) a test whose backend cannot run here."""
-    message = f"{backend} backend unavailable: {why}"
-    if os.environ.get("IDEMSTORE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(message + " (IDEMSTORE_TEST_REQUIRE_ALL=1 forbids skipping)", pytrace=False)
-    pytest.skip(message)
-
-
-@pytest.fixture
-def memory_store_url() -> str:
-    return "memory://"
+__all__ = ["ROOT", "backend_unavailable", "built_wheel", "make_venv"]
 
 
 @pytest.fixture(scope="session")

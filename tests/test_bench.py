@@ -33,6 +33,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
 )
 from idemstore.errors import ConfigurationError
+from idemstore.registry import engines
 from idemstore.urls import open_store
 from tests.conftest import make_venv
 
@@ -73,13 +74,13 @@ def sqlite_backend_present() -> bool:
     return True
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+# Every engine the registry says runs in-process: id -> its embedded URL template.
+EMBEDDED = {engine.name: engine.embedded for engine in engines() if engine.embedded}
+
+
+@pytest.fixture(params=sorted(EMBEDDED))
 def embedded_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory://"
-    if not sqlite_backend_present():
-        pytest.skip("the sqlite:// backend is not part of this version yet")
-    return f"sqlite:///{tmp_path}/bench.db"
+    return EMBEDDED[request.param].replace("{dir}", str(tmp_path))
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

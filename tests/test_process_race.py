@@ -6,15 +6,13 @@ import uuid
 
 import pytest
 
+from idemstore.registry import fixture_variants
 from tests.process_race import race
 
-# Backends whose engine several processes can share: id -> fresh-store-URL fixture.
+# Fixture variants whose store several processes can share (the registry says which):
+# variant id -> fresh-store-URL fixture.
 SHARED_STORE_URL_FIXTURES: dict[str, str] = {
-    "dynamodb": "dynamodb_store_url",
-    "sqlite-file": "sqlite_file_store_url",
-    "redis": "redis_store_url",
-    "redis-cluster": "redis_cluster_store_url",
-    "postgres": "postgres_store_url",
+    variant.id: variant.fixture for variant in fixture_variants() if variant.cross_process
 }
 
 

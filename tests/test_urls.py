@@ -1,11 +1,23 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 import idemstore
-from idemstore import ConfigurationError, MissingDependencyError, open_store, register_backend
+from idemstore import (
+    ConfigurationError,
+    Engine,
+    MissingDependencyError,
+    open_store,
+    register_backend,
+)
 from idemstore.backends.memory import MemoryStore
+from idemstore.registry import engine_for_scheme, engines, load_target
 from idemstore.urls import known_schemes, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def test_memory_url_builds_a_memory_store() -> None:
@@ -67,12 +79,12 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     assert issubclass(MissingDependencyError, ImportError)
 
 
-def test_register_backend_adds_a_scheme() -> None:
+def test_register_backend_adds_a_scheme(scratch_registry: None) -> None:
     register_backend("mem2", "idemstore.backends.memory:MemoryStore")
     assert isinstance(open_store("mem2://"), MemoryStore)
 
 
-def test_register_backend_refuses_a_target_without_class() -> None:
+def test_register_backend_refuses_a_target_without_class(scratch_registry: None) -> None:
     with pytest.raises(ConfigurationError):
         register_backend("bad", "idemstore.backends.memory")
 
@@ -124,3 +136,86 @@ def test_public_names_import_from_the_package() -> None:
 def test_every_error_has_one_root() -> None:
     for name in idemstore.errors.__all__:
         assert issubclass(getattr(idemstore.errors, name), idemstore.IdemstoreError)
+
+
+# -- the registry ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """Registrations a test makes are undone afterwards."""
+    from idemstore import registry
+
+    engines, schemes = dict(registry._ENGINES), dict(registry._SCHEMES)
+    yield
+    registry._ENGINES.clear()
+    registry._ENGINES.update(engines)
+    registry._SCHEMES.clear()
+    registry._SCHEMES.update(schemes)
+
+
+async def test_one_full_declaration_reaches_open_store_migrate_and_bench(
+    scratch_registry: None,
+) -> None:
+    from idemstore.bench.floors import MemoryFloor, floor_for_url
+    from idemstore.bench.runner import name_targets
+    from idemstore.schema import run_schema
+
+    register_backend(
+        Engine(
+            name="scratch",
+            schemes=("scratch", "scratch+tls"),
+            store="idemstore.backends.memory:MemoryStore",
+            floor="idemstore.bench.floors:MemoryFloor",
+            labels=(("scratch+tls", "scratch-tls"),),
+        )
+    )
+    assert {"scratch", "scratch+tls"} <= set(known_schemes())
+    assert isinstance(open_store("scratch+tls://"), MemoryStore)
+    assert isinstance(floor_for_url("scratch://"), MemoryFloor)
+    assert [t.name for t in name_targets(["scratch://", "scratch+tls://"])] == [
+        "scratch",
+        "scratch-tls",
+    ]
+    report = await run_schema("scratch://", "status")
+    assert report.up_to_date and "keep no schema" in report.render()
+
+
+def test_a_scheme_registered_again_moves_to_the_new_engine(scratch_registry: None) -> None:
+    target = "idemstore.backends.memory:MemoryStore"
+    register_backend(Engine(name="first", schemes=("one", "two"), store=target))
+    register_backend(Engine(name="second", schemes=("two",), store=target))
+    first, second = engine_for_scheme("one"), engine_for_scheme("two")
+    assert first is not None and first.name == "first" and first.schemes == ("one",)
+    assert second is not None and second.name == "second"
+    register_backend(Engine(name="third", schemes=("one",), store=target))
+    assert "first" not in {engine.name for engine in engines()}
+
+
+def test_a_missing_driver_is_named_before_the_backend_module_is_imported(
+    scratch_registry: None,
+) -> None:
+    register_backend(
+        Engine(
+            name="needs",
+            schemes=("needs",),
+            store="no_such_package.store:Store",
+            driver="no_such_driver",
+            extra="needs",
+        )
+    )
+    with pytest.raises(MissingDependencyError, match=r"pip install 'idemstore\[needs\]'"):
+        open_store("needs://")
+
+
+def test_every_engine_target_is_importable() -> None:
+    for engine in engines():
+        for target in (engine.store, engine.floor, engine.launcher):
+            if target is not None:
+                assert callable(load_target(target)), target
+        if engine.fixture_module is not None:
+            import importlib
+
+            module = importlib.import_module(engine.fixture_module)
+            for variant in engine.variants:
+                assert hasattr(module, variant.fixture), (engine.name, variant.fixture)

@@ -11,7 +11,9 @@ straight from the store URL with the driver the backend uses, never through idem
 - Redis: ``SET key value NX PX``;
 - DynamoDB: ``PutItem`` conditioned on ``attribute_not_exists`` in the URL's table.
 
-Every floor leaves nothing behind: its table, file, items or keys go on ``close``.
+Every floor leaves nothing behind: its table, file, items or keys go on ``close``. Which floor
+an engine uses is its registry entry's ``floor`` (``idemstore.registry``): a class here, or
+anywhere, with ``from_url(url)``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from idemstore.errors import ConfigurationError, MissingDependencyError
-from idemstore.urls import redact_url
+from idemstore.errors import ConfigurationError
+from idemstore.registry import engine_for_url, load_target
+from idemstore.urls import redact_url, require_driver
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -93,6 +96,10 @@ class MemoryFloor:
 
     def __init__(self) -> None:
         self._data: dict[str, bytes] = {}
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryFloor:
+        return cls()
 
     @property
     def name(self) -> str:
@@ -422,34 +429,14 @@ class DynamoDBFloor:
             await self._exit(None, None, None)
 
 
-# scheme -> (builder, top-level driver module, pip extra)
-_FLOORS: dict[str, tuple[Callable[[str], Floor], str | None, str | None]] = {
-    "memory": (lambda url: MemoryFloor(), None, None),
-    "sqlite": (SQLiteFloor.from_url, "aiosqlite", "sqlite"),
-    "postgresql": (PostgresFloor.from_url, "asyncpg", "postgres"),
-    "postgres": (PostgresFloor.from_url, "asyncpg", "postgres"),
-    "redis": (RedisFloor.from_url, "redis", "redis"),
-    "rediss": (RedisFloor.from_url, "redis", "redis"),
-    "redis+cluster": (RedisFloor.from_url, "redis", "redis"),
-    "dynamodb": (DynamoDBFloor.from_url, "aiobotocore", "dynamodb"),
-}
-
-
 def floor_for_url(url: str) -> Floor | None:
-    """The floor for the engine ``url`` names, ``None`` for a scheme without one.
+    """The floor the registry names for ``url``'s engine, ``None`` when it names none.
 
     Raises ``MissingDependencyError`` when the driver is not installed. Does no I/O.
     """
-    import importlib.util
-
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    entry = _FLOORS.get(scheme)
-    if entry is None:
+    engine = engine_for_url(url)
+    if engine is None or engine.floor is None:
         return None
-    build, driver, extra = entry
-    if driver is not None and importlib.util.find_spec(driver) is None:
-        raise MissingDependencyError(
-            f"the {scheme} floor of {redact_url(url)} needs {driver!r}: "
-            f"pip install 'idemstore[{extra}]'"
-        )
-    return build(url)
+    require_driver(engine.driver, engine.extra, f"the {engine.name} floor of {redact_url(url)}")
+    floor: Floor = load_target(engine.floor).from_url(url)
+    return floor

@@ -1,4 +1,7 @@
-"""``idemstore bench --local``: start Redis, PostgreSQL and a DynamoDB endpoint on loopback.
+"""``idemstore bench --local``: start a server on loopback for every engine that has a launcher.
+
+An engine's launcher is its registry entry's ``launcher`` (``idemstore.registry``); the
+built-in ones below start Redis, PostgreSQL and a DynamoDB endpoint.
 
 The engines are started by the same ``idemstore.local_servers`` functions the test fixtures
 use, so the benchmark measures exactly what the tests prove. A launcher that is missing (not
@@ -15,12 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from idemstore.bench.results import Unavailable
 from idemstore.local_servers import ServerUnavailableError
+from idemstore.registry import engines
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-__all__ = ["LAUNCHERS", "Launcher", "LocalServer", "start_local_servers", "stop_local_servers"]
+__all__ = [
+    "Launcher",
+    "LocalServer",
+    "registered_launchers",
+    "start_local_servers",
+    "stop_local_servers",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +84,14 @@ def start_postgres_for_bench(where: Path) -> _Started:
     return _Started(server.url, server)
 
 
-LAUNCHERS: tuple[Launcher, ...] = (
-    Launcher("redis", __name__, "start_redis_for_bench"),
-    Launcher("postgres", __name__, "start_postgres_for_bench"),
-    Launcher("dynamodb", __name__, "start_dynamodb_for_bench"),
-)
+def registered_launchers() -> tuple[Launcher, ...]:
+    """A launcher for every registered engine that declares one, in registry order."""
+    launchers = []
+    for engine in engines():
+        if engine.launcher is not None:
+            module, _, function = engine.launcher.partition(":")
+            launchers.append(Launcher(engine.name, module, function))
+    return tuple(launchers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +109,15 @@ class LocalServer:
 
 
 def start_local_servers(
-    tmpdir: Path, launchers: Sequence[Launcher] = LAUNCHERS
+    tmpdir: Path, launchers: Sequence[Launcher] | None = None
 ) -> tuple[list[LocalServer], list[Unavailable]]:
-    """Start every launcher's server; return those running and those that could not run.
+    """Start every launcher's server (by default, every registered engine's); return those
+    running and those that could not run.
 
     Blocking (launchers wait for their port): call it from a thread inside an event loop.
     """
+    if launchers is None:
+        launchers = registered_launchers()
     running: list[LocalServer] = []
     missing: list[Unavailable] = []
     for launcher in launchers:

@@ -35,6 +35,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
     run_store,
 )
+from idemstore.registry import engine_for_scheme, engines, scheme_of
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
@@ -61,8 +62,16 @@ DEFAULT_OPS = 2000
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 16, 64)
 DEFAULT_PAYLOAD_BYTES = 256
 
-# Drivers whose versions a report states.
-DRIVERS = ("aiosqlite", "asyncpg", "redis", "hiredis", "aiobotocore", "rfc8785", "mcp")
+# Packages whose versions a report states besides every engine's driver.
+REPORTED_PACKAGES = ("rfc8785", "mcp")
+
+
+def _reported_packages() -> tuple[str, ...]:
+    names: list[str] = []
+    for engine in engines():
+        names += [engine.driver] if engine.driver else []
+        names += engine.report_packages
+    return tuple(dict.fromkeys([*names, *REPORTED_PACKAGES]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +201,7 @@ def _machine() -> str:
 
 def _meta() -> dict[str, Any]:
     versions = {}
-    for name in DRIVERS:
+    for name in _reported_packages():
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[name] = importlib.metadata.version(name)
     return {
@@ -207,10 +216,10 @@ def _meta() -> dict[str, Any]:
 
 
 def _engine(url: str) -> str:
-    scheme = url.split("://", 1)[0].lower()
-    return {"postgresql": "postgres", "rediss": "redis", "redis+cluster": "redis-cluster"}.get(
-        scheme, scheme
-    )
+    """The name reports give ``url``'s engine (its registry label), else the URL's scheme."""
+    scheme = scheme_of(url)
+    engine = engine_for_scheme(scheme)
+    return scheme if engine is None else engine.label(scheme)
 
 
 def name_targets(urls: Sequence[str]) -> list[Target]:
@@ -226,25 +235,20 @@ def name_targets(urls: Sequence[str]) -> list[Target]:
 
 
 def embedded_targets(tmpdir: Path) -> list[Target]:
-    """memory, and SQLite in a fresh file under ``tmpdir`` (its default synchronous=FULL)."""
-    # Four slashes: an absolute path under either reading of sqlite:/// URLs.
-    return [Target("memory", "memory://"), Target("sqlite", f"sqlite:///{tmpdir}/bench.db")]
-
-
-# Engines whose schema comes from migrations/<engine>/*.sql.
-MIGRATED_ENGINES = ("sqlite", "postgres")
+    """Every registered engine that runs in-process (memory, and SQLite in a fresh file under
+    ``tmpdir``), by its ``embedded`` URL."""
+    return [
+        Target(engine.name, engine.embedded.replace("{dir}", str(tmpdir)))
+        for engine in engines()
+        if engine.embedded is not None
+    ]
 
 
 async def _migrate(store: IdempotencyStore, url: str) -> None:
-    """Apply the store's migrations when it has any (a fresh local server has no schema)."""
-    from idemstore.migrate import SupportsMigrations, load_migrations
+    """Bring the store's schema up to date (a fresh local server has none), whatever its kind."""
+    from idemstore.schema import schema_manager
 
-    engine = _engine(url)
-    if engine in MIGRATED_ENGINES and isinstance(store, SupportsMigrations):
-        await store.apply_migrations(load_migrations(engine))
-    create_table = getattr(store, "create_table", None)
-    if create_table is not None:  # DynamoDB: the schema is a table
-        await create_table()
+    await schema_manager(store, url).apply()
 
 
 async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor | None:

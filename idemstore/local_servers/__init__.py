@@ -9,6 +9,7 @@ returns a running server object with ``.url`` and ``.stop()``; it raises
 
 from __future__ import annotations
 
+import functools
 import shutil
 import socket
 import time
@@ -25,12 +26,30 @@ class ServerUnavailableError(RuntimeError):
     """An engine cannot run here: its binary is missing or it failed to start."""
 
 
+@functools.cache
+def _good_ports() -> frozenset[int]:
+    import port_for
+
+    return frozenset(port_for.available_good_ports())
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    port-for picks it at random among ports outside the kernel's ephemeral range (and outside
+    IANA-assigned ones): a port there cannot be handed to some process's outgoing connection
+    between this call and the server's bind, as a port 0 bind (ephemeral) could be. Without
+    port-for, the kernel's choice for a port 0 bind.
+    """
+    try:
+        import port_for
+    except ImportError:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+            return port
+    chosen: int = port_for.select_random(set(_good_ports()))
+    return chosen
 
 
 def find_binary(name: str, *extra_dirs: str) -> str | None:

@@ -13,6 +13,7 @@ Run as ``python -m idemstore.local_servers.dynamodb --port N`` to serve in the f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
+from idemstore.local_servers import ServerUnavailableError, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -33,30 +34,44 @@ __all__ = ["DynamoDBServer", "serve", "start_dynamodb"]
 
 @dataclass(slots=True)
 class DynamoDBServer:
-    """A running moto server: ``url`` is its endpoint (``http://127.0.0.1:PORT``)."""
+    """A running moto server: ``url`` is its endpoint (``http://127.0.0.1:PORT``).
+
+    ``executor`` is the mirakuru executor that started it (the process is in a session of its
+    own, so ``stop`` ends it and anything it started).
+    """
 
     url: str
-    process: subprocess.Popen[bytes]
+    executor: Any
     log: Path
+
+    @property
+    def process(self) -> subprocess.Popen[str] | None:
+        process: subprocess.Popen[str] | None = self.executor.process
+        return process
 
     def stop(self) -> None:
         """Stop the server and wait for it to exit (idempotent)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        from mirakuru.exceptions import ExecutorError
+
+        # An exit code other than SIGTERM's at teardown is nothing a caller can act on.
+        with contextlib.suppress(ProcessLookupError, ExecutorError):
+            self.executor.stop()
 
 
 def start_dynamodb(directory: Path | None = None, *, attempts: int = 3) -> DynamoDBServer:
-    """Start moto's server on a free loopback port; ``ServerUnavailableError`` if it cannot."""
+    """Start moto's server on a free loopback port; ``ServerUnavailableError`` if it cannot.
+
+    mirakuru runs the child and waits until its port accepts connections (or the child dies,
+    or 30 s pass); what is ours is the server it runs (``serve``: moto behind one lock).
+    """
     try:
         import moto.server  # noqa: F401
+        from mirakuru import TCPExecutor
+        from mirakuru.exceptions import ExecutorError
     except ImportError as exc:
         raise ServerUnavailableError(
-            "moto is not installed: pip install 'moto[server]' (it is in idemstore's test extra)"
+            f"{exc.name} is not installed: pip install 'moto[server]' mirakuru "
+            "(both are in idemstore's test extra)"
         ) from exc
     where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="moto-"))
     last: ServerUnavailableError | None = None
@@ -65,21 +80,25 @@ def start_dynamodb(directory: Path | None = None, *, attempts: int = 3) -> Dynam
         port = free_port()
         log = where / f"moto-{port}.log"
         with log.open("wb") as out:
-            process = subprocess.Popen(
+            executor = TCPExecutor(
                 [sys.executable, "-m", "idemstore.local_servers.dynamodb", "--port", str(port)],
+                host="127.0.0.1",
+                port=port,
+                timeout=30,
+                envvars={"PYTHONPATH": _package_root()},
+                stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": _package_root()},
             )
-        server = DynamoDBServer(f"http://127.0.0.1:{port}", process, log)
-        try:
-            wait_for_port(port, process=process, timeout=30, log=log)
-        except ServerUnavailableError as exc:
-            server.stop()
-            last = exc
-            continue
-        return server
+            try:
+                executor.start()
+            except ExecutorError as exc:
+                with contextlib.suppress(Exception):
+                    executor.stop()
+                tail = log.read_text(errors="replace")[-2000:]
+                last = ServerUnavailableError(f"moto did not start on port {port}: {exc}\n{tail}")
+                continue
+        return DynamoDBServer(f"http://127.0.0.1:{port}", executor, log)
     assert last is not None
     raise last
 

@@ -31,16 +31,15 @@ from idemstore.records import (
     MAX_KEY_LENGTH,
     MAX_SCOPE_LENGTH,
 )
-from tests.contract import conftest as contract
+from idemstore.registry import known_schemes
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore
 
 pytestmark = pytest.mark.slow
 
-# The contract suite's ``store`` fixture, parametrized over its STORE_URL_FIXTURES: every
-# backend it lists (Postgres too, once merged) runs these tests, from one list.
-store = contract.store
+# ``store`` is the contract suite's fixture (idemstore.testing): a fresh store of every fixture
+# variant in the registry, so every backend runs these tests, from one list.
 
 LONG = 600.0
 # Per backend and test. Every example is a few round trips on a real engine.
@@ -139,7 +138,7 @@ def valid_text(value: object, max_length: int, *, allow_empty: bool) -> bool:
 
 
 def backend_of(request: pytest.FixtureRequest) -> str:
-    return str(request.node.callspec.params["store"])
+    return str(request.node.callspec.params["idemstore_contract_target"].id)
 
 
 async def fresh_lease(store: IdempotencyStore, *, scope: str = "") -> Any:
@@ -547,14 +546,7 @@ _url_parts = st.fixed_dictionaries(
         "scheme": st.one_of(
             st.sampled_from(
                 [
-                    "memory",
-                    "sqlite",
-                    "postgresql",
-                    "postgres",
-                    "redis",
-                    "rediss",
-                    "redis+cluster",
-                    "dynamodb",
+                    *known_schemes(),
                     "REDIS",
                     "Sqlite",
                     "mongodb",

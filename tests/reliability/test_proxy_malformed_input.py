@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.contract.conftest import STORE_URL_FIXTURES
+from idemstore.registry import fixture_variants
 from tests.mcp.raw import ROOT, RawPeer, executions, mock_command, proxy_command
 
 if TYPE_CHECKING:
@@ -97,6 +97,10 @@ class Proxy:
 def _amount(execution: dict[str, Any]) -> object:
     arguments = execution.get("arguments")
     return arguments.get("amount") if isinstance(arguments, dict) else None
+
+
+# Every fixture variant of every registered engine: variant id -> fresh-store-URL fixture.
+STORE_URL_FIXTURES = {variant.id: variant.fixture for variant in fixture_variants()}
 
 
 @pytest.fixture(params=sorted(STORE_URL_FIXTURES))
