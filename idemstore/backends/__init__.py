@@ -1,2 +1,12 @@
-"""One module per engine. Importing this package imports no driver: ``open_store`` imports
-the backend module (and with it its driver) only when a URL asks for it."""
+"""One module or package per engine, and the engine-neutral pieces they compose.
+
+Importing this package imports no driver: ``open_store`` imports a backend (and with it its
+driver) only when a URL asks for it. What every backend composes rather than rewrites:
+
+- ``arguments``: the checks at the top of every operation, and the lease rule (a lease no
+  store could have issued owns nothing, without I/O);
+- ``waiting``: the one ``wait`` loop (push wake-up or capped polling, every read bounded by
+  the time left);
+- ``driver_errors``: a backend declares once how its driver's exceptions map onto the
+  idemstore error family.
+"""

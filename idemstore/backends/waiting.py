@@ -47,9 +47,11 @@ POLL_FIRST = 0.01
 POLL_MAX = 0.25
 # With a working push channel, still look again this often in case a message was lost.
 PUSH_RECHECK = 1.0
-# The least time a read inside wait is given. Cutting a read off costs its connection on most
-# drivers (a reply left unread cannot be reused), so one right at the deadline gets this long.
-READ_FLOOR = 0.05
+# The least time a read inside wait is given, so that wait(timeout=0) ("look once") still gets
+# an answer from a busy engine, and a read right at the deadline is not cut off (that costs its
+# connection on most drivers: a reply left unread cannot be reused). Short against any command
+# or socket timeout, long against a loopback round trip on a loaded machine.
+READ_FLOOR = 0.25
 
 
 @dataclass(frozen=True, slots=True)
