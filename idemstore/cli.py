@@ -17,7 +17,18 @@ from idemstore.errors import ConfigurationError, IdemstoreError
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
-SCENARIO_NAMES = ("fresh", "replay", "contention", "mixed", "hasher", "proxy")
+SCENARIO_NAMES = (
+    "fresh",
+    "replay",
+    "contention",
+    "mixed",
+    "hasher",
+    "proxy",
+    "commands",
+    "wake",
+    "replay-writes",
+    "middleware",
+)
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000
 DEFAULT_PAYLOAD_BYTES = 256
@@ -127,7 +138,7 @@ async def _bench(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(to_json(result))
     else:
-        print_table(result)
+        print_table(result, wide=args.wide)
     if args.out is not None:
         for path in write_outputs(result, Path(args.out)):
             print(f"wrote {path}", file=sys.stderr)
@@ -323,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help="write results.json, results.md and PNG charts there"
     )
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    bench.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (ops, p90, p99.9, errors); the default table fits 100 columns",
+    )
     bench.set_defaults(handler=_bench)
 
     proxy = commands.add_parser(

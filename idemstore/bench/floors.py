@@ -58,6 +58,11 @@ POSTGRES_INSERT = (
     f"INSERT INTO {FLOOR_TABLE}_{{run}} (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING"
 )
 POSTGRES_DROP = f"DROP TABLE IF EXISTS {FLOOR_TABLE}_{{run}}"
+POSTGRES_WRITE_COUNTERS = (
+    "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn,"
+    " (SELECT xmin::text || ctid::text FROM {s}.idemstore_records"
+    " WHERE scope = $1 AND key = $2)"
+)
 
 # attribute_not_exists on the partition key: the write lands only when no item holds the key,
 # the same condition a reserve of a new key needs.
@@ -203,6 +208,10 @@ class SQLiteFloor:
             self._dir = None
 
 
+def quote_schema(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _strip_query(url: str) -> str:
     """The URL without its query: idemstore options mean nothing to the bare driver."""
     parts = urlsplit(url)
@@ -213,10 +222,11 @@ class PostgresFloor:
     """asyncpg ``INSERT … ON CONFLICT DO NOTHING`` into a table of its own, over one pool
     (``pool_size`` from the URL, as the store's)."""
 
-    __slots__ = ("_dsn", "_pool", "_pool_size", "_run")
+    __slots__ = ("_dsn", "_pool", "_pool_size", "_run", "_schema")
 
-    def __init__(self, dsn: str, pool_size: int) -> None:
+    def __init__(self, dsn: str, pool_size: int, schema: str = "public") -> None:
         self._dsn = dsn
+        self._schema = schema
         self._pool_size = pool_size
         self._pool: Any = None
         self._run = secrets.token_hex(4)
@@ -228,7 +238,8 @@ class PostgresFloor:
             pool_size = int(options.get("pool_size", "10"))
         except ValueError:
             raise ConfigurationError("option pool_size must be an integer") from None
-        return cls(_strip_query(url), max(1, pool_size))
+        schema = options.get("schema", "public")
+        return cls(_strip_query(url), max(1, pool_size), schema)
 
     @property
     def name(self) -> str:
@@ -252,6 +263,18 @@ class PostgresFloor:
     async def reset(self) -> None:
         await self._pool.execute(f"TRUNCATE {FLOOR_TABLE}_{self._run}")
 
+    async def write_counters(self, scope: str, key: str) -> dict[str, int]:
+        """The server's WAL position (bytes) and the version of the store's row for
+        ``(scope, key)`` (its ``xmin`` and ``ctid``, hashed): any rewrite of the row, even to
+        the same values, changes the version; any write anywhere moves the WAL position.
+
+        Read at once, unlike the statistics views, which other sessions publish up to 10 s
+        late.
+        """
+        sql = POSTGRES_WRITE_COUNTERS.format(s=quote_schema(self._schema))
+        row = await self._pool.fetchrow(sql, scope, key)
+        return {"wal_bytes": int(row[0]), "row_version": hash(row[1])}
+
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -263,10 +286,11 @@ class PostgresFloor:
 class RedisFloor:
     """redis-py ``SET key value NX PX``: one round trip, no script."""
 
-    __slots__ = ("_client", "_factory", "_prefix")
+    __slots__ = ("_all_nodes", "_client", "_factory", "_prefix")
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    def __init__(self, factory: Callable[[], Any], *, cluster: bool = False) -> None:
         self._factory = factory
+        self._all_nodes: dict[str, Any] = {"target_nodes": "all"} if cluster else {}
         self._client: Any = None
         self._prefix = f"{FLOOR_KEY_PREFIX}:{secrets.token_hex(4)}"
 
@@ -285,7 +309,7 @@ class RedisFloor:
                 user = parts.username
                 return RedisCluster(startup_nodes=nodes, username=user, password=parts.password)
 
-            return cls(cluster)
+            return cls(cluster, cluster=True)
         plain = _strip_query(url)
 
         def single() -> Any:
@@ -309,6 +333,23 @@ class RedisFloor:
             f"{self._prefix}:{{{key}}}", value, nx=True, px=REDIS_FLOOR_TTL_MS
         )
         return bool(done)
+
+    async def command_counts(self) -> dict[str, int]:
+        """Calls per command since the server started, summed over every node of a cluster.
+
+        Commands a script runs inside the server count too (``INFO commandstats`` counts them).
+        """
+        info: dict[str, Any] = await self._client.info("commandstats", **self._all_nodes)
+        # A cluster client answers with one section per node, a single server with one.
+        per_node = info and all(isinstance(v, dict) and "calls" not in v for v in info.values())
+        sections = list(info.values()) if per_node else [info]
+        counts: dict[str, int] = {}
+        for section in sections:
+            for name, stats in section.items():
+                if isinstance(stats, dict) and "calls" in stats:
+                    command = name.removeprefix("cmdstat_")
+                    counts[command] = counts.get(command, 0) + int(stats["calls"])
+        return counts
 
     async def reset(self) -> None:
         # New prefix instead of a SCAN + DEL: old keys expire by themselves.

@@ -25,15 +25,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from idemstore import __version__
 from idemstore.bench.floors import floor_for_url
 from idemstore.bench.local import start_local_servers, stop_local_servers
+from idemstore.bench.probes import run_middleware, run_target_probe
 from idemstore.bench.results import BenchResult, Measurement, Unavailable
 from idemstore.bench.scenarios import (
     SCENARIOS,
     STORE_SCENARIOS,
+    TARGET_PROBES,
     Load,
-    run_floor,
     run_hasher,
+    run_interleaved,
     run_proxy,
-    run_store,
 )
 from idemstore.registry import engine_for_scheme, engines, scheme_of
 from idemstore.urls import open_store, redact_url
@@ -272,7 +273,8 @@ async def _bench_target(
     progress: Progress,
 ) -> None:
     scenarios = [s for s in config.scenarios if s in STORE_SCENARIOS]
-    steps = len(scenarios) * len(config.concurrency)
+    probes = [s for s in config.scenarios if s in TARGET_PROBES]
+    steps = len(scenarios) * len(config.concurrency) + len(probes)
     shown = redact_url(target.url)
     progress.step(f"{target.name}: opening {shown}")
     store: IdempotencyStore | None = None
@@ -297,10 +299,9 @@ async def _bench_target(
                 load = config.load(concurrency)
                 prefix = f"{run_id}-{scenario}-c{concurrency}:"
                 try:
-                    floor_timing = (
-                        None if floor is None else await run_floor(floor, scenario, load, prefix)
+                    subject, floor_timing = await run_interleaved(
+                        store, floor, scenario, load, prefix
                     )
-                    subject = await run_store(store, scenario, load, prefix)
                 except Exception as exc:
                     result.unavailable.append(
                         Unavailable(
@@ -323,6 +324,19 @@ async def _bench_target(
                         )
                     )
                 progress.advance()
+        for probe in probes:
+            progress.step(f"{target.name} {probe}")
+            try:
+                result.measurements += await run_target_probe(
+                    probe, store, floor, config.load(1), f"{run_id}-{probe}:", target.name
+                )
+            except Exception as exc:
+                result.unavailable.append(
+                    Unavailable(
+                        target.name, f"{probe} failed: {type(exc).__name__}: {exc}", scenario=probe
+                    )
+                )
+            progress.advance()
     finally:
         if floor is not None:
             with contextlib.suppress(Exception):
@@ -342,8 +356,9 @@ async def run_bench(
     progress = progress if progress is not None else _SilentProgress()
     result = BenchResult(meta=_meta(), config=config.to_dict(), unavailable=list(unavailable))
     store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
-    total = len(targets) * store_steps * len(config.concurrency)
-    total += ("hasher" in config.scenarios) + ("proxy" in config.scenarios)
+    probe_steps = len([s for s in config.scenarios if s in TARGET_PROBES])
+    total = len(targets) * (store_steps * len(config.concurrency) + probe_steps)
+    total += sum(s in config.scenarios for s in ("hasher", "proxy", "middleware"))
     progress.start(total)
     run_id = secrets.token_hex(3)
     started = time.perf_counter()
@@ -361,6 +376,14 @@ async def run_bench(
             result.unavailable.append(proxied)
         else:
             result.measurements.append(proxied)
+        progress.advance()
+    if "middleware" in config.scenarios:
+        progress.step("asgi middleware")
+        overhead = await run_middleware(one_worker, f"{run_id}-middleware:")
+        if isinstance(overhead, Unavailable):
+            result.unavailable.append(overhead)
+        else:
+            result.measurements += overhead
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result

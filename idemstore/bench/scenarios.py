@@ -22,7 +22,7 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,15 +38,20 @@ if TYPE_CHECKING:
 __all__ = [
     "SCENARIOS",
     "STORE_SCENARIOS",
+    "TARGET_PROBES",
     "Load",
+    "merge",
     "run_floor",
+    "run_interleaved",
     "run_hasher",
     "run_proxy",
     "run_store",
 ]
 
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "replay", "contention", "mixed")
-SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy")
+# Probes (probes.py): what a store costs besides latency; "middleware" runs once per bench.
+TARGET_PROBES: tuple[str, ...] = ("commands", "wake", "replay-writes")
+SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy", *TARGET_PROBES, "middleware")
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.
@@ -63,6 +68,9 @@ REPLAY_KEYS = 256
 CONTENTION_REPEATS = 8
 # mixed: share of operations that retry a key the worker already completed.
 RETRY_SHARE = 0.2
+
+# Store and floor alternate this many times per measurement (see run_interleaved).
+ROUNDS = 4
 
 IDENTICAL_CALLS = 5  # proxy: identical calls whose executions are counted
 RPC_TIMEOUT = 30.0  # proxy: seconds to wait for one JSON-RPC answer
@@ -122,6 +130,52 @@ class _KeyPlan:
         key = f"mixed-{worker}-{j}"
         done.append(key)
         return key
+
+
+def merge(timings: Sequence[Timing]) -> Timing:
+    """One timing from several rounds of the same loop: samples pooled, counts added."""
+    merged = Timing()
+    for timing in timings:
+        merged.latencies_ns += timing.latencies_ns
+        merged.seconds += timing.seconds
+        merged.executions += timing.executions
+        merged.unique_keys += timing.unique_keys
+        for name, n in timing.errors.items():
+            merged.errors[name] = merged.errors.get(name, 0) + n
+        for name, text in timing.error_examples.items():
+            merged.error_examples.setdefault(name, text)
+        for name, n in timing.outcomes.items():
+            merged.outcomes[name] = merged.outcomes.get(name, 0) + n
+    return merged
+
+
+def rounds_of(load: Load) -> list[Load]:
+    """``load`` cut into ``ROUNDS`` rounds (fewer when there are too few operations)."""
+    if load.ops is None:
+        assert load.duration is not None
+        return [replace(load, duration=load.duration / ROUNDS)] * ROUNDS
+    count = max(1, min(ROUNDS, load.ops // max(1, load.concurrency)))
+    base, extra = divmod(load.ops, count)
+    return [replace(load, ops=base + (1 if r < extra else 0)) for r in range(count)]
+
+
+async def run_interleaved(
+    store: IdempotencyStore, floor: Floor | None, scenario: str, load: Load, prefix: str
+) -> tuple[Timing, Timing | None]:
+    """``scenario`` on the store and on its floor in alternating rounds, samples pooled.
+
+    Alternating keeps the ratio honest on a shared machine: a burst of load from elsewhere
+    lands on both sides instead of on whichever happened to run then.
+    """
+    if floor is not None:
+        await floor.reset()
+    subject: list[Timing] = []
+    floors: list[Timing] = []
+    for r, part in enumerate(rounds_of(load)):
+        if floor is not None:
+            floors.append(await run_floor(floor, scenario, part, f"{prefix}r{r}:", reset=False))
+        subject.append(await run_store(store, scenario, part, f"{prefix}r{r}:"))
+    return merge(subject), (merge(floors) if floor is not None else None)
 
 
 def _more(done: int, count: int | None, deadline: float | None) -> bool:
@@ -206,10 +260,13 @@ async def run_store(store: IdempotencyStore, scenario: str, load: Load, prefix: 
     return await _drive(op, scenario, load, prefix, outcomes)
 
 
-async def run_floor(floor: Floor, scenario: str, load: Load, prefix: str) -> Timing:
+async def run_floor(
+    floor: Floor, scenario: str, load: Load, prefix: str, *, reset: bool = True
+) -> Timing:
     """The same scenario on the engine's floor: one insert-if-absent per operation."""
     value = payload(load.payload_bytes)
-    await floor.reset()
+    if reset:
+        await floor.reset()
     outcomes: dict[str, int] = {}
 
     async def op(key: str) -> bool:
