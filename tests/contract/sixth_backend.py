@@ -7,7 +7,8 @@ contract suite then runs on it like on any built-in engine.
 
 The store is written for this and differs from ``memory://`` on purpose: every record is an
 immutable snapshot replaced whole under one lock, fences are counted per key apart from the
-records (so they never repeat, even after ``delete`` or ``sweep``), and waiters share one
+records (so they never repeat, even after ``delete`` or ``sweep``), a record lives at least as
+long as its lease (so a live lease is never swept or taken over), and waiters share one
 ``asyncio.Condition``. It composes only the engine-neutral rules of ``idemstore.records``.
 """
 
@@ -78,7 +79,9 @@ class SnapshotStore:
         return row
 
     def _owned(self, lease: Lease, now: float) -> _Snapshot | None:
-        if lease_owns_nothing(lease):
+        # A lease no store could have issued (a forged token or fence, a corrupted retention)
+        # owns nothing: the owner check fails, it is not an error.
+        if lease_owns_nothing(lease) or not _is_duration(lease.retention):
             return None
         row = self._live((lease.scope, lease.key), now)
         if row is None or row.record.status is not Status.IN_PROGRESS:
@@ -124,7 +127,8 @@ class SnapshotStore:
             fence=fence,
             response=None,
             created_at=now,
-            expires_at=now + retention,
+            # A live lease keeps its record alive, whatever the retention.
+            expires_at=now + max(retention, lease_ttl),
             lease_expires_at=now + lease_ttl,
         )
         await self._store(identity, _Snapshot(record, retention))
@@ -135,12 +139,14 @@ class SnapshotStore:
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
         response = check_response(response)
-        keep = check_duration("retention", lease.retention if retention is None else retention)
+        if retention is not None:
+            retention = check_duration("retention", retention)
         self._open()
         now = time.time()
         row = self._owned(lease, now)
         if row is None:
             return False
+        keep = float(lease.retention) if retention is None else retention
         record = replace(
             row.record,
             status=Status.COMPLETED,
@@ -167,7 +173,11 @@ class SnapshotStore:
         deadline = row.record.lease_expires_at if row is not None else None
         if row is None or deadline is None or deadline <= now:
             return None  # lost, or lapsed: extending it would steal what others may take
-        record = replace(row.record, lease_expires_at=now + lease_ttl)
+        record = replace(
+            row.record,
+            lease_expires_at=now + lease_ttl,
+            expires_at=max(row.record.expires_at, now + lease_ttl),
+        )
         await self._store((lease.scope, lease.key), replace(row, record=record))
         return replace(lease, lease_expires_at=now + lease_ttl)
 
@@ -231,6 +241,14 @@ class SnapshotStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _is_duration(value: object) -> bool:
+    try:
+        check_duration("retention", value)
+    except ConfigurationError:
+        return False
+    return True
 
 
 @pytest.fixture

@@ -514,7 +514,7 @@ class SQLiteStore:
     def _timed_out(self, exc: TimeoutError) -> StoreUnavailableError:
         return StoreUnavailableError(
             f"the SQLite database {self._database!r} could not be read within the wait's "
-            "timeout (another connection holds a lock on it)"
+            "timeout (does another connection hold a lock on it?)"
         )
 
     async def delete(self, key: str, *, scope: str = "") -> bool:
