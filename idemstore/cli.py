@@ -19,6 +19,7 @@ from idemstore.urls import open_store
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
 SCENARIO_NAMES = (
     "fresh",
+    "reserve",
     "replay",
     "contention",
     "mixed",
