@@ -3,8 +3,9 @@
 Store scenarios (``fresh``, ``replay``, ``contention``, ``mixed``) differ only in which keys
 their workers use; each operation is what ``Idempotency.run`` does on the store: ``reserve``,
 then ``complete`` when the key was acquired. ``reserve`` is ``fresh`` without the ``complete``:
-the claim alone, the operation the floor's one insert-if-absent compares with. The engine's floor runs the same key sequence with
-its bare insert-if-absent, so backend and floor see the same shape of load.
+the claim alone, the operation the floor's one insert-if-absent compares with. The engine's
+floor runs the same key sequence with its bare insert-if-absent, so backend and floor see the
+same shape of load.
 
 ``hasher`` times ``idemstore.fingerprint`` against ``rfc8785`` and ``json.dumps(sort_keys=True)``
 on one value; ``proxy`` times ``tools/call`` through ``idemstore proxy`` against the same mock
