@@ -11,6 +11,10 @@ straight from the store URL with the driver the backend uses, never through idem
 - Redis: ``SET key value NX PX``;
 - DynamoDB: ``PutItem`` conditioned on ``attribute_not_exists`` in the URL's table.
 
+Where the store completes what it claimed (``fresh``, ``contention``, ``mixed``), the floor
+follows an insert with ``finish``, the engine's bare overwrite (``UPDATE``, ``SET XX``,
+``UpdateItem``), so two writes are compared with two writes.
+
 Every floor leaves nothing behind: its table, file, items or keys go on ``close``. Which floor
 an engine uses is its registry entry's ``floor`` (``idemstore.registry``): a class here, or
 anywhere, with ``from_url(url)``.
@@ -49,6 +53,7 @@ SQLITE_CREATE = (
 # ON CONFLICT DO NOTHING: a repeated key costs what a replayed reserve costs the engine, a
 # uniqueness check, and is not an error.
 SQLITE_INSERT = f"INSERT INTO {FLOOR_TABLE} (key, value) VALUES (?, ?) ON CONFLICT DO NOTHING"
+SQLITE_FINISH = f"UPDATE {FLOOR_TABLE} SET value = ? WHERE key = ?"
 
 # A logged table, as the store's is: its commits pay for the WAL flush, so the floor's must.
 POSTGRES_CREATE = (
@@ -57,6 +62,7 @@ POSTGRES_CREATE = (
 POSTGRES_INSERT = (
     f"INSERT INTO {FLOOR_TABLE}_{{run}} (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING"
 )
+POSTGRES_FINISH = f"UPDATE {FLOOR_TABLE}_{{run}} SET value = $2 WHERE key = $1"
 POSTGRES_DROP = f"DROP TABLE IF EXISTS {FLOOR_TABLE}_{{run}}"
 POSTGRES_WRITE_COUNTERS = (
     "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn,"
@@ -83,6 +89,10 @@ class Floor(Protocol):
 
     async def put(self, key: str, value: bytes) -> bool:
         """Insert ``key`` unless present; ``True`` when this call inserted it."""
+        ...
+
+    async def finish(self, key: str, value: bytes) -> None:
+        """Overwrite the value of a key this floor put: the bare write a ``complete`` is."""
         ...
 
     async def reset(self) -> None:
@@ -118,6 +128,9 @@ class MemoryFloor:
             return False
         self._data[key] = value
         return True
+
+    async def finish(self, key: str, value: bytes) -> None:
+        self._data[key] = value
 
     async def reset(self) -> None:
         self._data.clear()
@@ -194,6 +207,11 @@ class SQLiteFloor:
             await self._db.commit()
             return bool(cursor.rowcount == 1)
 
+    async def finish(self, key: str, value: bytes) -> None:
+        async with self._lock:
+            await self._db.execute(SQLITE_FINISH, (value, key))
+            await self._db.commit()
+
     async def reset(self) -> None:
         async with self._lock:
             await self._db.execute(f"DELETE FROM {FLOOR_TABLE}")
@@ -259,6 +277,9 @@ class PostgresFloor:
     async def put(self, key: str, value: bytes) -> bool:
         status: str = await self._pool.execute(self._sql(POSTGRES_INSERT), key, value)
         return status.endswith(" 1")
+
+    async def finish(self, key: str, value: bytes) -> None:
+        await self._pool.execute(self._sql(POSTGRES_FINISH), key, value)
 
     async def reset(self) -> None:
         await self._pool.execute(f"TRUNCATE {FLOOR_TABLE}_{self._run}")
@@ -333,6 +354,9 @@ class RedisFloor:
             f"{self._prefix}:{{{key}}}", value, nx=True, px=REDIS_FLOOR_TTL_MS
         )
         return bool(done)
+
+    async def finish(self, key: str, value: bytes) -> None:
+        await self._client.set(f"{self._prefix}:{{{key}}}", value, xx=True, px=REDIS_FLOOR_TTL_MS)
 
     async def command_counts(self) -> dict[str, int]:
         """Calls per command since the server started, summed over every node of a cluster.
@@ -445,6 +469,18 @@ class DynamoDBFloor:
             return False
         self._put_keys.append(item_key)
         return True
+
+    async def finish(self, key: str, value: bytes) -> None:
+        hash_name, hash_kind = self._hash
+        item_key = {hash_name: self._value(hash_kind, f"{FLOOR_KEY_PREFIX}#{self._run}#{key}")}
+        if self._range is not None:
+            item_key[self._range[0]] = self._value(self._range[1], FLOOR_KEY_PREFIX)
+        await self._client.update_item(
+            TableName=self._table,
+            Key=item_key,
+            UpdateExpression="SET bench_value = :v",
+            ExpressionAttributeValues={":v": {"B": value}},
+        )
 
     async def reset(self) -> None:
         await self._delete_put_items()

@@ -269,16 +269,21 @@ async def run_store(store: IdempotencyStore, scenario: str, load: Load, prefix: 
 async def run_floor(
     floor: Floor, scenario: str, load: Load, prefix: str, *, reset: bool = True
 ) -> Timing:
-    """The same scenario on the engine's floor: one insert-if-absent per operation."""
+    """The same scenario on the engine's floor: an insert-if-absent per operation, followed
+    by the bare overwrite ``finish`` where the store completes what it claimed."""
     value = payload(load.payload_bytes)
     if reset:
         await floor.reset()
     outcomes: dict[str, int] = {}
 
+    claim_only = scenario == "reserve"
+
     async def op(key: str) -> bool:
         inserted = await floor.put(key, value)
         outcome = "inserted" if inserted else "present"
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if inserted and not claim_only:
+            await floor.finish(key, value)  # what complete is to the store
         return inserted
 
     return await _drive(op, scenario, load, prefix, outcomes)
