@@ -734,11 +734,16 @@ async def test_complete_notifies_only_keys_a_wait_has_seen_in_progress(
 
             watched = await acquire(store, "watched")
             waiting = asyncio.ensure_future(store.wait("watched", timeout=30))
-            while not await listener.fetchval(
+            marked = (
                 f"SELECT watched FROM {schema_of(postgres_store_url)}.idemstore_records"
                 " WHERE key = 'watched'"
-            ):
+            )
+            for _ in range(500):  # the wait marks the row before it sleeps
+                if await listener.fetchval(marked):
+                    break
                 await asyncio.sleep(0.01)
+            else:
+                pytest.fail("the wait never marked the row watched")
             loop = asyncio.get_running_loop()
             started = loop.time()
             assert await store.complete(watched, b"done")
