@@ -15,6 +15,7 @@ from idemstore.errors import (
     SchemaError,
     StoreUnavailableError,
 )
+from idemstore.execution import Execution, ExecutionPolicy, LeaseKeeper, Replay
 from idemstore.hashing import canonical_json, fingerprint
 from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
 from idemstore.registry import Engine, FixtureVariant
@@ -29,6 +30,8 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "Engine",
+    "Execution",
+    "ExecutionPolicy",
     "FixtureVariant",
     "IdempotencyStore",
     "Idempotency",
@@ -36,10 +39,12 @@ __all__ = [
     "InProgressError",
     "InvalidKeyError",
     "Lease",
+    "LeaseKeeper",
     "LeaseLostError",
     "MissingDependencyError",
     "Outcome",
     "Record",
+    "Replay",
     "Reservation",
     "ResponseTooLargeError",
     "Result",

@@ -18,22 +18,25 @@ import hashlib
 import inspect
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import (
-    CanonicalizationError,
     ConfigurationError,
     ConflictError,
     IdemstoreError,
     InProgressError,
     InvalidKeyError,
 )
-from idemstore.hashing import fingerprint
+from idemstore.execution import Execution, ExecutionPolicy, Replay
+from idemstore.http_identity import (
+    default_scope,
+    header_values,
+    parse_idempotency_key,
+    request_fingerprint,
+)
 from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
-from idemstore.runner import Idempotency
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
@@ -53,14 +56,6 @@ RoutePredicate = Callable[[Scope], bool]
 HEADER = b"idempotency-key"
 REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 
-# RFC 8941 sf-string: printable ASCII, with only \" and \\ escaped.
-_SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
-# A bare value: RFC 8941 token characters, but a leading digit is allowed too, because
-# clients commonly send bare UUIDs.
-_BARE = re.compile(r"[A-Za-z0-9*!#$%&'+\-.^_`|~:/]+")
-# Parameters after an sf-item (";a=1"); accepted and ignored.
-_PARAMS = re.compile(r"(?:;\s*[a-z*][a-z0-9_\-.*]*(?:=[^;]*)?)*")
-
 # Response extensions that would bypass ``send``'s body messages and so the recorder.
 _BYPASS_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopy")
 
@@ -69,39 +64,6 @@ _FORMAT_VERSION = 1
 
 class _ClientGone(Exception):
     """Internal: the client disconnected while the request body was being read."""
-
-
-class _NotRecorded(Exception):
-    """Internal: the response was sent but must not be stored; the key is released."""
-
-
-def parse_idempotency_key(value: str) -> str:
-    """The key in an ``Idempotency-Key`` field value: an sf-string, or a bare token.
-
-    Raises ``ValueError`` saying what is wrong with ``value``.
-    """
-    text = value.strip(" \t")
-    match = _SF_STRING.match(text)
-    if match is not None:
-        rest = text[match.end() :]
-        if _PARAMS.fullmatch(rest) is None:
-            raise ValueError("unexpected characters after the quoted key")
-        return re.sub(r"\\(.)", r"\1", match.group(1))
-    if text.startswith('"'):
-        raise ValueError(
-            "the quoted key is not a valid structured-field string (unterminated, or a"
-            " character outside printable ASCII, or a backslash before something other than"
-            ' " or \\)'
-        )
-    bare, _, params = text.partition(";")
-    if not bare or _BARE.fullmatch(bare) is None:
-        raise ValueError(
-            'the key must be a quoted string such as "8e03978e-40d5-43e8-bc93-6894a57f9324"'
-            " (RFC 8941) or a bare token"
-        )
-    if params and _PARAMS.fullmatch(";" + params) is None:
-        raise ValueError("unexpected characters after the key")
-    return bare
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,34 +122,6 @@ async def _send_response(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _header_values(scope: Scope, name: bytes) -> list[bytes]:
-    return [value for key, value in scope.get("headers", ()) if key.lower() == name]
-
-
-def default_scope(scope: Scope) -> str | None:
-    """The default caller boundary: who is calling, or ``None`` when nobody can tell.
-
-    An authenticated ``scope["user"]`` (Starlette's ``AuthenticationMiddleware``) by its
-    identity; else the credentials in the ``Authorization`` header, hashed (so a record is
-    only ever matched by a request bearing the same credentials).
-    """
-    user = scope.get("user")
-    if user is not None and getattr(user, "is_authenticated", False):
-        identity = getattr(user, "identity", "") or getattr(user, "display_name", "")
-        if identity:
-            return f"user:{identity}"
-    authorization = _header_values(scope, b"authorization")
-    if authorization:
-        digest = hashlib.sha256(b"\n".join(authorization)).hexdigest()
-        return f"authorization-sha256:{digest}"
-    return None
-
-
-def _is_json(content_type: bytes) -> bool:
-    media = content_type.split(b";", 1)[0].strip().lower()
-    return media == b"application/json" or media.endswith(b"+json")
-
-
 class IdempotencyMiddleware:
     """Honour ``Idempotency-Key`` on unsafe requests of an ASGI app.
 
@@ -218,8 +152,8 @@ class IdempotencyMiddleware:
     __slots__ = (
         "_max_key_length",
         "_methods",
+        "_policy",
         "_required",
-        "_runner",
         "_scope",
         "app",
         "max_body_bytes",
@@ -243,7 +177,7 @@ class IdempotencyMiddleware:
         max_key_length: int = MAX_KEY_LENGTH,
     ) -> None:
         self.app = app
-        self._runner = Idempotency(
+        self._policy = ExecutionPolicy(
             store, lease_ttl=lease_ttl, retention=retention, in_flight="reject"
         )
         if isinstance(methods, str):
@@ -282,7 +216,7 @@ class IdempotencyMiddleware:
         if scope["type"] != "http" or scope.get("method", "").upper() not in self._methods:
             await self.app(scope, receive, send)
             return
-        values = _header_values(scope, HEADER)
+        values = header_values(scope, HEADER)
         if not values:
             if self._required(scope):
                 await _send_response(
@@ -355,7 +289,7 @@ class IdempotencyMiddleware:
                 ),
             )
             return
-        print_ = self._fingerprint(scope, body)
+        print_ = request_fingerprint(scope, body)
         await self._run(scope, receive, send, key, caller, print_, body)
 
     async def _read_body(self, receive: Receive) -> tuple[bytes, bool]:
@@ -375,20 +309,6 @@ class IdempotencyMiddleware:
             if not message.get("more_body", False):
                 return b"".join(chunks), False
 
-    @staticmethod
-    def _fingerprint(scope: Scope, body: bytes) -> str:
-        content_type = b", ".join(_header_values(scope, b"content-type"))
-        payload: dict[str, Any] = {"sha256": hashlib.sha256(body).hexdigest()}
-        if body and _is_json(content_type):
-            try:
-                # JSON bodies compare as parsed values: key order, whitespace and escapes or
-                # 1 vs 1.0 make no difference.
-                payload = {"json": json.loads(body)}
-                return fingerprint(_request_identity(scope, payload))
-            except (ValueError, CanonicalizationError, RecursionError):
-                payload = {"sha256": hashlib.sha256(body).hexdigest()}
-        return fingerprint(_request_identity(scope, payload))
-
     async def _run(
         self,
         scope: Scope,
@@ -399,53 +319,8 @@ class IdempotencyMiddleware:
         print_: str,
         body: bytes,
     ) -> None:
-        replayed_body = False
-
-        async def replay_receive() -> Message:
-            nonlocal replayed_body
-            if not replayed_body:
-                replayed_body = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        inner_scope = dict(scope)
-        extensions = scope.get("extensions")
-        if extensions:
-            inner_scope["extensions"] = {
-                k: v for k, v in extensions.items() if k not in _BYPASS_EXTENSIONS
-            }
-        recorder = _Recorder(send, self.max_response_bytes)
-        ran = False
-
-        async def work() -> bytes:
-            nonlocal ran
-            await self.app(inner_scope, replay_receive, recorder)
-            ran = True
-            if not recorder.complete and not recorder.streamed:
-                # The app ended without finishing its response: pass on what it sent.
-                await recorder.flush("incomplete")
-            captured = recorder.result()
-            if captured is None:
-                logger.warning(
-                    "response to %s %s under Idempotency-Key %r was %s: sent but not"
-                    " recorded, key released",
-                    scope.get("method"),
-                    scope.get("path"),
-                    key,
-                    recorder.why_not,
-                )
-                raise _NotRecorded
-            if captured.status >= 500 and not self.record_server_errors:
-                raise _NotRecorded
-            return captured.encode()
-
         try:
-            result = await self._runner.run(key, print_, work, scope=caller)
-        except _NotRecorded:
-            # The key is released by now, so a client that retries on seeing the end of this
-            # response finds it free.
-            await recorder.finish()
-            return
+            claim = await self._policy.begin(key, print_, scope=caller)
         except InProgressError:
             await _send_response(
                 send,
@@ -472,12 +347,6 @@ class IdempotencyMiddleware:
             )
             return
         except IdemstoreError as exc:
-            if ran:
-                logger.warning(
-                    "response under Idempotency-Key %r could not be recorded: %s", key, exc
-                )
-                await recorder.finish()
-                return
             logger.error("idempotency store failed before the request ran: %s", exc)
             await _send_response(
                 send,
@@ -491,11 +360,14 @@ class IdempotencyMiddleware:
                 ),
             )
             return
-        if not result.replayed:
-            await recorder.finish()
+        if isinstance(claim, Replay):
+            await self._replay(send, key, claim.response)
             return
+        await self._execute(claim, scope, receive, send, body)
+
+    async def _replay(self, send: Send, key: str, stored: bytes) -> None:
         try:
-            recorded = _Captured.decode(result.value)
+            recorded = _Captured.decode(stored)
         except (ValueError, KeyError, TypeError) as exc:
             logger.error("record for Idempotency-Key %r is unreadable: %s", key, exc)
             await _send_response(
@@ -509,51 +381,113 @@ class IdempotencyMiddleware:
             send, recorded.status, [*recorded.headers, REPLAYED_HEADER], recorded.body
         )
 
+    async def _execute(
+        self, execution: Execution, scope: Scope, receive: Receive, send: Send, body: bytes
+    ) -> None:
+        replayed_body = False
 
-def _request_identity(scope: Scope, payload: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "method": scope.get("method", "").upper(),
-        "path": scope.get("path", ""),
-        "query": scope.get("query_string", b"").decode("latin-1"),
-        "body": payload,
-    }
+        async def replay_receive() -> Message:
+            nonlocal replayed_body
+            if not replayed_body:
+                replayed_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        inner_scope = dict(scope)
+        extensions = scope.get("extensions")
+        if extensions:
+            inner_scope["extensions"] = {
+                k: v for k, v in extensions.items() if k not in _BYPASS_EXTENSIONS
+            }
+
+        async def settle(captured: _Captured | None, why_not: str) -> None:
+            # The response is complete (its last body message is in hand) and not yet sent:
+            # record it, or give the key up, *before* the client can see the end of it, so a
+            # retry sent on seeing it finds the outcome. What the app does after this (a
+            # background task) is not the request's outcome.
+            if captured is None:
+                logger.warning(
+                    "response to %s %s under Idempotency-Key %r was %s: sent but not"
+                    " recorded, key released",
+                    scope.get("method"),
+                    scope.get("path"),
+                    execution.key,
+                    why_not,
+                )
+                await execution.release()
+            elif captured.status >= 500 and not self.record_server_errors:
+                await execution.release()
+            else:
+                try:
+                    await execution.settle(captured.encode())
+                except IdemstoreError as exc:
+                    logger.warning(
+                        "response under Idempotency-Key %r could not be recorded: %s",
+                        execution.key,
+                        exc,
+                    )
+
+        recorder = _Recorder(send, self.max_response_bytes, settle)
+        # Leaving the block with an exception before the response ended applies the failure
+        # policy (release); after it ended, the exception is the app's own and propagates.
+        async with execution:
+            await self.app(inner_scope, replay_receive, recorder)
+            if not recorder.ended:
+                # The app returned without finishing its response: pass on what it sent; the
+                # key is released as the block ends without a settlement.
+                logger.warning(
+                    "response to %s %s under Idempotency-Key %r was incomplete: not recorded,"
+                    " key released",
+                    scope.get("method"),
+                    scope.get("path"),
+                    execution.key,
+                )
+                await recorder.flush()
+
+
+OnEnd = Callable[["_Captured | None", str], Awaitable[None]]
 
 
 class _Recorder:
     """An ASGI ``send`` that buffers the response, up to a size, instead of sending it.
 
     Past the limit, or for an event stream, it sends what it holds and passes the rest
-    through (``streamed``); ``result()`` is then ``None``. The message that ends the response
-    is held back either way until ``finish()``, so the response only completes for the client
-    once the store has recorded it or released the key.
+    through (streamed). Either way, when the app sends the message that ends the response,
+    ``on_end`` is awaited first, with the captured response (``None`` when streamed, with why
+    not), and only then does the end go out to the client.
     """
 
     __slots__ = (
         "_chunks",
-        "_final",
         "_headers",
         "_limit",
+        "_on_end",
         "_send",
         "_size",
         "_status",
-        "complete",
+        "ended",
         "streamed",
         "why_not",
     )
 
-    def __init__(self, send: Send, limit: int) -> None:
+    def __init__(self, send: Send, limit: int, on_end: OnEnd) -> None:
         self._send = send
         self._limit = limit
+        self._on_end = on_end
         self._status = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self._chunks: list[bytes] = []
         self._size = 0
-        self._final: Message | None = None
         self.streamed = False
-        self.complete = False
+        self.ended = False
         self.why_not = ""
 
     async def __call__(self, message: Message) -> None:
+        if self.ended:
+            # After the end: nothing of the response is left to send (ASGI servers ignore
+            # such messages too); pass it on so the server decides.
+            await self._send(message)
+            return
         if self.streamed:
             await self._pass(message)
             return
@@ -584,32 +518,27 @@ class _Recorder:
                 return
             self._chunks.append(chunk)
             if not message.get("more_body", False):
-                self.complete = True
+                self.ended = True
+                captured = _Captured(self._status, self._headers, b"".join(self._chunks))
+                self._chunks.clear()
+                await self._on_end(captured, "")
+                await _send_response(self._send, captured.status, captured.headers, captured.body)
             return
         # Anything else (trailers, an extension) cannot be recorded faithfully.
         await self._stream(f"using {kind!r}")
         await self._pass(message)
 
     async def _pass(self, message: Message) -> None:
-        """Send ``message`` on, except the one that ends the response: ``finish`` sends it."""
+        """Send ``message`` on; the one that ends the response only after ``on_end``."""
         if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self._final = message
-            return
+            self.ended = True
+            await self._on_end(None, self.why_not)
         await self._send(message)
 
-    async def finish(self) -> None:
-        """Complete the response to the client: the buffered one, or the end of the stream."""
-        if self.streamed:
-            final, self._final = self._final, None
-            if final is not None:
-                await self._send(final)
-            return
-        if self.complete:
-            await _send_response(self._send, self._status, self._headers, b"".join(self._chunks))
-
-    async def flush(self, why: str) -> None:
-        """Send what is held and stop recording."""
-        await self._stream(why)
+    async def flush(self) -> None:
+        """Send what is held (the app ended without finishing its response)."""
+        if not self.streamed:
+            await self._stream("incomplete")
 
     async def _stream(self, why: str) -> None:
         """Stop buffering: send what is held so far and pass everything after it through."""
@@ -622,8 +551,3 @@ class _Recorder:
         for chunk in self._chunks:
             await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
         self._chunks.clear()
-
-    def result(self) -> _Captured | None:
-        if self.streamed or not self.complete:
-            return None
-        return _Captured(self._status, self._headers, b"".join(self._chunks))

@@ -198,11 +198,14 @@ async def _proxy(args: argparse.Namespace) -> int:
             run_id=args.run_id,
             key_scope=args.key_scope or default_key_scope(command),
             lease_ttl=args.lease,
-            retention=retention if retention is not None else 86400.0,
+            retention=retention if retention is not None else 600.0,
+            sep_retention=args.sep_retention,
             in_flight=args.in_flight,
             implicit=not args.no_implicit,
             tools=args.tools or ("*",),
             exclude_tools=args.exclude_tools or (),
+            dedupe_read_only=args.dedupe_read_only,
+            cancel_grace=args.cancel_grace,
         )
         return await run_stdio_proxy(proxy, command)
 
@@ -364,10 +367,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--retention",
         type=_positive_float,
         metavar="SECONDS",
-        help="how long an outcome is replayed (default 86400)",
+        help="how long a derived or _meta key's result is replayed (default 600)",
     )
     proxy.add_argument(
         "--ttl-ms", type=_positive_float, metavar="MS", help="the same in milliseconds"
+    )
+    proxy.add_argument(
+        "--sep-retention",
+        type=_positive_float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
     )
     proxy.add_argument(
         "--lease",
@@ -401,6 +411,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     proxy.add_argument(
         "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
+    )
+    proxy.add_argument(
+        "--dedupe-read-only",
+        action="store_true",
+        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
+    )
+    proxy.add_argument(
+        "--cancel-grace",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a cancelled SEP-3182 call keeps its key this long without an answer (default 60)",
     )
     proxy.add_argument(
         "--log-level",

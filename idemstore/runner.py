@@ -1,93 +1,37 @@
-"""The policy layer: run a piece of work at most once per key over any store."""
+"""The runner: run a piece of work at most once per key over any store.
+
+``Idempotency`` is the execution path of ``idemstore.execution`` with a decorator on top; it
+adds no rules of its own.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
-from idemstore.errors import (
-    ConfigurationError,
-    ConflictError,
-    InProgressError,
-    ResponseTooLargeError,
-)
+from idemstore.errors import ConfigurationError, InvalidKeyError
+from idemstore.execution import ExecutionPolicy, LeaseKeeper, Result
+from idemstore.execution import _release_quietly as _release_quietly
 from idemstore.hashing import fingerprint as canonical_fingerprint
-from idemstore.protocol import Outcome
-from idemstore.records import check_duration
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Callable
 
-    from idemstore.protocol import IdempotencyStore, Lease
+    from idemstore.protocol import IdempotencyStore
 
 __all__ = ["Idempotency", "Result"]
 
 logger = logging.getLogger("idemstore.runner")
 
+# Transitional: the MCP proxy still imports these two names from here until it is ported onto
+# idemstore.execution (branch consumers-mcp); delete both then.
+_Heartbeat = LeaseKeeper
+
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """What ``Idempotency.run`` returns.
-
-    ``replayed`` is true when ``value`` came from the store rather than from running the work;
-    ``fence`` is the fence of the execution that produced it.
-    """
-
-    value: bytes
-    replayed: bool
-    fence: int
-
-
-class _Heartbeat:
-    """Extends a lease about every third of its length until stopped or until it lapsed.
-
-    A lapsed lease is not necessarily lost: if nobody took the key over, ``complete`` still
-    succeeds, and if someone did, ``complete`` and ``release`` are fenced out. So callers always
-    try them; ``lapsed`` is only for logging.
-    """
-
-    __slots__ = ("_stopping", "_store", "_task", "_ttl", "lapsed", "lease")
-
-    def __init__(self, store: IdempotencyStore, lease: Lease, ttl: float) -> None:
-        self._store = store
-        self._ttl = ttl
-        self.lease = lease
-        self.lapsed = False
-        self._stopping = False
-        self._task = asyncio.create_task(self._beat(), name=f"idemstore-heartbeat:{lease.key}")
-
-    async def _beat(self) -> None:
-        # The flag, not only cancel(), ends the loop: a driver may swallow a cancellation that
-        # lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
-        # CPython gh-86296), and the loop must still end after that call.
-        while not self._stopping:
-            await asyncio.sleep(self._ttl / 3)
-            try:
-                extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
-            except Exception:
-                # A store hiccup: keep the lease we have and try on the next beat; if it lapsed
-                # meanwhile, complete() is fenced out and says so.
-                logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
-                continue
-            if extended is None:
-                self.lapsed = True
-                return
-            self.lease = extended
-
-    async def stop(self) -> None:
-        self._stopping = True
-        self._task.cancel()
-        # asyncio.wait, not await: the heartbeat's own CancelledError must not be confused
-        # with (and swallow) a cancellation of the caller arriving meanwhile.
-        await asyncio.wait([self._task])
 
 
 class Idempotency:
@@ -102,9 +46,10 @@ class Idempotency:
         wait_timeout: seconds to wait for a running original (``None``: without limit).
         on_failure: ``"release"`` the key when the work raises (a retry runs it again) or
             ``"hold"`` it until the lease lapses (never risk a second run in that window).
+            A cancellation of the caller while the work runs is a failure too.
     """
 
-    __slots__ = ("in_flight", "lease_ttl", "on_failure", "retention", "store", "wait_timeout")
+    __slots__ = ("_policy",)
 
     def __init__(
         self,
@@ -116,18 +61,45 @@ class Idempotency:
         wait_timeout: float | None = None,
         on_failure: Literal["release", "hold"] = "release",
     ) -> None:
-        if in_flight not in ("wait", "reject"):
-            raise ConfigurationError(f"in_flight must be 'wait' or 'reject', not {in_flight!r}")
         if on_failure not in ("release", "hold"):
             raise ConfigurationError(f"on_failure must be 'release' or 'hold', not {on_failure!r}")
-        self.store = store
-        self.lease_ttl = check_duration("lease_ttl", lease_ttl)
-        self.retention = check_duration("retention", retention)
-        self.in_flight = in_flight
-        self.wait_timeout = (
-            None if wait_timeout is None else check_duration("wait_timeout", wait_timeout)
+        self._policy = ExecutionPolicy(
+            store,
+            lease_ttl=lease_ttl,
+            retention=retention,
+            in_flight=in_flight,
+            wait_timeout=wait_timeout,
+            on_failure=on_failure,
         )
-        self.on_failure = on_failure
+
+    @property
+    def policy(self) -> ExecutionPolicy:
+        """The execution policy this runner applies (``begin`` for finer control)."""
+        return self._policy
+
+    @property
+    def store(self) -> IdempotencyStore:
+        return self._policy.store
+
+    @property
+    def lease_ttl(self) -> float:
+        return self._policy.lease_ttl
+
+    @property
+    def retention(self) -> float:
+        return self._policy.retention
+
+    @property
+    def in_flight(self) -> Literal["wait", "reject"]:
+        return self._policy.in_flight
+
+    @property
+    def wait_timeout(self) -> float | None:
+        return self._policy.wait_timeout
+
+    @property
+    def on_failure(self) -> Literal["release", "hold"]:
+        return self._policy.on_failure  # type: ignore[return-value]
 
     async def run(
         self,
@@ -141,92 +113,18 @@ class Idempotency:
 
         Raises ``ConflictError`` when the key was used with another fingerprint and
         ``InProgressError`` when another caller holds it and the policy is not to wait.
-        Whatever ``work`` raises propagates, after the failure policy is applied.
+        Whatever ``work`` raises propagates, after the failure policy is applied; a
+        cancellation of the caller, at any point, is a failure too (and a ``reserve`` still
+        in flight when it lands is released, so no lease is left that nobody owns).
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if self.wait_timeout is None else loop.time() + self.wait_timeout
-        while True:
-            reservation = await self.store.reserve(
-                key, fingerprint, scope=scope, lease_ttl=self.lease_ttl, retention=self.retention
-            )
-            outcome = reservation.outcome
-            if outcome is Outcome.ACQUIRED:
-                assert reservation.lease is not None
-                return await self._execute(reservation.lease, work)
-            record = reservation.record
-            assert record is not None
-            if outcome is Outcome.COMPLETED:
-                assert record.response is not None
-                return Result(record.response, replayed=True, fence=record.fence)
-            if outcome is Outcome.MISMATCH:
-                raise ConflictError(
-                    f"idempotency key {key!r} was already used with different arguments",
-                    key=key,
-                    scope=scope,
-                    record=record,
-                )
-            remaining = None if deadline is None else deadline - loop.time()
-            if self.in_flight == "reject" or (remaining is not None and remaining <= 0):
-                raise InProgressError(
-                    f"idempotency key {key!r} is being processed by another request",
-                    key=key,
-                    scope=scope,
-                    record=record,
-                )
-            # The store returns as soon as the holder finishes, gives up, or its lease lapses;
-            # then reserve again decides (replay, takeover, or still busy).
-            await self.store.wait(
-                key, scope=scope, timeout=self.lease_ttl if remaining is None else remaining
-            )
-
-    async def _execute(self, lease: Lease, work: Callable[[], Awaitable[bytes]]) -> Result:
-        heartbeat = _Heartbeat(self.store, lease, self.lease_ttl)
-        try:
-            value = await work()
-            if not isinstance(value, bytes | bytearray | memoryview):
-                raise TypeError(f"work must return bytes, not {type(value).__name__}")
-            value = bytes(value)
-        except BaseException:
-            # Cancellation counts as a failure too: the caller never saw a result.
-            await _shielded(self._give_up(heartbeat))
-            raise
-        # The work is done: record its result even if the caller is cancelled meanwhile; the
-        # caller's cancellation still propagates.
-        return await _shielded(self._record(heartbeat, lease, value))
-
-    async def _give_up(self, heartbeat: _Heartbeat) -> None:
-        await heartbeat.stop()
-        if self.on_failure == "release":
-            await _release_quietly(self.store, heartbeat.lease)
-
-    async def _record(self, heartbeat: _Heartbeat, lease: Lease, value: bytes) -> Result:
-        await heartbeat.stop()
-        try:
-            stored = await self.store.complete(heartbeat.lease, value)
-        except ResponseTooLargeError:
-            # The work ran and its caller gets the value; a key left locked would only turn
-            # every retry into a wait for the lease to lapse, so give it up at once.
-            logger.warning(
-                "result for key %r is too large for the store; returned but not recorded",
-                lease.key,
-            )
-            await _release_quietly(self.store, heartbeat.lease)
-            return Result(value, replayed=False, fence=lease.fence)
-        if not stored:
-            logger.warning(
-                "lease on key %r (scope %r, fence %d) was lost while the work ran; "
-                "its result was returned but not stored",
-                lease.key,
-                lease.scope,
-                lease.fence,
-            )
-        return Result(value, replayed=False, fence=lease.fence)
+        return await self._policy.run(key, fingerprint, work, scope=scope)
 
     def idempotent(
         self,
         key: str | Callable[..., str],
         *,
         scope: str | Callable[..., str] = "",
+        require_key: bool = False,
     ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
         """Decorate an async function so each key runs it once and retries get its result.
 
@@ -235,6 +133,10 @@ class Idempotency:
         default). The fingerprint covers the function's qualified name and all its bound
         arguments (canonical JSON), and results are stored as JSON, so both must be JSON
         values.
+
+        A key that is ``None`` means "no key": the call runs without deduplication (as a
+        request without an ``Idempotency-Key`` does), unless ``require_key`` is true, which
+        raises ``InvalidKeyError`` instead. Any other key is used as ``str(key)``.
         """
 
         def decorate(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
@@ -249,6 +151,16 @@ class Idempotency:
                 bound.apply_defaults()
                 arguments = dict(bound.arguments)
                 the_key = key(*args, **kwargs) if callable(key) else arguments[key]
+                if the_key is None:
+                    # str(None) would put every keyless call under the one key "None".
+                    if require_key:
+                        raise InvalidKeyError(
+                            f"{func.__qualname__} was called without an idempotency key"
+                            f" ({key if isinstance(key, str) else 'the key'} is None); pass"
+                            " one, or drop require_key=True to run such calls without"
+                            " deduplication"
+                        )
+                    return await func(*args, **kwargs)
                 the_scope = scope(*args, **kwargs) if callable(scope) else scope
                 print_ = canonical_fingerprint({"function": name, "arguments": arguments})
 
@@ -261,26 +173,3 @@ class Idempotency:
             return wrapper
 
         return decorate
-
-
-_SHIELDED: set[asyncio.Task[Any]] = set()
-
-
-async def _shielded(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to its end even if the caller is cancelled while awaiting it.
-
-    The bookkeeping after a run (complete, release) must not be cut short by a cancellation:
-    a half-done release leaves a key locked, a skipped complete lets the work run twice.
-    """
-    task = asyncio.ensure_future(coroutine)
-    _SHIELDED.add(task)  # asyncio keeps only weak references to tasks
-    task.add_done_callback(_SHIELDED.discard)
-    return await asyncio.shield(task)
-
-
-async def _release_quietly(store: IdempotencyStore, lease: Lease) -> None:
-    try:
-        # Shielded so a second cancellation of the caller cannot leave the key locked.
-        await _shielded(store.release(lease))
-    except Exception:
-        logger.warning("could not release key %r after a failure", lease.key, exc_info=True)

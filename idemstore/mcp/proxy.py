@@ -5,22 +5,16 @@ or get an idempotency key (and their responses), and the ``initialize`` / ``serv
 results, where ``capabilities.tools.idempotency = {}`` is added. Lines are parsed with
 ``json.loads`` only to decide; anything relayed is the original bytes.
 
-Three kinds of key, in this order:
-
-- ``params.idempotencyKey`` (SEP-3182): a duplicate in flight is rejected at once, other
-  arguments are a conflict, and the outcome (result *or* error) is replayed. The field is
-  stripped before forwarding, since the server does not know it.
-- ``params._meta["idempotency-key"]`` (mcp-idempotent): an explicit key with the proxy policy.
-- none: derived from the tool name and canonical arguments, scoped to the proxy's run id.
-
-``_meta`` is never part of a fingerprint: the stateless protocol puts per-request data there.
+This module is the stdio transport only: reading and writing lines, matching responses to
+requests, starting the server process. What happens to a ``tools/call`` (which key, which
+scope, replay, conflict, in-flight, cancellation, what is recorded) is
+``idemstore.mcp.tool_calls.ToolCallCore``, which a Streamable HTTP gateway shares.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import getpass
 import hashlib
 import json
@@ -29,24 +23,24 @@ import os
 import signal
 import stat
 import sys
-import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from idemstore.errors import (
-    CanonicalizationError,
-    ConfigurationError,
-    IdemstoreError,
-    InvalidKeyError,
+from idemstore.errors import ConfigurationError
+from idemstore.mcp import sep3182
+from idemstore.mcp.tool_calls import (
+    Answer,
+    ServerGone,
+    ServerResponse,
+    ToolCall,
+    ToolCallCore,
+    error_line,
+    id_key,
 )
-from idemstore.hashing import fingerprint
-from idemstore.protocol import Outcome
-from idemstore.records import check_duration, check_identity
-from idemstore.runner import _Heartbeat, _release_quietly
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from idemstore.protocol import IdempotencyStore, Lease
+    from idemstore.protocol import IdempotencyStore
 
 __all__ = [
     "ByteReader",
@@ -58,29 +52,8 @@ __all__ = [
 
 logger = logging.getLogger("idemstore.mcp.proxy")
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-# SEP-3182 defines no code of its own (clients match error.data.type). The same codes as the
-# server middleware (idemstore.mcp.server): other arguments are a client error in the params;
-# a duplicate in flight is a request that cannot be served as sent.
-CONFLICT_CODE = INVALID_PARAMS
-IN_PROGRESS_CODE = INVALID_REQUEST
-# Errors that mean the server refused the request before any tool ran: even under a SEP key
-# they are not recorded, since nothing happened that a retry could duplicate.
-_REFUSAL_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
-
-SEP_KEY_FIELD = "idempotencyKey"
-META_KEY_FIELD = "idempotency-key"
-# MRTR continuations (SEP-2322) are outside SEP-3182: relayed untouched, never deduplicated.
-MRTR_FIELDS = ("requestState", "inputResponses")
-
 _CHUNK = 256 * 1024
 _DEFAULT_MAX_LINE = 256 * 1024 * 1024
-
-KeyKind = Literal["sep", "meta", "derived"]
 
 
 class ByteReader(Protocol):
@@ -158,139 +131,11 @@ class _LineReader:
                 return
 
 
-class _ServerGone(Exception):
-    pass
-
-
-class _Call:
-    """One intercepted ``tools/call`` from the client, from its first reserve to its answer."""
-
-    __slots__ = (
-        "answered",
-        "cancelled",
-        "fingerprint",
-        "forward",
-        "forwarded",
-        "heartbeat",
-        "id",
-        "id_key",
-        "key",
-        "kind",
-        "lease",
-        "lost",
-        "scope",
-        "task",
-    )
-
-    def __init__(
-        self,
-        request_id: object,
-        id_key: str,
-        kind: KeyKind,
-        key: str,
-        scope: str,
-        fingerprint: str,
-        forward: bytes,
-    ) -> None:
-        self.id = request_id
-        self.id_key = id_key
-        self.kind = kind
-        self.key = key
-        self.scope = scope
-        self.fingerprint = fingerprint
-        self.forward = forward  # the bytes the server gets
-        self.task: asyncio.Task[None] | None = None
-        self.lease: Lease | None = None
-        self.heartbeat: _Heartbeat | None = None
-        self.forwarded = False
-        self.answered = False
-        self.cancelled = False
-        self.lost = False
-
-
-def _dumps(value: object) -> bytes:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate (legal as a JSON escape) cannot be UTF-8: keep it escaped.
-        return json.dumps(value, separators=(",", ":")).encode("ascii")
-
-
 def _parse(line: bytes) -> Any:
     try:
         return json.loads(line)
     except (ValueError, RecursionError):
         return None
-
-
-def _writable_id(request_id: object) -> bool:
-    try:
-        json.dumps(request_id, allow_nan=False)
-    except ValueError:
-        return False
-    return True
-
-
-def _id_key(request_id: object) -> str:
-    return json.dumps(request_id, sort_keys=True)
-
-
-def _error_line(
-    request_id: object, code: int, message: str, data: dict[str, object] | None = None
-) -> bytes:
-    error: dict[str, object] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return _dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + b"\n"
-
-
-def _replay_line(request_id: object, stored: bytes) -> bytes:
-    # ``stored`` is the object {"result": ...} or {"error": ...}: splice the retry's own id in
-    # front of its members instead of decoding and re-encoding a possibly large result.
-    return b'{"jsonrpc":"2.0","id":' + _dumps(request_id) + b"," + stored[1:] + b"\n"
-
-
-def _outcome(message: dict[str, Any], kind: KeyKind) -> bytes | None:
-    """The bytes to record for a server response, or ``None`` when the key must be released."""
-    if "error" in message:
-        # SEP-3182 replays errors too; a derived or _meta key lets the next retry run again.
-        error = message["error"]
-        refused = isinstance(error, dict) and error.get("code") in _REFUSAL_CODES
-        return _dumps({"error": error}) if kind == "sep" and not refused else None
-    if "result" not in message:
-        return None
-    result = message["result"]
-    if isinstance(result, dict) and result.get("resultType") == "input_required":
-        return None  # the exchange goes on in MRTR continuations; a replay would be stale
-    return _dumps({"result": result})
-
-
-def _with_idempotency_capability(message: dict[str, Any], line: bytes) -> bytes:
-    result = message.get("result")
-    capabilities = result.get("capabilities") if isinstance(result, dict) else None
-    tools = capabilities.get("tools") if isinstance(capabilities, dict) else None
-    # A server without tools has nothing to honour the SEP for; one that has the capability
-    # already keeps its own bytes.
-    if not isinstance(tools, dict) or "idempotency" in tools:
-        return line
-    tools["idempotency"] = {}
-    return _dumps(message) + b"\n"
-
-
-def default_key_scope(command: Sequence[str]) -> str:
-    """The scope of explicit keys for a proxy in front of ``command``.
-
-    Explicit keys outlive a proxy process (a client may retry through a restarted proxy, or
-    through another instance sharing the store), so they are not scoped to the run id. They are
-    scoped to the local user and the server command: proxies of one user in front of the same
-    server share keys; other users and other servers never see them.
-    """
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-    server = hashlib.sha256(json.dumps(list(command)).encode("utf-8")).hexdigest()[:16]
-    return f"mcp-proxy/keys/{user}/{server}"
 
 
 class IdempotentProxy:
@@ -302,13 +147,19 @@ class IdempotentProxy:
             share a store and a run id deduplicate implicit calls between them.
         key_scope: scope of explicit keys (SEP-3182 and ``_meta``); see ``default_key_scope``.
         lease_ttl: seconds a call holds its key without a heartbeat; heartbeats run every third.
-        retention: seconds a recorded outcome is replayed.
+        retention: seconds a derived or ``_meta`` key's result is replayed (default 600, as
+            mcp-idempotent's ``--ttl-ms``).
+        sep_retention: seconds a SEP-3182 key's outcome is replayed (default 86400).
         in_flight: for derived and ``_meta`` keys, ``"wait"`` for a running original and return
             its result, or ``"reject"`` at once. SEP-3182 keys always reject.
         implicit: derive keys for calls that carry none (``False``: only explicit keys).
         tools: glob patterns of the tools that get derived keys (default: all). Explicit keys
             are always honoured.
         exclude_tools: glob patterns of the tools that never get derived keys.
+        dedupe_read_only: derive keys for tools whose ``tools/list`` entry says
+            ``readOnlyHint: true`` too (default: such tools always run, for fresh data).
+        cancel_grace: seconds a cancelled SEP-3182 call keeps its key while the server has not
+            answered (MCP servers need not answer a cancelled request).
         max_line_bytes: longest message accepted; a longer one is skipped and answered with an
             error.
 
@@ -322,23 +173,16 @@ class IdempotentProxy:
     """
 
     __slots__ = (
-        "_calls",
-        "_capability_requests",
+        "_call_tasks",
         "_client_lock",
         "_client_writer",
-        "_exclude_tools",
-        "_implicit",
-        "_in_flight",
-        "_key_scope",
+        "_core",
         "_lease_ttl",
         "_max_line",
-        "_retention",
-        "_run_scope",
+        "_responses",
         "_server_closed",
         "_server_lock",
         "_server_writer",
-        "_store",
-        "_tools",
         "client_closed",
         "run_id",
     )
@@ -350,35 +194,37 @@ class IdempotentProxy:
         run_id: str | None = None,
         key_scope: str = "mcp-proxy/keys",
         lease_ttl: float = 30.0,
-        retention: float = 86400.0,
+        retention: float = 600.0,
+        sep_retention: float = 86400.0,
         in_flight: Literal["wait", "reject"] = "wait",
         implicit: bool = True,
         tools: Sequence[str] = ("*",),
         exclude_tools: Sequence[str] = (),
+        dedupe_read_only: bool = False,
+        cancel_grace: float = 60.0,
         max_line_bytes: int = _DEFAULT_MAX_LINE,
     ) -> None:
-        if in_flight not in ("wait", "reject"):
-            raise ConfigurationError(f"in_flight must be 'wait' or 'reject', not {in_flight!r}")
         if max_line_bytes < 1:
             raise ConfigurationError(f"max_line_bytes must be positive, not {max_line_bytes!r}")
-        self._store = store
-        self.run_id = run_id if run_id is not None else uuid.uuid4().hex
-        self._run_scope = f"mcp-proxy/run/{self.run_id}"
-        self._key_scope = key_scope
-        try:
-            check_identity("k", self._run_scope)
-            check_identity("k", key_scope)
-        except IdemstoreError as exc:
-            raise ConfigurationError(f"bad run id or key scope: {exc}") from None
-        self._lease_ttl = check_duration("lease_ttl", lease_ttl)
-        self._retention = check_duration("retention", retention)
-        self._in_flight = in_flight
-        self._implicit = implicit
-        self._tools = tuple(tools)
-        self._exclude_tools = tuple(exclude_tools)
+        self._core = ToolCallCore(
+            store,
+            run_id=run_id,
+            key_scope=key_scope,
+            lease_ttl=lease_ttl,
+            retention=retention,
+            sep_retention=sep_retention,
+            in_flight=in_flight,
+            implicit=implicit,
+            tools=tools,
+            exclude_tools=exclude_tools,
+            dedupe_read_only=dedupe_read_only,
+            cancel_grace=cancel_grace,
+        )
+        self.run_id = self._core.run_id
+        self._lease_ttl = lease_ttl
         self._max_line = max_line_bytes
-        self._calls: dict[str, _Call] = {}
-        self._capability_requests: set[str] = set()
+        self._responses: dict[str, asyncio.Future[ServerResponse]] = {}
+        self._call_tasks: set[asyncio.Task[bytes | None]] = set()
         self._client_writer: ByteWriter | None = None
         self._server_writer: ByteWriter | None = None
         self._client_lock = asyncio.Lock()
@@ -408,14 +254,18 @@ class IdempotentProxy:
             await self._pump_server(server_reader)
         finally:
             self._server_closed = True
-            # Take the pending calls before stopping the client pump: its cancellation also
-            # cancels the calls it is waiting for, and each of those still needs an answer.
-            calls = list(self._calls.values())
-            self._calls.clear()
+            # Calls waiting for the server get "server gone" (their keys are released);
+            # calls still reserving or waiting find the server closed when they forward.
+            for future in self._responses.values():
+                if not future.done():
+                    future.set_exception(ServerGone())
             client.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await client
-            await self._abandon(calls)
+            if self._call_tasks:
+                await asyncio.wait(set(self._call_tasks), timeout=self._lease_ttl)
+            await self._core.close()
+            await asyncio.gather(*self._call_tasks, return_exceptions=True)
 
     # -- client to server -----------------------------------------------------------------
 
@@ -426,20 +276,21 @@ class IdempotentProxy:
                 line = await lines.readline()
             except _LineTooLong:
                 logger.warning("skipped a client message over %d bytes", self._max_line)
-                message = f"message larger than {self._max_line} bytes"
-                await self._send_client(_error_line(None, INVALID_REQUEST, message))
+                why = f"message larger than {self._max_line} bytes"
+                await self._send_client(
+                    error_line(None, sep3182.error(sep3182.INVALID_REQUEST, why))
+                )
                 continue
             if not line:
                 break
             try:
                 await self._on_client_line(line)
-            except _ServerGone:
+            except ServerGone:
                 logger.debug("server input closed; dropped a client message")
             except Exception:
                 # Whatever a message holds, the relay goes on.
                 logger.exception("could not handle a client message; it was dropped")
-        pending = [c.task for c in list(self._calls.values()) if c.task and not c.task.done()]
-        await asyncio.gather(*pending, return_exceptions=True)
+        await self._core.wait_forwarded()
         if self._server_writer is not None:
             with contextlib.suppress(Exception):
                 self._server_writer.close()
@@ -450,200 +301,40 @@ class IdempotentProxy:
         if isinstance(message, dict):
             method = message.get("method")
             has_id = "id" in message and message["id"] is not None
-            if method == "tools/call" and has_id and await self._intercept(message, line):
-                return
-            if method in ("initialize", "server/discover") and has_id:
-                self._capability_requests.add(_id_key(message["id"]))
-            elif method == "notifications/cancelled" and await self._on_cancelled(message):
-                return
+            if method == "tools/call" and has_id:
+                verdict = self._core.prepare(message, line)
+                if isinstance(verdict, ToolCall):
+                    self._start(verdict)
+                    return
+                if isinstance(verdict, Answer):
+                    await self._send_client(verdict.line)
+                    return
+                line = verdict.line
+            elif has_id:
+                self._core.note_request(message)
+            elif method == "notifications/cancelled":
+                params = message.get("params")
+                target = params.get("requestId") if isinstance(params, dict) else None
+                if target is not None and not self._core.cancel(target):
+                    return  # the server never saw that request
         await self._send_server(line)
 
-    def _derives_key(self, name: str) -> bool:
-        if not self._implicit:
-            return False
-        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self._tools):
-            return False
-        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in self._exclude_tools)
-
-    async def _intercept(self, message: dict[str, Any], line: bytes) -> bool:
-        """Take a ``tools/call`` over; ``False`` leaves it to be relayed untouched."""
-        params = message.get("params")
-        if not isinstance(params, dict) or not isinstance(params.get("name"), str):
-            return False  # malformed: the server answers it
-        if any(field in params for field in MRTR_FIELDS):
-            return False
-        request_id = message["id"]
-        name: str = params["name"]
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        meta = params.get("_meta")
-        kind: KeyKind
-        forward = line
-        if SEP_KEY_FIELD in params:
-            kind, key = "sep", params[SEP_KEY_FIELD]
-            stripped = {k: v for k, v in params.items() if k != SEP_KEY_FIELD}
-            forward = _dumps({**message, "params": stripped}) + b"\n"
-        elif isinstance(meta, dict) and META_KEY_FIELD in meta:
-            kind, key = "meta", meta[META_KEY_FIELD]
-        elif self._derives_key(name):
-            kind, key = "derived", ""
-        else:
-            return False
-        if not _writable_id(request_id):
-            # NaN or Infinity (non-standard JSON, or a literal like 1e400): no JSON answer can
-            # carry this id, so answer as JSON-RPC does when the id cannot be read.
-            message_text = "the request id is not a JSON value (NaN or Infinity)"
-            await self._send_client(_error_line(None, INVALID_REQUEST, message_text))
-            return True
-        if not isinstance(arguments, dict):
-            if kind == "derived":
-                return False  # the server answers it as it would without the proxy
-            await self._reject_invalid(request_id, kind, key, "arguments must be an object")
-            return True
-        if not isinstance(key, str):
-            await self._reject_invalid(request_id, kind, key, "the key must be a string")
-            return True
-        try:
-            print_ = fingerprint({"name": name, "arguments": arguments})
-        except CanonicalizationError as exc:
-            if kind == "derived":
-                logger.warning("call of %r relayed without a key: %s", name, exc)
-                return False
-            await self._reject_invalid(request_id, kind, key, f"arguments are not JSON: {exc}")
-            return True
-        if kind == "derived":
-            key, scope = f"{name}:{print_}", self._run_scope
+    def _start(self, call: ToolCall) -> None:
+        async def exchange(forward: bytes) -> ServerResponse:
+            if self._server_closed:
+                raise ServerGone
+            future: asyncio.Future[ServerResponse] = asyncio.get_running_loop().create_future()
+            self._responses[call.id_key] = future
             try:
-                check_identity(key, scope)
-            except IdemstoreError:
-                key = f"sha256:{print_}"  # a tool name too long (or odd) for a key
-        else:
-            scope = self._key_scope
-            try:
-                check_identity(key, scope)
-            except IdemstoreError as exc:
-                await self._reject_invalid(request_id, kind, key, str(exc))
-                return True
-        id_key = _id_key(request_id)
-        if id_key in self._calls:
-            message_text = f"request id {request_id!r} is already in use by a pending call"
-            await self._send_client(_error_line(request_id, INVALID_REQUEST, message_text))
-            return True
-        call = _Call(request_id, id_key, kind, key, scope, print_, forward)
-        self._calls[id_key] = call
-        call.task = asyncio.create_task(self._run_call(call), name=f"mcp-proxy:call:{id_key}")
-        return True
+                await self._send_server(forward)
+                return await future
+            finally:
+                if self._responses.get(call.id_key) is future:
+                    del self._responses[call.id_key]
 
-    async def _reject_invalid(
-        self, request_id: object, kind: KeyKind, key: object, why: str
-    ) -> None:
-        field = {"sep": SEP_KEY_FIELD, "meta": f"_meta.{META_KEY_FIELD}"}.get(kind, "arguments")
-        data: dict[str, object] = {"type": "idempotency_key_invalid"}
-        if isinstance(key, str) and key:
-            data["idempotencyKey"] = key
-        message = f"invalid {field}: {why}"
-        await self._send_client(_error_line(request_id, INVALID_PARAMS, message, data))
-
-    async def _run_call(self, call: _Call) -> None:
-        """Reserve the key, then forward, replay, reject, or wait and try again."""
-        try:
-            while True:
-                try:
-                    reservation = await self._store.reserve(
-                        call.key,
-                        call.fingerprint,
-                        scope=call.scope,
-                        lease_ttl=self._lease_ttl,
-                        retention=self._retention,
-                    )
-                except Exception as exc:
-                    await self._answer_store_error(call, exc)
-                    return
-                if reservation.outcome is Outcome.ACQUIRED:
-                    assert reservation.lease is not None
-                    await self._forward(call, reservation.lease)
-                    return
-                record = reservation.record
-                assert record is not None
-                if reservation.outcome is Outcome.COMPLETED:
-                    assert record.response is not None
-                    logger.info("replayed %s key %r (fence %d)", call.kind, call.key, record.fence)
-                    await self._answer(call, _replay_line(call.id, record.response))
-                    return
-                if reservation.outcome is Outcome.MISMATCH:
-                    await self._answer_error(
-                        call,
-                        CONFLICT_CODE,
-                        f"idempotency key {call.key!r} was already used with different arguments",
-                        "idempotency_key_conflict",
-                    )
-                    return
-                if call.kind == "sep" or self._in_flight == "reject":
-                    await self._answer_error(
-                        call,
-                        IN_PROGRESS_CODE,
-                        f"a call with idempotency key {call.key!r} is in progress; retry shortly",
-                        "idempotency_key_in_progress",
-                    )
-                    return
-                # The store wakes us when the original completes, is released, or its lease
-                # lapses; reserve again then decides (replay, run, or keep waiting).
-                try:
-                    await self._store.wait(call.key, scope=call.scope, timeout=self._lease_ttl)
-                except Exception as exc:
-                    await self._answer_store_error(call, exc)
-                    return
-        finally:
-            if not call.forwarded and self._calls.get(call.id_key) is call:
-                del self._calls[call.id_key]
-
-    async def _forward(self, call: _Call, lease: Lease) -> None:
-        if self._server_closed:
-            await _release_quietly(self._store, lease)
-            await self._answer_server_gone(call)
-            return
-        call.lease = lease
-        call.forwarded = True
-        call.heartbeat = _Heartbeat(self._store, lease, self._lease_ttl)
-        try:
-            await self._send_server(call.forward)
-        except _ServerGone:
-            # The server's output ends too; run() then answers this call and releases its key.
-            logger.warning("could not forward call %s: the server's input is closed", call.id_key)
-
-    async def _on_cancelled(self, message: dict[str, Any]) -> bool:
-        """Apply the client's cancellation; ``True`` when the server must not see it."""
-        params = message.get("params")
-        if not isinstance(params, dict) or "requestId" not in params:
-            return False
-        call = self._calls.get(_id_key(params["requestId"]))
-        if call is None:
-            return False
-        if not call.forwarded:
-            # The server never saw this request: stop waiting and tell nobody.
-            call.answered = True
-            if call.task is not None:
-                call.task.cancel()
-            return True
-        call.cancelled = True
-        await self._stop_heartbeat(call)
-        if call.kind == "sep":
-            # The server may be executing the side effect right now, and SEP-3182 forbids a
-            # second execution while the original runs: keep the key until the server answers
-            # (the outcome is recorded) or, if it never does, until the lease lapses.
-            loop = asyncio.get_running_loop()
-            loop.call_later(self._lease_ttl, self._forget, call)
-        else:
-            del self._calls[call.id_key]
-            if call.lease is not None:
-                await _release_quietly(self._store, call.lease)
-            logger.info("released %s key %r: the client cancelled the call", call.kind, call.key)
-        return False
-
-    def _forget(self, call: _Call) -> None:
-        if self._calls.get(call.id_key) is call:
-            del self._calls[call.id_key]
+        task = self._core.start(call, exchange, self._send_client)
+        self._call_tasks.add(task)
+        task.add_done_callback(self._call_tasks.discard)
 
     async def _send_server(self, data: bytes) -> None:
         writer = self._server_writer
@@ -653,7 +344,7 @@ class IdempotentProxy:
                 writer.write(data)
                 await writer.drain()
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise _ServerGone from exc
+                raise ServerGone from exc
 
     # -- server to client -----------------------------------------------------------------
 
@@ -673,87 +364,18 @@ class IdempotentProxy:
                 logger.exception("could not handle a server message; it was dropped")
 
     async def _on_server_line(self, line: bytes) -> None:
-        if not self._calls and not self._capability_requests:
+        if not self._responses and not self._core.busy:
             await self._send_client(line)  # nothing to match: do not even parse
             return
         message = _parse(line)
         if isinstance(message, dict) and "method" not in message and "id" in message:
-            id_key = _id_key(message["id"])
-            call = self._calls.get(id_key)
-            if call is not None and call.forwarded:
-                await self._finish(call, message, line)
+            future = self._responses.pop(id_key(message["id"]), None)
+            if future is not None and not future.done():
+                # The core answers the client (with these very bytes, or a replay line).
+                future.set_result(ServerResponse(message, line))
                 return
-            if id_key in self._capability_requests:
-                self._capability_requests.discard(id_key)
-                line = _with_idempotency_capability(message, line)
+            line = self._core.on_response(message, line)
         await self._send_client(line)
-
-    async def _finish(self, call: _Call, message: dict[str, Any], line: bytes) -> None:
-        del self._calls[call.id_key]
-        await self._stop_heartbeat(call)
-        lease = call.lease
-        assert lease is not None
-        # Only SEP calls are still here after a cancellation: they record what the server did.
-        stored = _outcome(message, call.kind)
-        if stored is None:
-            await _release_quietly(self._store, lease)
-        else:
-            await self._complete(lease, stored)
-        # The original's response goes out as the server wrote it (its id is the client's).
-        await self._answer(call, line)
-
-    async def _abandon(self, calls: list[_Call]) -> None:
-        """The server is gone: answer every pending call with an error and free its key."""
-        waiting = [c.task for c in calls if c.task is not None and not c.task.done()]
-        for task in waiting:
-            task.cancel()
-        await asyncio.gather(*waiting, return_exceptions=True)
-        for call in calls:
-            await self._stop_heartbeat(call)
-            if call.forwarded and call.lease is not None:
-                await _release_quietly(self._store, call.lease)
-            if not call.cancelled:
-                await self._answer_server_gone(call)
-
-    # -- answers and store operations -----------------------------------------------------
-
-    async def _answer(self, call: _Call, line: bytes) -> None:
-        if call.answered:
-            return
-        call.answered = True
-        await self._send_client(line)
-
-    async def _answer_error(self, call: _Call, code: int, message: str, kind: str) -> None:
-        data: dict[str, object] = {"type": kind, "idempotencyKey": call.key}
-        await self._answer(call, _error_line(call.id, code, message, data))
-
-    async def _answer_store_error(self, call: _Call, exc: Exception) -> None:
-        if isinstance(exc, InvalidKeyError):  # this store's own key limits are narrower
-            data: dict[str, object] = {
-                "type": "idempotency_key_invalid",
-                "idempotencyKey": call.key,
-            }
-            line = _error_line(call.id, INVALID_PARAMS, f"invalid idempotency key: {exc}", data)
-            await self._answer(call, line)
-            return
-        # Fail closed: without the store the proxy cannot tell a retry from a first call.
-        logger.error("idempotency store failed for %s key %r: %s", call.kind, call.key, exc)
-        message = f"idempotency store unavailable, the call was not run: {exc}"
-        await self._answer(
-            call,
-            _error_line(
-                call.id,
-                INTERNAL_ERROR,
-                message,
-                {"type": "idempotency_store_unavailable", "idempotencyKey": call.key},
-            ),
-        )
-
-    async def _answer_server_gone(self, call: _Call) -> None:
-        message = "the MCP server exited before answering; the call may or may not have run"
-        await self._answer(
-            call, _error_line(call.id, INTERNAL_ERROR, message, {"type": "mcp_server_exited"})
-        )
 
     async def _send_client(self, data: bytes) -> None:
         writer = self._client_writer
@@ -765,20 +387,21 @@ class IdempotentProxy:
             except (ConnectionError, RuntimeError, ValueError):
                 logger.debug("client output closed; dropped %d bytes", len(data))
 
-    @staticmethod
-    async def _stop_heartbeat(call: _Call) -> None:
-        """Stop extending the call's lease; ``call.lease`` is then the latest one."""
-        heartbeat, call.heartbeat = call.heartbeat, None
-        if heartbeat is not None:
-            await heartbeat.stop()
-            call.lease = heartbeat.lease
 
-    async def _complete(self, lease: Lease, stored: bytes) -> None:
-        try:
-            if not await self._store.complete(lease, stored):
-                logger.warning("key %r was taken over; its outcome is not stored", lease.key)
-        except Exception:
-            logger.warning("could not store the outcome of key %r", lease.key, exc_info=True)
+def default_key_scope(command: Sequence[str]) -> str:
+    """The scope of explicit keys for a proxy in front of ``command``.
+
+    Explicit keys outlive a proxy process (a client may retry through a restarted proxy, or
+    through another instance sharing the store), so they are not scoped to the run id. They are
+    scoped to the local user and the server command: proxies of one user in front of the same
+    server share keys; other users and other servers never see them.
+    """
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    server = hashlib.sha256(json.dumps(list(command)).encode("utf-8")).hexdigest()[:16]
+    return f"mcp-proxy/keys/{user}/{server}"
 
 
 # -- the stdio shell the CLI runs ------------------------------------------------------------

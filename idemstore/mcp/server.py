@@ -20,11 +20,10 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha256
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import (
     CanonicalizationError,
@@ -34,9 +33,12 @@ from idemstore.errors import (
     InvalidKeyError,
     MissingDependencyError,
 )
+from idemstore.execution import ExecutionPolicy
 from idemstore.hashing import fingerprint
+from idemstore.mcp import sep3182
+from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
+from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
 from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
-from idemstore.runner import Idempotency
 
 try:
     import mcp_types
@@ -48,13 +50,7 @@ try:
     from mcp.server.auth.provider import principal_components
     from mcp.server.request_state import authenticated_principal
     from mcp.shared.exceptions import MCPError
-    from mcp_types import (
-        INTERNAL_ERROR,
-        INVALID_PARAMS,
-        INVALID_REQUEST,
-        METHOD_NOT_FOUND,
-        PARSE_ERROR,
-    )
+    from mcp_types import SERVER_INFO_META_KEY
     from mcp_types.methods import is_input_required
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -75,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFLICT",
+    "DEFAULT_SCOPE",
     "IN_PROGRESS",
     "INVALID_KEY",
     "KEY_FIELD",
@@ -85,33 +82,12 @@ __all__ = [
 
 logger = logging.getLogger("idemstore.mcp.server")
 
-KEY_FIELD = "idempotencyKey"
-IN_PROGRESS = "idempotency_key_in_progress"
-CONFLICT = "idempotency_key_conflict"
-INVALID_KEY = "idempotency_key_invalid"
-STORE_UNAVAILABLE = "idempotency_store_unavailable"
-
-# JSON-RPC codes for the SEP's two rejections. The SEP defines no code of its own (clients
-# key off error.data.type); a key reused with other arguments is a client error in the
-# arguments, a duplicate in flight is a request that cannot be served as sent.
-CONFLICT_CODE = INVALID_PARAMS
-IN_PROGRESS_CODE = INVALID_REQUEST
-
-# JSON-RPC errors that mean the request was refused before any tool ran (unknown method,
-# malformed or invalid params, the handshake gate). They are not recorded: nothing happened
-# that a retry could duplicate, and a retry is refused again for the same reason.
-_REFUSAL_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
-
-# MRTR (SEP-2322) continuation fields: such a request resumes an operation the server said is
-# unfinished; the SEP leaves it outside idempotency, so it passes straight through.
-_CONTINUATION_FIELDS = ("requestState", "inputResponses")
-
-# Without an authenticated principal or a scope= option, records are scoped to this process:
-# no two processes (and so no two stdio clients sharing a store file) ever match each
-# other's keys by accident. Servers whose callers span processes pass scope=.
-_PROCESS_SCOPE = f"process:{secrets.token_hex(16)}"
-
-_FORMAT_VERSION = 1
+# Without an authenticated principal or a scope= option, records are scoped to this stable
+# value: every replica and every restart of a deployment sharing a store agrees on it, so a
+# retry that lands on another process still finds the original. (A per-process default would
+# silently defeat a shared store.) Deployments that share one store between unrelated servers,
+# or whose callers are distinguished by something other than the SDK's auth, pass scope=.
+DEFAULT_SCOPE = "mcp-server/shared"
 
 # FastMCP: a tool calling a tool inside one wire request must not be deduplicated again
 # under the wire request's key.
@@ -138,61 +114,24 @@ class _ToolCall:
     fingerprint: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """What a tool call produced, in a form both adapters can record and replay.
-
-    ``kind`` is ``result`` (``body`` is the wire ``CallToolResult``, ``isError`` ones
-    included), ``error`` (``body`` is a JSON-RPC error object) or ``raise`` (``body`` names the
-    kind of exception the tool raised and its message). ``original`` is the adapter's own
-    object for the execution that produced it; a replay has none and rebuilds from ``body``.
-    """
-
-    kind: Literal["result", "error", "raise"]
-    body: dict[str, Any]
-    record: bool = True
-    original: object = field(default=None, compare=False)
-    replayed: bool = False
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {"v": _FORMAT_VERSION, "kind": self.kind, "body": self.body},
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8")
-
-    @classmethod
-    def decode(cls, data: bytes) -> _Outcome:
-        try:
-            loaded = json.loads(data)
-            kind, body = loaded["kind"], loaded["body"]
-            if loaded.get("v") != _FORMAT_VERSION or kind not in ("result", "error", "raise"):
-                raise ValueError(f"unknown record format {loaded.get('v')!r}/{kind!r}")
-            if not isinstance(body, dict):
-                raise ValueError("record body is not an object")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise _RecordUnreadable(str(exc)) from exc
-        return cls(kind, body, replayed=True)
-
-
-class _RecordUnreadable(Exception):
-    """Internal: a stored record is not one this module wrote."""
-
-
 def _rpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> MCPError:
     return MCPError(code=code, message=message, data=data)
 
 
-def _error_outcome(exc: MCPError) -> _Outcome:
+def _wire_error(body: dict[str, Any]) -> MCPError:
+    return _rpc_error(body["code"], body["message"], body.get("data"))
+
+
+def _error_outcome(exc: MCPError) -> ToolOutcome:
     error = exc.error
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.data is not None:
         body["data"] = error.data
-    return _Outcome("error", body, record=error.code not in _REFUSAL_CODES, original=exc)
+    return ToolOutcome("error", body, record=error.code not in sep3182.REFUSAL_CODES, original=exc)
 
 
-def _raise_outcome(kind: str, exc: BaseException) -> _Outcome:
-    return _Outcome("raise", {"class": kind, "message": str(exc)}, original=exc)
+def _raise_outcome(kind: str, exc: BaseException) -> ToolOutcome:
+    return ToolOutcome("raise", {"class": kind, "message": str(exc)}, original=exc)
 
 
 def _dump(result: object) -> dict[str, Any]:
@@ -214,7 +153,7 @@ def _principal_scope(principal: str) -> str:
 class _Sep3182:
     """The SEP-3182 rules over any store; the adapters supply execution and delivery."""
 
-    __slots__ = ("_max_key_length", "_max_response_bytes", "_runner", "_scope", "capability")
+    __slots__ = ("_max_key_length", "_max_response_bytes", "_policy", "_scope", "capability")
 
     def __init__(
         self,
@@ -228,7 +167,7 @@ class _Sep3182:
         max_response_bytes: int | None,
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
-        self._runner = Idempotency(
+        self._policy = ExecutionPolicy(
             store, lease_ttl=lease_ttl, retention=retention, in_flight="reject"
         )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
@@ -238,7 +177,7 @@ class _Sep3182:
         self._scope = scope
         self._max_key_length = max_key_length
         self._max_response_bytes = max_response_bytes
-        retention = self._runner.retention
+        retention = self._policy.retention
         self.capability: dict[str, Any] = {}
         if advertise_retention:
             self.capability["retentionSeconds"] = (
@@ -247,24 +186,15 @@ class _Sep3182:
 
     @property
     def retention(self) -> float:
-        return self._runner.retention
+        return self._policy.retention
 
     # -- capability --------------------------------------------------------------------------
 
     def advertise(self, result: object) -> object:
         """An ``initialize``/``server/discover`` result with ``tools.idempotency`` added."""
-        if isinstance(result, BaseModel | Mapping):
-            wire = _dump(result)
-        else:
+        if not isinstance(result, BaseModel | Mapping):
             return result
-        capabilities = dict(wire.get("capabilities") or {})
-        tools = capabilities.get("tools")
-        capabilities["tools"] = {
-            **(tools if isinstance(tools, Mapping) else {}),
-            "idempotency": dict(self.capability),
-        }
-        wire["capabilities"] = capabilities
-        return wire
+        return sep3182.with_capability(_dump(result), self.capability)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -276,21 +206,14 @@ class _Sep3182:
         """
         if not isinstance(params, Mapping):
             return None
-        key = params.get(KEY_FIELD)
-        # An explicit null is the same as no key: dropping the field is in any client's power.
-        if key is None:
-            return None
-        if any(params.get(name) is not None for name in _CONTINUATION_FIELDS):
+        key = sep3182.key_of(params)  # absent and null alike mean no key
+        if key is None or sep3182.is_continuation(params):
             return None
         try:
             check_identity(key, "", max_key_length=self._max_key_length)
         except InvalidKeyError as exc:
-            raise _rpc_error(
-                INVALID_PARAMS,
-                f"Invalid {KEY_FIELD}: {exc}; send a non-empty string of at most "
-                f"{self._max_key_length} characters",
-                {"type": INVALID_KEY, KEY_FIELD: key if isinstance(key, str) else None},
-            ) from None
+            why = f"{exc}; send a non-empty string of at most {self._max_key_length} characters"
+            raise _wire_error(sep3182.invalid_key_error(key, why)) from None
         name = params.get("name")
         arguments = params.get("arguments")
         # Absent and null arguments both mean "no arguments", as for the tool itself.
@@ -299,18 +222,20 @@ class _Sep3182:
         try:
             print_ = fingerprint({"name": name, "arguments": arguments})
         except CanonicalizationError as exc:
-            raise _rpc_error(INVALID_PARAMS, f"Invalid tool arguments: {exc}") from None
+            why = f"not JSON values: {exc}"
+            raise _wire_error(sep3182.invalid_key_error(key, why, "tool arguments")) from None
+        assert isinstance(key, str)  # check_identity accepted it
         return _ToolCall(key=key, name=str(name), fingerprint=print_)
 
     def scope_of(self, ctx: ServerRequestContext[Any, Any], principal: str | None) -> str:
-        """The authorization boundary records are kept in: principal, else option, else process."""
+        """The authorization boundary records are kept in: principal, else option, else shared."""
         if principal is not None:
             return _principal_scope(principal)
         scope = self._scope
         if callable(scope):
             scope = scope(ctx)
         if scope is None:
-            return _PROCESS_SCOPE
+            return DEFAULT_SCOPE
         if not isinstance(scope, str):
             raise TypeError(f"the scope callable returned {type(scope).__name__}, not str")
         if len(scope) > MAX_SCOPE_LENGTH or "\x00" in scope:
@@ -321,15 +246,15 @@ class _Sep3182:
         self,
         call: _ToolCall,
         scope: str,
-        execute: Callable[[], Awaitable[_Outcome]],
-    ) -> _Outcome:
+        execute: Callable[[], Awaitable[ToolOutcome]],
+    ) -> ToolOutcome:
         """Run ``execute`` at most once for ``(scope, call.key)`` and return its outcome.
 
         A duplicate gets the recorded outcome (``replayed=True``). Raises ``MCPError`` for a
         duplicate in flight, a conflicting reuse, or a store that cannot be reached before the
         tool ran.
         """
-        fresh: _Outcome | None = None
+        fresh: ToolOutcome | None = None
 
         async def work() -> bytes:
             nonlocal fresh
@@ -351,24 +276,14 @@ class _Sep3182:
             return encoded
 
         try:
-            result = await self._runner.run(call.key, call.fingerprint, work, scope=scope)
+            result = await self._policy.run(call.key, call.fingerprint, work, scope=scope)
         except _NotRecorded:
             assert fresh is not None
             return fresh
         except InProgressError:
-            raise _rpc_error(
-                IN_PROGRESS_CODE,
-                f"A request with {KEY_FIELD} {call.key!r} is already in progress; "
-                "retry after a short delay",
-                {"type": IN_PROGRESS, KEY_FIELD: call.key},
-            ) from None
+            raise _wire_error(sep3182.in_progress_error(call.key)) from None
         except ConflictError:
-            raise _rpc_error(
-                CONFLICT_CODE,
-                f"{KEY_FIELD} {call.key!r} was already used with different arguments; "
-                "use a new key for a different call",
-                {"type": CONFLICT, KEY_FIELD: call.key},
-            ) from None
+            raise _wire_error(sep3182.conflict_error(call.key)) from None
         except IdemstoreError as exc:
             if fresh is not None:
                 # The tool ran; its caller gets what it produced even though the store failed.
@@ -380,21 +295,16 @@ class _Sep3182:
                 )
                 return fresh
             logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
-            raise _rpc_error(
-                INTERNAL_ERROR,
-                "The idempotency store is unavailable; the tool was not run. Retry later.",
-                {"type": STORE_UNAVAILABLE, KEY_FIELD: call.key},
-            ) from exc
+            raise _wire_error(sep3182.store_unavailable_error(call.key)) from exc
         if not result.replayed:
             assert fresh is not None
             return fresh
         try:
-            return _Outcome.decode(result.value)
-        except _RecordUnreadable as exc:
+            return ToolOutcome.decode(result.value)
+        except RecordUnreadable as exc:
             logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
-            raise _rpc_error(
-                INTERNAL_ERROR, f"The record for {KEY_FIELD} {call.key!r} is unreadable"
-            ) from None
+            message = f"The record for {KEY_FIELD} {call.key!r} is unreadable"
+            raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
 
 
 def _core(
@@ -433,13 +343,14 @@ class ServerIdempotency:
         scope: records are scoped to the authenticated principal (the SDK's auth context)
             when there is one. Otherwise to ``scope``: a string, or a callable given the
             ``ServerRequestContext`` that returns the caller's authorization boundary (or
-            ``None`` for the default). Default: this process (see docs/mcp-server.md).
+            ``None`` for the default). Default: ``DEFAULT_SCOPE``, the same in every
+            replica and restart (see docs/mcp-server.md).
         advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability.
         max_key_length: longest key accepted (longer ones are invalid params).
         max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.
     """
 
-    __slots__ = ("_sep",)
+    __slots__ = ("_sep", "_stamp")
 
     def __init__(
         self,
@@ -452,6 +363,10 @@ class ServerIdempotency:
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
     ) -> None:
+        # The SDK's serverInfo stamp of 2026-era results, learnt from the discover result or
+        # a tool result this server produced (a middleware cannot reach the Server): a replay
+        # rendered for a 2026 connection carries it too, once known.
+        self._stamp: object = None
         self._sep = _core(
             store,
             retention,
@@ -474,7 +389,9 @@ class ServerIdempotency:
             return await call_next(ctx)
         method = ctx.method
         if method in ("initialize", "server/discover"):
-            return self._sep.advertise(await call_next(ctx))  # type: ignore[return-value]
+            advertised = self._sep.advertise(await call_next(ctx))
+            self._learn_stamp(advertised)
+            return advertised  # type: ignore[return-value]
         if method != "tools/call":
             return await call_next(ctx)
         call = self._sep.read(ctx.params)
@@ -482,24 +399,32 @@ class ServerIdempotency:
             return await call_next(ctx)
         scope = self._sep.scope_of(ctx, authenticated_principal(ctx))
 
-        async def execute() -> _Outcome:
+        async def execute() -> ToolOutcome:
             try:
                 result = await call_next(ctx)
             except MCPError as exc:
                 return _error_outcome(exc)
             except ValidationError as exc:
                 # The SDK's params validation: the request never reached the tool.
-                return _Outcome("error", {}, record=False, original=exc)
+                return ToolOutcome("error", {}, record=False, original=exc)
             except Exception as exc:
                 return _raise_outcome("exception", exc)
             wire = _dump(result)
-            return _Outcome("result", wire, record=not is_input_required(wire), original=result)
+            if is_input_required(wire):
+                return ToolOutcome("result", wire, record=False, original=result)
+            self._learn_stamp(wire)
+            return ToolOutcome("result", era_neutral(wire), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
-        return _deliver_lowlevel(outcome)
+        return _deliver_lowlevel(outcome, ctx.protocol_version, self._stamp)
+
+    def _learn_stamp(self, wire: object) -> None:
+        meta = wire.get("_meta") if isinstance(wire, Mapping) else None
+        if isinstance(meta, Mapping) and meta.get(SERVER_INFO_META_KEY) is not None:
+            self._stamp = meta[SERVER_INFO_META_KEY]
 
 
-def _deliver_lowlevel(outcome: _Outcome) -> HandlerResult:
+def _deliver_lowlevel(outcome: ToolOutcome, version: str, stamp: object) -> HandlerResult:
     original = outcome.original
     if not outcome.replayed:
         if isinstance(original, BaseException):
@@ -507,9 +432,9 @@ def _deliver_lowlevel(outcome: _Outcome) -> HandlerResult:
         return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
     body = outcome.body
     if outcome.kind == "result":
-        return dict(body)
+        return render_result(body, version, stamp)
     if outcome.kind == "error":
-        raise _rpc_error(body["code"], body["message"], body.get("data"))
+        raise _wire_error(body)
     raise ReplayedToolError(body.get("message", ""))
 
 
@@ -600,7 +525,7 @@ class FastMCPIdempotency(Middleware):
             return await call_next(context)
         scope = self._sep.scope_of(srctx, _fastmcp_principal())
 
-        async def execute() -> _Outcome:
+        async def execute() -> ToolOutcome:
             token = _executing.set(srctx)
             try:
                 result = await call_next(context)
@@ -617,8 +542,8 @@ class FastMCPIdempotency(Middleware):
             if isinstance(result, InputRequiredToolResult) or not isinstance(result, ToolResult):
                 # An MRTR ask is not an outcome; an extension's own result shape (a task
                 # handle) is not one this module can rebuild: neither is recorded.
-                return _Outcome("result", {}, record=False, original=result)
-            return _Outcome("result", _tool_result_wire(result), original=result)
+                return ToolOutcome("result", {}, record=False, original=result)
+            return ToolOutcome("result", _tool_result_wire(result), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
         return _deliver_fastmcp(outcome)
@@ -636,7 +561,7 @@ def _tool_result_wire(result: ToolResult) -> dict[str, Any]:
     return wire
 
 
-def _deliver_fastmcp(outcome: _Outcome) -> ToolResult:
+def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
     original = outcome.original
     if not outcome.replayed:
         if isinstance(original, BaseException):
@@ -655,7 +580,7 @@ def _deliver_fastmcp(outcome: _Outcome) -> ToolResult:
             is_error=wire.is_error,
         )
     if outcome.kind == "error":
-        raise _rpc_error(body["code"], body["message"], body.get("data"))
+        raise _wire_error(body)
     message = body.get("message", "")
     if body.get("class") == "not_found":
         raise NotFoundError(message)

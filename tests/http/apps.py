@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request  # noqa: TC002 (FastAPI resolves it at runtime)
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -109,6 +110,36 @@ async def slow(request: Request) -> Response:
     return JSONResponse({"execution": n})
 
 
+async def charge_with_receipt(request: Request) -> Response:
+    """A charge whose receipt is mailed by a background task after the response is sent.
+
+    The receipt waits for ``/receipts`` to open (``?fail=1``: then it raises), so a test can hold
+    the background work for as long as it likes (``?fail=now``: it raises at once).
+    """
+    n = _record(request, "charge")
+    state = request.app.state
+
+    async def mail_receipt() -> None:
+        if request.query_params.get("fail") != "now":
+            await state.receipts.wait()
+        if request.query_params.get("fail"):
+            state.calls.append("receipt-failed")
+            raise RuntimeError("the mail server is down")
+        state.calls.append("receipt-sent")
+
+    return JSONResponse({"charge": n}, status_code=201, background=BackgroundTask(mail_receipt))
+
+
+async def send_receipts(request: Request) -> Response:
+    request.app.state.receipts.set()
+    return JSONResponse({"open": True})
+
+
+async def executions(request: Request) -> Response:
+    """GET: every handler execution and background step so far, in order."""
+    return JSONResponse(request.app.state.calls)
+
+
 ROUTES = [
     Route("/orders", create_order, methods=["POST"]),
     Route("/orders", list_orders, methods=["GET"]),
@@ -122,6 +153,9 @@ ROUTES = [
     Route("/stream", stream, methods=["POST"]),
     Route("/events", events, methods=["POST"]),
     Route("/slow", slow, methods=["POST"]),
+    Route("/charge", charge_with_receipt, methods=["POST"]),
+    Route("/receipts", send_receipts, methods=["GET"]),
+    Route("/calls", executions, methods=["GET"]),
 ]
 
 
@@ -149,6 +183,7 @@ def create_app(framework: str, store: IdempotencyStore, **options: Any) -> Starl
     app.state.calls = []
     app.state.started = asyncio.Event()
     app.state.gate = asyncio.Event()
+    app.state.receipts = asyncio.Event()
     options.setdefault("required", ["/required/*"])
     app.add_middleware(IdempotencyMiddleware, store=store, **options)
     return app

@@ -90,3 +90,61 @@ async def test_rules_hold_under_uvicorn(uvicorn_url: str) -> None:
         assert len(big.content) == len(big_again.content) == 10001
         assert "idempotent-replayed" not in big_again.headers
         assert big.content != big_again.content
+
+
+@pytest.mark.slow
+async def test_background_task_neither_delays_nor_fails_the_recorded_response(
+    uvicorn_url: str,
+) -> None:
+    # Issue 14, case 1. The receipt (a BackgroundTask) is held until /receipts is opened, so
+    # the response can only arrive if the middleware sends it at the last body message.
+    # No keep-alive: uvicorn closes a connection whose app raised, even after its response.
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=uvicorn_url, timeout=10, limits=fresh) as client:
+        first = await asyncio.wait_for(client.post("/charge", headers=keyed("bg-1")), 8)
+        assert first.status_code == 201
+        assert (await client.get("/calls")).json() == ["charge"]
+        # The outcome is recorded already, while its background work still runs.
+        retry = await client.post("/charge", headers=keyed("bg-1"))
+        assert retry.status_code == 201 and retry.headers["idempotent-replayed"] == "true"
+        assert retry.content == first.content
+
+        failing = await client.post("/charge?fail=1", headers=keyed("bg-2"))
+        assert failing.status_code == 201
+        await client.get("/receipts")
+        calls = (await client.get("/calls")).json()
+        while "receipt-failed" not in calls:
+            await asyncio.sleep(0.05)
+            calls = (await client.get("/calls")).json()
+        # The receipt failed after the response was sent: not the request's failure. The key
+        # keeps the recorded response and the card is charged once per key.
+        again = await client.post("/charge?fail=1", headers=keyed("bg-2"))
+        assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+        assert again.content == failing.content
+        calls = (await client.get("/calls")).json()
+        assert calls.count("charge") == 2
+        assert calls.count("receipt-failed") == 1
+
+
+@pytest.mark.slow
+async def test_retried_multipart_upload_replays_under_uvicorn(uvicorn_url: str) -> None:
+    # Issue 14, case 6: httpx picks a new boundary for every request, as browsers do.
+    photo = bytes(range(256)) * 40
+    async with httpx.AsyncClient(base_url=uvicorn_url, timeout=10) as client:
+
+        async def upload(content: bytes) -> httpx.Response:
+            return await client.post(
+                "/upload",
+                data={"caption": "holiday", "album": "2026"},
+                files={"photo": ("beach.png", content, "image/png")},
+                headers=keyed("mp-1"),
+            )
+
+        first = await upload(photo)
+        again = await upload(photo)
+        assert first.status_code == again.status_code == 200
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.content == first.content
+        other_file = await upload(photo[::-1])
+        assert other_file.status_code == 422
+        assert (await client.get("/calls")).json().count("upload") == 1

@@ -81,3 +81,32 @@ async def test_a_retried_git_commit_commits_once(repo: Path) -> None:
     assert "committed successfully" in first.content[0].text  # type: ignore[union-attr]
     assert retry.content == first.content
     assert len(_git(repo, "log", "--oneline").splitlines()) == 1
+
+
+async def _status_twice(proxy: RawPeer, repo: Path) -> tuple[str, str]:
+    """git_status, a change in the work tree, and the identical git_status again."""
+    await proxy.initialize()
+    listing = await proxy.request(1, "tools/list")
+    status_tool = next(t for t in listing["result"]["tools"] if t["name"] == "git_status")
+    assert status_tool["annotations"]["readOnlyHint"] is True
+    texts = []
+    for request_id in (2, 3):
+        await proxy.call(request_id, "git_status", arguments={"repo_path": str(repo)})
+        texts.append((await proxy.response(request_id))["result"]["content"][0]["text"])
+        (repo / "NEW.txt").write_text("a change after the first status\n")
+    return texts[0], texts[1]
+
+
+async def test_a_retried_read_only_tool_returns_fresh_data(spawn: Spawn, repo: Path) -> None:
+    proxy = await spawn(proxy_command(server=_git_server(repo)))
+    first, retry = await _status_twice(proxy, repo)
+    assert "NEW.txt" not in first
+    assert "NEW.txt" in retry  # git_status is readOnlyHint: it ran again, on the new tree
+
+
+async def test_dedupe_read_only_flag_deduplicates_read_only_tools_too(
+    spawn: Spawn, repo: Path
+) -> None:
+    proxy = await spawn(proxy_command("--dedupe-read-only", server=_git_server(repo)))
+    first, retry = await _status_twice(proxy, repo)
+    assert retry == first  # replayed, as asked

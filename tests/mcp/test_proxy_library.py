@@ -161,3 +161,33 @@ def test_bad_policy_values_are_configuration_errors() -> None:
         IdempotentProxy(store, lease_ttl=0)
     with pytest.raises(ConfigurationError):
         IdempotentProxy(store, run_id="\x00")
+
+
+async def test_derived_keys_are_remembered_ten_minutes_and_sep_keys_a_day(
+    start: Any, counter: Path
+) -> None:
+    # mcp-idempotent's default (--ttl-ms 600000) for the keys it knows; SEP-3182 keys keep
+    # the retention a server documents (24 hours).
+    store = MemoryStore()
+    harness = await start(IdempotentProxy(store, run_id="ttl-run", key_scope="ttl-keys"))
+    harness.call(1, "charge", {"amount": 1})
+    await harness.next_message()
+    params = {"name": "charge", "arguments": {"amount": 2}, "idempotencyKey": "sep-1"}
+    message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+    harness.to_proxy.write(json.dumps(message).encode() + b"\n")
+    await harness.next_message()
+    derived = await store.get(_derived_key("charge", {"amount": 1}), scope="mcp-proxy/run/ttl-run")
+    sep = await store.get("sep-1", scope="ttl-keys")
+    assert derived is not None and sep is not None
+    assert derived.expires_at - derived.created_at == pytest.approx(600, abs=5)
+    assert sep.expires_at - sep.created_at == pytest.approx(86400, abs=5)
+    harness.to_proxy.close()
+
+
+async def test_a_derived_key_does_not_cache_a_server_error(start: Any, counter: Path) -> None:
+    harness = await start(IdempotentProxy(MemoryStore()))
+    for request_id in (1, 2):
+        harness.call(request_id, "fail", {})
+        assert "error" in await harness.next_message()
+    assert len(executions(counter)) == 2  # only successful completions are remembered
+    harness.to_proxy.close()

@@ -27,11 +27,14 @@ def shared_store_url(request: pytest.FixtureRequest) -> str:
         backend_unavailable("sqlite", f"no {SHARED_STORE_FIXTURE} fixture on this branch")
 
 
-def server_process(adapter: str, url: str, log: Path) -> StdioServerParameters:
+def server_process(
+    adapter: str, url: str, log: Path, scope: str | None = "team-1"
+) -> StdioServerParameters:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    options = [] if scope is None else ["--scope", scope]
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "tests.mcp_server.servers", adapter, url, str(log), "--scope", "team-1"],
+        args=["-m", "tests.mcp_server.servers", adapter, url, str(log), *options],
         env=env,
         cwd=str(ROOT),
     )
@@ -81,3 +84,20 @@ async def test_two_server_processes_on_one_store_run_a_key_once(
         replay_two = await call(two, "slow", {"amount": 1, "seconds": 1.0}, key="order-2")
         assert replay_one == replay_two == results[0]
     assert executions(log).count("slow") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_replicas_without_a_scope_option_run_a_key_once(
+    request: pytest.FixtureRequest, tmp_path: Path, adapter: str
+) -> None:
+    # The documented stateless multi-replica set-up: one shared store, no scope=. The default
+    # scope is the same in every replica (and after a restart), not a value per process.
+    url = shared_store_url(request)
+    log = tmp_path / "executions.log"
+    async with Client(server_process(adapter, url, log, scope=None)) as one:
+        first = await call(one, "charge", {"amount": 5}, key="order-1")
+    # The first replica is gone (a restart); the retry lands on another process.
+    async with Client(server_process(adapter, url, log, scope=None)) as two:
+        assert await call(two, "charge", {"amount": 5}, key="order-1") == first
+    assert executions(log) == ["charge"]
