@@ -30,6 +30,7 @@ from idemstore.bench.scenarios import (
     Load,
     measure_stdio,
     mock_server_argv,
+    relay_argv,
     run_hasher,
     run_proxy,
 )
@@ -280,6 +281,14 @@ async def test_proxy_scenario_is_measured_or_reported_unavailable() -> None:
     assert isinstance(outcome, Measurement)
     assert outcome.notes["direct_executions"] == IDENTICAL_CALLS
     assert outcome.subject.executions == 1 and outcome.exactly_once is True
+    assert {"added_p50_ms", "relay_added_p50_ms"} <= set(outcome.notes)
+
+
+async def test_the_bare_relay_passes_every_call_through_to_the_server() -> None:
+    """The proxy's floor relays and nothing else: identical calls all execute."""
+    timing = await measure_stdio(lambda c: relay_argv(mock_server_argv(c)), Load(1, 3, None, 16))
+    assert len(timing.latencies_ns) == 3 and timing.errors == {}
+    assert timing.executions == IDENTICAL_CALLS
 
 
 # -- probes ----------------------------------------------------------------------------------

@@ -92,18 +92,19 @@ def fmt_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _executions(m: Measurement) -> str:
+def _executions(m: Measurement, *, wide: bool = True) -> str:
     if m.expected_executions is None:
         return "-"
     text = f"{m.subject.executions}/{m.expected_executions}"
     direct = m.notes.get("direct_executions")
-    if direct is not None:
+    if direct is not None and wide:
         text += f" (direct {direct})"
     return text if m.exactly_once else text + " !"
 
 
-def rows(result: BenchResult) -> list[list[str]]:
-    """The table's cells, one row per measurement, in ``COLUMNS`` order."""
+def rows(result: BenchResult, *, wide: bool = True) -> list[list[str]]:
+    """The table's cells, one row per measurement, in ``COLUMNS`` order (``wide``: with the
+    executions of the proxy's direct calls)."""
     table = []
     for m in result.measurements:
         latency = m.subject.latency_ms()
@@ -122,7 +123,7 @@ def rows(result: BenchResult) -> list[list[str]]:
                 fmt_ms(floor_p50),
                 fmt_ratio(m.ratio_p50),
                 fmt_ratio(m.ratio_throughput),
-                _executions(m),
+                _executions(m, wide=wide),
                 str(sum(m.subject.errors.values())),
             ]
         )
@@ -154,9 +155,12 @@ def note_lines(result: BenchResult) -> list[str]:
             if ours is not None and bare is not None:
                 lines.append(f"{where}: +{(ours - bare) * 1000:.0f} µs p50 over the bare app")
         elif m.scenario == "proxy":
-            added = notes.get("added_p50_ms")
+            added, relay = notes.get("added_p50_ms"), notes.get("relay_added_p50_ms")
             if isinstance(added, float):
-                lines.append(f"{where}: +{fmt_ms(added)} ms p50 over the server called directly")
+                text = f"{where}: +{fmt_ms(added)} ms p50 over the server called directly"
+                if isinstance(relay, float):
+                    text += f" (a bare stdio relay: +{fmt_ms(relay)} ms)"
+                lines.append(text)
     return lines
 
 
@@ -184,7 +188,7 @@ def print_table(result: BenchResult, file: TextIO | None = None, *, wide: bool =
     run. The table fits ``TERMINAL_WIDTH`` columns; ``wide`` shows every column."""
     out = file if file is not None else sys.stdout
     columns = COLUMNS if wide else NARROW_COLUMNS
-    body = _select(columns, rows(result))
+    body = _select(columns, rows(result, wide=wide))
     header = columns if wide else tuple(SHORT_NAMES.get(c, c) for c in columns)
     if importlib.util.find_spec("rich") is not None:
         from rich import box

@@ -400,6 +400,11 @@ def mock_server_argv(counter: Path) -> list[str]:
     return [sys.executable, "-m", "idemstore.bench.mock_server", "--counter", str(counter)]
 
 
+def relay_argv(server: Sequence[str]) -> list[str]:
+    """The command that runs ``server`` behind a bare stdio relay (``stdio_relay``)."""
+    return [sys.executable, "-m", "idemstore.bench.stdio_relay", "--", *server]
+
+
 def proxy_argv(server: Sequence[str]) -> list[str]:
     """The command that runs ``server`` behind ``idemstore proxy`` on a memory store."""
     return [sys.executable, "-m", "idemstore", "proxy", "--store", PROXY_STORE, "--", *server]
@@ -519,15 +524,17 @@ async def run_proxy(load: Load) -> Measurement | Unavailable:
             "mcp proxy", f"{PROXY_MODULE} cannot be imported ({exc})", scenario="proxy"
         )
     directs: list[Timing] = []
+    relayed: list[Timing] = []
     proxieds: list[Timing] = []
     try:
-        # Alternating rounds, as store and floor do: drift on the machine hits both sides.
+        # Alternating rounds, as store and floor do: drift on the machine hits all sides.
         for part in rounds_of(load):
             directs.append(await measure_stdio(mock_server_argv, part))
+            relayed.append(await measure_stdio(lambda c: relay_argv(mock_server_argv(c)), part))
             proxieds.append(await measure_stdio(lambda c: proxy_argv(mock_server_argv(c)), part))
     except (OSError, ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
         return Unavailable("mcp proxy", f"{type(exc).__name__}: {exc}", scenario="proxy")
-    direct, proxied = merge(directs), merge(proxieds)
+    direct, proxied, relay = merge(directs), merge(proxieds), merge(relayed)
     # Executions of the identical calls are counted per round; any round shows the rule,
     # and the worst one is reported.
     direct.executions = min(t.executions for t in directs)
@@ -540,8 +547,11 @@ async def run_proxy(load: Load) -> Measurement | Unavailable:
     }
     for label in ("p50", "p99"):
         ours, theirs = proxied.latency_ms()[label], direct.latency_ms()[label]
+        bare = relay.latency_ms()[label]
         if ours is not None and theirs is not None:
             notes[f"added_{label}_ms"] = ours - theirs
+        if bare is not None and theirs is not None:
+            notes[f"relay_added_{label}_ms"] = bare - theirs
     return Measurement(
         backend="mcp proxy",
         scenario="proxy",
