@@ -497,3 +497,20 @@ def test_a_duplicate_execution_is_flagged_in_every_output() -> None:
     table = StringIO()
     print_table(result, table)
     assert "NOT exactly once" in table.getvalue()
+
+
+@pytest.mark.parametrize(
+    "url_fixture", ["redis_store_url", "postgres_store_url", "dynamodb_store_url"]
+)
+async def test_server_floors_claim_once_and_finish_what_they_claimed(
+    request: pytest.FixtureRequest, url_fixture: str
+) -> None:
+    floor = floor_for_url(request.getfixturevalue(url_fixture))
+    assert floor is not None
+    await floor.open()
+    try:
+        assert await floor.put("k", b"v") is True
+        await floor.finish("k", b"w")  # the bare write a complete is
+        assert await floor.put("k", b"v") is False
+    finally:
+        await floor.close()
