@@ -337,8 +337,11 @@ async def test_replay_writes_show_that_postgres_replays_write_nothing(
     (measured,) = result.measurements
     notes = measured.notes
     assert notes["replays"] == 30 and measured.subject.executions == 0
-    assert notes["row_rewritten"] is False and notes["wal_bytes"] == 0
-    assert "30 replays did not rewrite the row; 0 WAL bytes" in "\n".join(note_lines(result))
+    assert notes["row_rewritten"] is False
+    # The server may log a running-transactions record (about 50 bytes) meanwhile; rewriting
+    # the row 30 times would log several kilobytes.
+    assert notes["wal_bytes"] < 1000
+    assert "30 replays did not rewrite the row" in "\n".join(note_lines(result))
 
 
 async def test_postgres_write_counters_see_a_rewrite_of_the_row(postgres_store_url: str) -> None:

@@ -372,7 +372,8 @@ class RedisFloor:
             for name, stats in section.items():
                 if isinstance(stats, dict) and "calls" in stats:
                     command = name.removeprefix("cmdstat_")
-                    counts[command] = counts.get(command, 0) + int(stats["calls"])
+                    if command != "info":  # our own reads of these counters
+                        counts[command] = counts.get(command, 0) + int(stats["calls"])
         return counts
 
     async def reset(self) -> None:
