@@ -147,8 +147,9 @@ def note_lines(result: BenchResult) -> list[str]:
         elif m.scenario == "replay-writes":
             rewritten = "rewrote" if notes["row_rewritten"] else "did not rewrite"
             lines.append(
-                f"{where}: {notes['replays']} replays {rewritten} the row;"
-                f" {notes['wal_bytes']} WAL bytes written meanwhile (whole server)"
+                f"{where}: {notes['replays']} replays {rewritten} the row; the server wrote"
+                f" {notes['wal_bytes']} WAL bytes meanwhile, {notes.get('wal_bytes_idle', '?')}"
+                " in as long without them"
             )
         elif m.scenario == "middleware" and m.floor is not None:
             ours, bare = m.subject.latency_ms()["p50"], m.floor.latency_ms()["p50"]
@@ -203,6 +204,8 @@ def print_table(result: BenchResult, file: TextIO | None = None, *, wide: bool =
             title_justify="left",
             box=box.SIMPLE_HEAD,
             pad_edge=False,
+            # One space between columns: the narrow table must fit TERMINAL_WIDTH untruncated.
+            padding=(0, 1, 0, 0) if not wide else (0, 1),
         )
         for i, name in enumerate(header):
             table.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
