@@ -95,6 +95,8 @@ def fmt_ratio(value: float | None) -> str:
 def _executions(m: Measurement, *, wide: bool = True) -> str:
     if m.expected_executions is None:
         return "-"
+    if not wide and m.exactly_once:
+        return "once"  # the counts (up to six digits each) are for --wide and results.md
     text = f"{m.subject.executions}/{m.expected_executions}"
     direct = m.notes.get("direct_executions")
     if direct is not None and wide:
