@@ -24,11 +24,16 @@ from idemstore.urls import open_store
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
 SCENARIO_NAMES = (
     "fresh",
+    "reserve",
     "replay",
     "contention",
     "mixed",
     "hasher",
     "proxy",
+    "commands",
+    "wake",
+    "replay-writes",
+    "middleware",
     "gateway",
     "telemetry",
 )
@@ -161,7 +166,7 @@ async def _bench(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(to_json(result))
     else:
-        print_table(result)
+        print_table(result, wide=args.wide)
     if args.out is not None:
         for path in write_outputs(result, Path(args.out)):
             print(f"wrote {path}", file=sys.stderr)
@@ -296,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help="write results.json, results.md and PNG charts there"
     )
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    bench.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (ops, p90, p99.9, errors); the default table fits 100 columns",
+    )
     bench.set_defaults(handler=_bench)
 
     add_proxy_parser(commands)

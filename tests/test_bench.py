@@ -19,8 +19,10 @@ import pytest
 from idemstore import cli
 from idemstore.bench import SCENARIOS, BenchConfig, Target, run_bench
 from idemstore.bench.floors import floor_for_url
+from idemstore.bench.hasher_scenario import run_hasher
 from idemstore.bench.local import Launcher, start_local_servers, stop_local_servers
-from idemstore.bench.report import COLUMNS, print_table, to_markdown
+from idemstore.bench.probes import WAKE_TIMEOUT, run_middleware
+from idemstore.bench.report import COLUMNS, note_lines, print_table, to_markdown
 from idemstore.bench.results import Measurement, Timing, Unavailable, percentile
 from idemstore.bench.runner import DEFAULT_CONCURRENCY, DEFAULT_OPS, DEFAULT_PAYLOAD_BYTES
 from idemstore.bench.scenarios import (
@@ -29,7 +31,7 @@ from idemstore.bench.scenarios import (
     Load,
     measure_stdio,
     mock_server_argv,
-    run_hasher,
+    relay_argv,
     run_proxy,
 )
 from idemstore.errors import ConfigurationError
@@ -147,7 +149,22 @@ def test_the_table_goes_to_stdout_and_names_each_backend(tmp_path: Path) -> None
                    cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "memory" in done.stdout and "fresh" in done.stdout
-    assert "x floor p50" in done.stdout
+    assert "x p50" in done.stdout
+
+
+def test_the_default_table_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> None:
+    args = ("memory://", "--ops", "16", "--concurrency", "1,16", "--scenario", "fresh", "wake",
+            "middleware")  # fmt: skip
+    narrow = run_cli(*args, cwd=tmp_path)
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 100
+    assert any("exec" in line and "x ops/s" in line for line in lines)
+    assert any("asgi new key" in line for line in lines)
+    wide = run_cli(*args, "--wide", cwd=tmp_path)
+    assert wide.returncode == 0, wide.stderr
+    header = next(line for line in wide.stdout.splitlines() if "x floor ops/s" in line)
+    assert header.split() == " ".join(COLUMNS).split()
 
 
 def test_a_backend_that_cannot_be_opened_is_reported_and_the_run_goes_on(
@@ -181,7 +198,7 @@ def test_bench_runs_without_the_bench_extra(built_wheel: Path, tmp_path: Path) -
         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "x floor p50" in done.stdout and "idemstore.fingerprint" in done.stdout
+    assert "x p50" in done.stdout and "idemstore.fingerprint" in done.stdout
     assert "[1/" in done.stderr  # the plain progress lines
     assert "pip install 'idemstore[bench]'" in done.stderr
     assert entries(out) == ["results.json", "results.md"]
@@ -264,6 +281,95 @@ async def test_proxy_scenario_is_measured_or_reported_unavailable() -> None:
     assert isinstance(outcome, Measurement)
     assert outcome.notes["direct_executions"] == IDENTICAL_CALLS
     assert outcome.subject.executions == 1 and outcome.exactly_once is True
+    assert {"added_p50_ms", "relay_added_p50_ms"} <= set(outcome.notes)
+
+
+async def test_the_bare_relay_passes_every_call_through_to_the_server() -> None:
+    """The proxy's floor relays and nothing else: identical calls all execute."""
+    timing = await measure_stdio(lambda c: relay_argv(mock_server_argv(c)), Load(1, 3, None, 16))
+    assert len(timing.latencies_ns) == 3 and timing.errors == {}
+    assert timing.executions == IDENTICAL_CALLS
+
+
+# -- probes ----------------------------------------------------------------------------------
+
+
+async def test_wake_times_a_wait_woken_by_complete_on_every_embedded_backend(
+    embedded_url: str,
+) -> None:
+    config = BenchConfig(scenarios=("wake",), ops=5)
+    result = await run_bench([Target("store", embedded_url)], config)
+    assert result.unavailable == []
+    (measured,) = result.measurements
+    assert measured.scenario == "wake" and measured.subject.errors == {}
+    assert len(measured.subject.latencies_ns) == 5
+    # Woken by the complete, not by the timeout: well under WAKE_TIMEOUT each.
+    assert max(measured.subject.latencies_ns) < WAKE_TIMEOUT * 1e9 / 2
+
+
+async def test_commands_and_replay_writes_are_skipped_where_the_engine_has_no_counters() -> None:
+    config = BenchConfig(scenarios=("commands", "replay-writes"), ops=5)
+    result = await run_bench([Target("memory", "memory://")], config)
+    assert result.measurements == [] and result.unavailable == []
+
+
+async def test_commands_counts_redis_commands_per_reserve_and_complete(
+    redis_store_url: str,
+) -> None:
+    config = BenchConfig(scenarios=("commands",), ops=20)
+    result = await run_bench([Target("redis", redis_store_url)], config)
+    assert result.unavailable == []
+    by_case = {m.notes["case"]: m for m in result.measurements}
+    fresh, replay = by_case["fresh"].notes, by_case["replay"].notes
+    # A fresh key: a reserve script and a complete script; a replay: the reserve script only.
+    assert fresh["commands_per_op"]["evalsha"] == 2
+    assert replay["commands_per_op"]["evalsha"] == 1
+    assert by_case["fresh"].exactly_once is True and by_case["replay"].subject.executions == 0
+    assert "commands per op" in "\n".join(note_lines(result))
+
+
+async def test_replay_writes_show_that_postgres_replays_write_nothing(
+    postgres_store_url: str,
+) -> None:
+    config = BenchConfig(scenarios=("replay-writes",), ops=30)
+    result = await run_bench([Target("postgres", postgres_store_url)], config)
+    assert result.unavailable == []
+    (measured,) = result.measurements
+    notes = measured.notes
+    assert notes["replays"] == 30 and measured.subject.executions == 0
+    assert notes["row_rewritten"] is False
+    # The server may log a running-transactions record (about 50 bytes) meanwhile; rewriting
+    # the row 30 times would log several kilobytes.
+    assert notes["wal_bytes"] < 1000
+    assert "30 replays did not rewrite the row" in "\n".join(note_lines(result))
+
+
+async def test_postgres_write_counters_see_a_rewrite_of_the_row(postgres_store_url: str) -> None:
+    """The probe above cannot pass by reading counters that never move."""
+    floor = floor_for_url(postgres_store_url)
+    assert floor is not None and hasattr(floor, "write_counters")
+    await floor.open()
+    try:
+        async with open_store(postgres_store_url) as store:
+            reserved = await store.reserve("k", "fp", scope="s", lease_ttl=30, retention=60)
+            assert reserved.lease is not None
+            before = await floor.write_counters("s", "k")
+            assert await store.complete(reserved.lease, b"done")
+            after = await floor.write_counters("s", "k")
+    finally:
+        await floor.close()
+    assert after["row_version"] != before["row_version"]
+    assert after["wal_bytes"] > before["wal_bytes"]
+
+
+async def test_middleware_is_measured_per_case_against_the_bare_app() -> None:
+    measured = await run_middleware(Load(1, 10, None, 16), "t:")
+    assert not isinstance(measured, Unavailable)
+    assert [m.backend for m in measured] == ["asgi no key", "asgi new key", "asgi replay"]
+    for m in measured:
+        assert m.scenario == "middleware" and m.subject.errors == {}
+        assert len(m.subject.latencies_ns) == 10 and m.floor is not None
+        assert len(m.floor.latencies_ns) == 10 and m.ratio_p50 is not None
 
 
 # -- floors ----------------------------------------------------------------------------------
@@ -394,3 +500,20 @@ def test_a_duplicate_execution_is_flagged_in_every_output() -> None:
     table = StringIO()
     print_table(result, table)
     assert "NOT exactly once" in table.getvalue()
+
+
+@pytest.mark.parametrize(
+    "url_fixture", ["redis_store_url", "postgres_store_url", "dynamodb_store_url"]
+)
+async def test_server_floors_claim_once_and_finish_what_they_claimed(
+    request: pytest.FixtureRequest, url_fixture: str
+) -> None:
+    floor = floor_for_url(request.getfixturevalue(url_fixture))
+    assert floor is not None
+    await floor.open()
+    try:
+        assert await floor.put("k", b"v") is True
+        await floor.finish("k", b"w")  # the bare write a complete is
+        assert await floor.put("k", b"v") is False
+    finally:
+        await floor.close()

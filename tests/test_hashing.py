@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import idemstore.hashing
-from idemstore.bench.scenarios import hasher_value
+from idemstore.bench.hasher_scenario import hasher_value
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import canonical_json, fingerprint
 

@@ -19,11 +19,13 @@ corrupted lease is never an error, it is a lease that owns nothing (see
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from idemstore.records import (
     check_duration,
     check_identity,
+    check_key,
     check_response,
     check_timeout,
     lease_owns_nothing,
@@ -52,7 +54,28 @@ def reserve_arguments(
     max_key_length: int,
 ) -> tuple[float, float]:
     """``(lease_ttl, retention)`` as floats, once key, scope and fingerprint are valid."""
-    check_identity(key, scope, fingerprint, max_key_length=max_key_length)
+    # A caller repeats its scope, fingerprint and durations far more often than its keys:
+    # their verdicts are remembered (str and float are immutable, so a verdict cannot go
+    # stale). Only exact str and float take the cache: a subclass could compare equal to a
+    # valid value yet be one the engines cannot store.
+    check_key(key, max_key_length=max_key_length)
+    if type(scope) is str and type(fingerprint) is str:
+        _valid_scope_and_fingerprint(scope, fingerprint)
+    else:
+        check_identity(key, scope, fingerprint, max_key_length=max_key_length)
+    if type(lease_ttl) is float and type(retention) is float:
+        return _valid_durations(lease_ttl, retention)
+    return check_duration("lease_ttl", lease_ttl), check_duration("retention", retention)
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_scope_and_fingerprint(scope: str, fingerprint: str) -> None:
+    # An invalid pair raises, and lru_cache remembers only pairs that passed.
+    check_identity("k", scope, fingerprint)
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_durations(lease_ttl: float, retention: float) -> tuple[float, float]:
     return check_duration("lease_ttl", lease_ttl), check_duration("retention", retention)
 
 

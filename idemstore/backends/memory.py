@@ -19,7 +19,13 @@ from idemstore.backends.arguments import (
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
+from idemstore.records import (
+    MAX_KEY_LENGTH,
+    check_duration,
+    check_limit,
+    check_response,
+    new_token,
+)
 from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
 from idemstore.urls import parse_store_url, pop_int
 
@@ -44,6 +50,9 @@ class _Entry:
     # A released entry is a tombstone: invisible to reads, but it keeps the fence so the next
     # acquisition gets a higher one than any lease handed out before.
     released: bool = False
+    # The lease this entry's acquisition handed out: a caller presenting this very object
+    # (Lease is frozen) holds a lease this store issued, so its fields need no validation.
+    lease: Lease | None = None
 
 
 class _Waiter:
@@ -113,11 +122,25 @@ class MemoryStore:
             lease_expires_at=entry.lease_expires_at if entry.status is Status.IN_PROGRESS else None,
         )
 
+    def _issued(self, lease: Lease) -> _Entry | None:
+        """The entry whose acquisition handed out this very ``lease`` object, if any."""
+        if type(lease) is not Lease:
+            return None
+        try:
+            entry = self._entries.get((lease.scope, lease.key))
+        except TypeError:  # a forged lease with an unhashable scope or key
+            return None
+        return entry if entry is not None and entry.lease is lease else None
+
     def _holder(self, lease: Lease) -> _Entry | None:
         """The entry iff ``lease`` still owns it: same token and fence, in progress, live."""
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
+        issued = self._issued(lease)
+        if issued is not None:
+            entry: _Entry | None = issued
+        elif not lease_arguments(lease, max_key_length=self._max_key_length):
             return None
-        entry = self._entries.get((lease.scope, lease.key))
+        else:
+            entry = self._entries.get((lease.scope, lease.key))
         if (
             entry is None
             or entry.released
@@ -151,10 +174,16 @@ class MemoryStore:
         lease_ttl, retention = reserve_arguments(
             key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
         )
-        self._check_open()
+        if self._closed:
+            self._check_open()
         now = self._clock()
-        previous = self._entries.get((scope, key))
-        live = self._live(scope, key, now)
+        identity = (scope, key)
+        previous = self._entries.get(identity)
+        live = (
+            None
+            if previous is None or previous.released or previous.expires_at <= now
+            else previous
+        )
         takeover = False
         if live is not None:
             if live.fingerprint != fingerprint:
@@ -166,29 +195,51 @@ class MemoryStore:
                 return Reservation(Outcome.IN_PROGRESS, record=self._record(scope, key, live))
             takeover = True
         fence = previous.fence + 1 if previous is not None else 1
-        entry = _Entry(
-            fingerprint=fingerprint,
-            token=new_token(),
-            fence=fence,
-            created_at=now,
-            expires_at=now + retention_while_held(lease_ttl, retention),
-            lease_expires_at=now + lease_ttl,
-            retention=retention,
+        token = new_token()
+        deadline = now + lease_ttl
+        lease = Lease(scope, key, token, fence, deadline, retention)
+        # Positional, in field order: this is the hot path of every first execution.
+        self._entries[identity] = _Entry(
+            fingerprint,
+            token,
+            fence,
+            now,
+            now + retention_while_held(lease_ttl, retention),
+            deadline,
+            retention,
+            Status.IN_PROGRESS,
+            None,
+            False,
+            lease,
         )
-        self._entries[(scope, key)] = entry
-        lease = Lease(scope, key, entry.token, fence, now + lease_ttl, retention)
         return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover)
 
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
-        )
-        self._check_open()
-        entry = None if checked is None else self._holder(lease)
-        if entry is None or checked is None:
-            return False
+        issued = self._issued(lease)
+        if issued is not None:
+            # Our own lease object: only the response and an explicit retention need checks,
+            # and the owner check is the state of the entry that handed it out.
+            body = check_response(response)
+            keep = lease.retention if retention is None else check_duration("retention", retention)
+            self._check_open()
+            if (
+                issued.released
+                or issued.status is not Status.IN_PROGRESS
+                or issued.expires_at <= self._clock()
+            ):
+                return False
+            entry, checked = issued, (body, keep)
+        else:
+            maybe = complete_arguments(
+                lease, response, retention, max_key_length=self._max_key_length
+            )
+            self._check_open()
+            holder = None if maybe is None else self._holder(lease)
+            if holder is None or maybe is None:
+                return False
+            entry, checked = holder, maybe
         entry.status = Status.COMPLETED
         entry.response = checked[0]
         entry.lease_expires_at = None

@@ -11,6 +11,10 @@ straight from the store URL with the driver the backend uses, never through idem
 - Redis: ``SET key value NX PX``;
 - DynamoDB: ``PutItem`` conditioned on ``attribute_not_exists`` in the URL's table.
 
+Where the store completes what it claimed (``fresh``, ``contention``, ``mixed``), the floor
+follows an insert with ``finish``, the engine's bare overwrite (``UPDATE``, ``SET XX``,
+``UpdateItem``), so two writes are compared with two writes.
+
 Every floor leaves nothing behind: its table, file, items or keys go on ``close``. Which floor
 an engine uses is its registry entry's ``floor`` (``idemstore.registry``): a class here, or
 anywhere, with ``from_url(url)``.
@@ -49,6 +53,7 @@ SQLITE_CREATE = (
 # ON CONFLICT DO NOTHING: a repeated key costs what a replayed reserve costs the engine, a
 # uniqueness check, and is not an error.
 SQLITE_INSERT = f"INSERT INTO {FLOOR_TABLE} (key, value) VALUES (?, ?) ON CONFLICT DO NOTHING"
+SQLITE_FINISH = f"UPDATE {FLOOR_TABLE} SET value = ? WHERE key = ?"
 
 # A logged table, as the store's is: its commits pay for the WAL flush, so the floor's must.
 POSTGRES_CREATE = (
@@ -57,7 +62,13 @@ POSTGRES_CREATE = (
 POSTGRES_INSERT = (
     f"INSERT INTO {FLOOR_TABLE}_{{run}} (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING"
 )
+POSTGRES_FINISH = f"UPDATE {FLOOR_TABLE}_{{run}} SET value = $2 WHERE key = $1"
 POSTGRES_DROP = f"DROP TABLE IF EXISTS {FLOOR_TABLE}_{{run}}"
+POSTGRES_WRITE_COUNTERS = (
+    "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn,"
+    " (SELECT xmin::text || ctid::text FROM {s}.idemstore_records"
+    " WHERE scope = $1 AND key = $2)"
+)
 
 # attribute_not_exists on the partition key: the write lands only when no item holds the key,
 # the same condition a reserve of a new key needs.
@@ -78,6 +89,10 @@ class Floor(Protocol):
 
     async def put(self, key: str, value: bytes) -> bool:
         """Insert ``key`` unless present; ``True`` when this call inserted it."""
+        ...
+
+    async def finish(self, key: str, value: bytes) -> None:
+        """Overwrite the value of a key this floor put: the bare write a ``complete`` is."""
         ...
 
     async def reset(self) -> None:
@@ -113,6 +128,9 @@ class MemoryFloor:
             return False
         self._data[key] = value
         return True
+
+    async def finish(self, key: str, value: bytes) -> None:
+        self._data[key] = value
 
     async def reset(self) -> None:
         self._data.clear()
@@ -189,6 +207,11 @@ class SQLiteFloor:
             await self._db.commit()
             return bool(cursor.rowcount == 1)
 
+    async def finish(self, key: str, value: bytes) -> None:
+        async with self._lock:
+            await self._db.execute(SQLITE_FINISH, (value, key))
+            await self._db.commit()
+
     async def reset(self) -> None:
         async with self._lock:
             await self._db.execute(f"DELETE FROM {FLOOR_TABLE}")
@@ -203,6 +226,10 @@ class SQLiteFloor:
             self._dir = None
 
 
+def quote_schema(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _strip_query(url: str) -> str:
     """The URL without its query: idemstore options mean nothing to the bare driver."""
     parts = urlsplit(url)
@@ -213,10 +240,11 @@ class PostgresFloor:
     """asyncpg ``INSERT … ON CONFLICT DO NOTHING`` into a table of its own, over one pool
     (``pool_size`` from the URL, as the store's)."""
 
-    __slots__ = ("_dsn", "_pool", "_pool_size", "_run")
+    __slots__ = ("_dsn", "_pool", "_pool_size", "_run", "_schema")
 
-    def __init__(self, dsn: str, pool_size: int) -> None:
+    def __init__(self, dsn: str, pool_size: int, schema: str = "public") -> None:
         self._dsn = dsn
+        self._schema = schema
         self._pool_size = pool_size
         self._pool: Any = None
         self._run = secrets.token_hex(4)
@@ -228,7 +256,8 @@ class PostgresFloor:
             pool_size = int(options.get("pool_size", "10"))
         except ValueError:
             raise ConfigurationError("option pool_size must be an integer") from None
-        return cls(_strip_query(url), max(1, pool_size))
+        schema = options.get("schema", "public")
+        return cls(_strip_query(url), max(1, pool_size), schema)
 
     @property
     def name(self) -> str:
@@ -249,8 +278,23 @@ class PostgresFloor:
         status: str = await self._pool.execute(self._sql(POSTGRES_INSERT), key, value)
         return status.endswith(" 1")
 
+    async def finish(self, key: str, value: bytes) -> None:
+        await self._pool.execute(self._sql(POSTGRES_FINISH), key, value)
+
     async def reset(self) -> None:
         await self._pool.execute(f"TRUNCATE {FLOOR_TABLE}_{self._run}")
+
+    async def write_counters(self, scope: str, key: str) -> dict[str, int]:
+        """The server's WAL position (bytes) and the version of the store's row for
+        ``(scope, key)`` (its ``xmin`` and ``ctid``, hashed): any rewrite of the row, even to
+        the same values, changes the version; any write anywhere moves the WAL position.
+
+        Read at once, unlike the statistics views, which other sessions publish up to 10 s
+        late.
+        """
+        sql = POSTGRES_WRITE_COUNTERS.format(s=quote_schema(self._schema))
+        row = await self._pool.fetchrow(sql, scope, key)
+        return {"wal_bytes": int(row[0]), "row_version": hash(row[1])}
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -263,10 +307,11 @@ class PostgresFloor:
 class RedisFloor:
     """redis-py ``SET key value NX PX``: one round trip, no script."""
 
-    __slots__ = ("_client", "_factory", "_prefix")
+    __slots__ = ("_all_nodes", "_client", "_factory", "_prefix")
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    def __init__(self, factory: Callable[[], Any], *, cluster: bool = False) -> None:
         self._factory = factory
+        self._all_nodes: dict[str, Any] = {"target_nodes": "all"} if cluster else {}
         self._client: Any = None
         self._prefix = f"{FLOOR_KEY_PREFIX}:{secrets.token_hex(4)}"
 
@@ -285,7 +330,7 @@ class RedisFloor:
                 user = parts.username
                 return RedisCluster(startup_nodes=nodes, username=user, password=parts.password)
 
-            return cls(cluster)
+            return cls(cluster, cluster=True)
         plain = _strip_query(url)
 
         def single() -> Any:
@@ -309,6 +354,27 @@ class RedisFloor:
             f"{self._prefix}:{{{key}}}", value, nx=True, px=REDIS_FLOOR_TTL_MS
         )
         return bool(done)
+
+    async def finish(self, key: str, value: bytes) -> None:
+        await self._client.set(f"{self._prefix}:{{{key}}}", value, xx=True, px=REDIS_FLOOR_TTL_MS)
+
+    async def command_counts(self) -> dict[str, int]:
+        """Calls per command since the server started, summed over every node of a cluster.
+
+        Commands a script runs inside the server count too (``INFO commandstats`` counts them).
+        """
+        info: dict[str, Any] = await self._client.info("commandstats", **self._all_nodes)
+        # A cluster client answers with one section per node, a single server with one.
+        per_node = info and all(isinstance(v, dict) and "calls" not in v for v in info.values())
+        sections = list(info.values()) if per_node else [info]
+        counts: dict[str, int] = {}
+        for section in sections:
+            for name, stats in section.items():
+                if isinstance(stats, dict) and "calls" in stats:
+                    command = name.removeprefix("cmdstat_")
+                    if command != "info":  # our own reads of these counters
+                        counts[command] = counts.get(command, 0) + int(stats["calls"])
+        return counts
 
     async def reset(self) -> None:
         # New prefix instead of a SCAN + DEL: old keys expire by themselves.
@@ -404,6 +470,18 @@ class DynamoDBFloor:
             return False
         self._put_keys.append(item_key)
         return True
+
+    async def finish(self, key: str, value: bytes) -> None:
+        hash_name, hash_kind = self._hash
+        item_key = {hash_name: self._value(hash_kind, f"{FLOOR_KEY_PREFIX}#{self._run}#{key}")}
+        if self._range is not None:
+            item_key[self._range[0]] = self._value(self._range[1], FLOOR_KEY_PREFIX)
+        await self._client.update_item(
+            TableName=self._table,
+            Key=item_key,
+            UpdateExpression="SET bench_value = :v",
+            ExpressionAttributeValues={":v": {"B": value}},
+        )
 
     async def reset(self) -> None:
         await self._delete_put_items()

@@ -18,7 +18,16 @@ from idemstore.bench.scenarios import STORE_SCENARIOS
 if TYPE_CHECKING:
     from idemstore.bench.results import BenchResult, Measurement
 
-__all__ = ["COLUMNS", "print_table", "rows", "to_json", "to_markdown", "write_outputs"]
+__all__ = [
+    "COLUMNS",
+    "NARROW_COLUMNS",
+    "note_lines",
+    "print_table",
+    "rows",
+    "to_json",
+    "to_markdown",
+    "write_outputs",
+]
 
 # Latencies in milliseconds. "x floor" columns are ratios to the engine's floor (results.py).
 COLUMNS: tuple[str, ...] = (
@@ -37,6 +46,27 @@ COLUMNS: tuple[str, ...] = (
     "exec/keys",
     "errors",
 )
+# The default terminal table: what a reader compares, within 100 columns (--wide: COLUMNS).
+NARROW_COLUMNS: tuple[str, ...] = (
+    "backend",
+    "scenario",
+    "workers",
+    "ops/s",
+    "p50",
+    "p99",
+    "floor p50",
+    "x floor p50",
+    "x floor ops/s",
+    "exec/keys",
+)
+# Names the narrow table shows shorter (the markdown and --wide keep the long ones).
+SHORT_NAMES = {
+    "workers": "c",
+    "floor p50": "floor",
+    "x floor p50": "x p50",
+    "x floor ops/s": "x ops/s",
+}
+TERMINAL_WIDTH = 100
 
 
 def fmt_ms(value: float | None) -> str:
@@ -62,18 +92,21 @@ def fmt_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _executions(m: Measurement) -> str:
+def _executions(m: Measurement, *, wide: bool = True) -> str:
     if m.expected_executions is None:
         return "-"
+    if not wide and m.exactly_once:
+        return "once"  # the counts (up to six digits each) are for --wide and results.md
     text = f"{m.subject.executions}/{m.expected_executions}"
     direct = m.notes.get("direct_executions")
-    if direct is not None:
+    if direct is not None and wide:
         text += f" (direct {direct})"
     return text if m.exactly_once else text + " !"
 
 
-def rows(result: BenchResult) -> list[list[str]]:
-    """The table's cells, one row per measurement, in ``COLUMNS`` order."""
+def rows(result: BenchResult, *, wide: bool = True) -> list[list[str]]:
+    """The table's cells, one row per measurement, in ``COLUMNS`` order (``wide``: with the
+    executions of the proxy's direct calls)."""
     table = []
     for m in result.measurements:
         latency = m.subject.latency_ms()
@@ -92,11 +125,46 @@ def rows(result: BenchResult) -> list[list[str]]:
                 fmt_ms(floor_p50),
                 fmt_ratio(m.ratio_p50),
                 fmt_ratio(m.ratio_throughput),
-                _executions(m),
+                _executions(m, wide=wide),
                 str(sum(m.subject.errors.values())),
             ]
         )
     return table
+
+
+def _select(columns: tuple[str, ...], body: list[list[str]]) -> list[list[str]]:
+    picked = [COLUMNS.index(name) for name in columns]
+    return [[cells[i] for i in picked] for cells in body]
+
+
+def note_lines(result: BenchResult) -> list[str]:
+    """What the probes found besides latency: commands per op, replay writes, added latency."""
+    lines = []
+    for m in result.measurements:
+        notes = m.notes
+        where = f"{m.backend} {m.scenario}"
+        if "commands_per_op" in notes:
+            counts = ", ".join(f"{k} {v:g}" for k, v in notes["commands_per_op"].items())
+            lines.append(f"{where} ({notes['case']}): commands per op: {counts or 'none'}")
+        elif m.scenario == "replay-writes":
+            rewritten = "rewrote" if notes["row_rewritten"] else "did not rewrite"
+            lines.append(
+                f"{where}: {notes['replays']} replays {rewritten} the row; the server wrote"
+                f" {notes['wal_bytes']} WAL bytes meanwhile, {notes.get('wal_bytes_idle', '?')}"
+                " in as long without them"
+            )
+        elif m.scenario == "middleware" and m.floor is not None:
+            ours, bare = m.subject.latency_ms()["p50"], m.floor.latency_ms()["p50"]
+            if ours is not None and bare is not None:
+                lines.append(f"{where}: +{(ours - bare) * 1000:.0f} µs p50 over the bare app")
+        elif m.scenario == "proxy":
+            added, relay = notes.get("added_p50_ms"), notes.get("relay_added_p50_ms")
+            if isinstance(added, float):
+                text = f"{where}: +{fmt_ms(added)} ms p50 over the server called directly"
+                if isinstance(relay, float):
+                    text += f" (a bare stdio relay: +{fmt_ms(relay)} ms)"
+                lines.append(text)
+    return lines
 
 
 def _plain_table(header: tuple[str, ...], body: list[list[str]]) -> str:
@@ -118,26 +186,37 @@ def _unavailable_lines(result: BenchResult) -> list[str]:
     ]
 
 
-def print_table(result: BenchResult, file: TextIO | None = None) -> None:
-    """The results as a table on ``file`` (stdout), then what could not run."""
+def print_table(result: BenchResult, file: TextIO | None = None, *, wide: bool = False) -> None:
+    """The results as a table on ``file`` (stdout), then the probes' notes and what could not
+    run. The table fits ``TERMINAL_WIDTH`` columns; ``wide`` shows every column."""
     out = file if file is not None else sys.stdout
-    body = rows(result)
+    columns = COLUMNS if wide else NARROW_COLUMNS
+    body = _select(columns, rows(result, wide=wide))
+    header = columns if wide else tuple(SHORT_NAMES.get(c, c) for c in columns)
     if importlib.util.find_spec("rich") is not None:
         from rich import box
         from rich.console import Console
         from rich.table import Table
 
-        # Wide enough for every column even when stdout is a pipe (rich assumes 80 then).
-        console = Console(file=out, width=max(180, Console(file=out).width))
+        # Wide enough for the table even when stdout is a pipe (rich assumes 80 then).
+        width = max(180 if wide else TERMINAL_WIDTH, Console(file=out).width)
+        console = Console(file=out, width=width)
         table = Table(
-            title="idemstore bench (latency in ms)", title_justify="left", box=box.SIMPLE_HEAD
+            title="idemstore bench (latency in ms)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            # One space between columns: the narrow table must fit TERMINAL_WIDTH untruncated.
+            padding=(0, 1, 0, 0) if not wide else (0, 1),
         )
-        for i, name in enumerate(COLUMNS):
+        for i, name in enumerate(header):
             table.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
         for cells in body:
             table.add_row(*cells)
         if body:
             console.print(table)
+        for text in note_lines(result):
+            console.print(text, markup=False, highlight=False)
         for text in _unavailable_lines(result):
             console.print(text, style="yellow", markup=False, highlight=False)
         for m in result.violations:
@@ -149,7 +228,9 @@ def print_table(result: BenchResult, file: TextIO | None = None) -> None:
             )
         return
     if body:
-        print(_plain_table(COLUMNS, body), file=out)
+        print(_plain_table(header, body), file=out)
+    for text in note_lines(result):
+        print(text, file=out)
     for text in _unavailable_lines(result):
         print(text, file=out)
     for m in result.violations:
@@ -231,6 +312,10 @@ def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
                 ]
             if m.scenario == "hasher" and m.notes.get("agrees_with_rfc8785") is False:
                 out += ["", f"{m.backend} disagrees with rfc8785 on this value."]
+    notes = note_lines(result)
+    if notes:
+        out += ["", "## Probes", ""]
+        out += [f"- {line}" for line in notes]
     for name in charts or []:
         out += ["", f"![{Path(name).stem}]({name})"]
     if result.unavailable:

@@ -25,16 +25,17 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from idemstore import __version__
 from idemstore.bench.floors import floor_for_url
 from idemstore.bench.gateway_scenario import run_gateway
+from idemstore.bench.hasher_scenario import run_hasher
 from idemstore.bench.local import start_local_servers, stop_local_servers
+from idemstore.bench.probes import run_middleware, run_target_probe
 from idemstore.bench.results import BenchResult, Measurement, Unavailable
 from idemstore.bench.scenarios import (
     SCENARIOS,
     STORE_SCENARIOS,
+    TARGET_PROBES,
     Load,
-    run_floor,
-    run_hasher,
+    run_interleaved,
     run_proxy,
-    run_store,
 )
 from idemstore.bench.telemetry_overhead import run_telemetry
 from idemstore.registry import engine_for_scheme, engines, scheme_of
@@ -274,7 +275,8 @@ async def _bench_target(
     progress: Progress,
 ) -> None:
     scenarios = [s for s in config.scenarios if s in STORE_SCENARIOS]
-    steps = len(scenarios) * len(config.concurrency)
+    probes = [s for s in config.scenarios if s in TARGET_PROBES]
+    steps = len(scenarios) * len(config.concurrency) + len(probes)
     shown = redact_url(target.url)
     progress.step(f"{target.name}: opening {shown}")
     store: IdempotencyStore | None = None
@@ -299,10 +301,9 @@ async def _bench_target(
                 load = config.load(concurrency)
                 prefix = f"{run_id}-{scenario}-c{concurrency}:"
                 try:
-                    floor_timing = (
-                        None if floor is None else await run_floor(floor, scenario, load, prefix)
+                    subject, floor_timing = await run_interleaved(
+                        store, floor, scenario, load, prefix
                     )
-                    subject = await run_store(store, scenario, load, prefix)
                 except Exception as exc:
                     result.unavailable.append(
                         Unavailable(
@@ -325,6 +326,19 @@ async def _bench_target(
                         )
                     )
                 progress.advance()
+        for probe in probes:
+            progress.step(f"{target.name} {probe}")
+            try:
+                result.measurements += await run_target_probe(
+                    probe, store, floor, config.load(1), f"{run_id}-{probe}:", target.name
+                )
+            except Exception as exc:
+                result.unavailable.append(
+                    Unavailable(
+                        target.name, f"{probe} failed: {type(exc).__name__}: {exc}", scenario=probe
+                    )
+                )
+            progress.advance()
     finally:
         if floor is not None:
             with contextlib.suppress(Exception):
@@ -344,8 +358,10 @@ async def run_bench(
     progress = progress if progress is not None else _SilentProgress()
     result = BenchResult(meta=_meta(), config=config.to_dict(), unavailable=list(unavailable))
     store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
-    total = len(targets) * store_steps * len(config.concurrency)
-    total += sum(name in config.scenarios for name in ("hasher", "proxy", "gateway", "telemetry"))
+    probe_steps = len([s for s in config.scenarios if s in TARGET_PROBES])
+    total = len(targets) * (store_steps * len(config.concurrency) + probe_steps)
+    once = ("hasher", "proxy", "middleware", "gateway", "telemetry")
+    total += sum(s in config.scenarios for s in once)
     progress.start(total)
     run_id = secrets.token_hex(3)
     started = time.perf_counter()
@@ -378,6 +394,13 @@ async def run_bench(
             result.unavailable.append(observed)
         else:
             result.measurements += observed
+    if "middleware" in config.scenarios:
+        progress.step("asgi middleware")
+        overhead = await run_middleware(one_worker, f"{run_id}-middleware:")
+        if isinstance(overhead, Unavailable):
+            result.unavailable.append(overhead)
+        else:
+            result.measurements += overhead
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result

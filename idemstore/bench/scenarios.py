@@ -2,8 +2,10 @@
 
 Store scenarios (``fresh``, ``replay``, ``contention``, ``mixed``) differ only in which keys
 their workers use; each operation is what ``Idempotency.run`` does on the store: ``reserve``,
-then ``complete`` when the key was acquired. The engine's floor runs the same key sequence with
-its bare insert-if-absent, so backend and floor see the same shape of load.
+then ``complete`` when the key was acquired. ``reserve`` is ``fresh`` without the ``complete``:
+the claim alone, the operation the floor's one insert-if-absent compares with. The engine's
+floor runs the same key sequence with its bare insert-if-absent, so backend and floor see the
+same shape of load.
 
 ``hasher`` times ``idemstore.fingerprint`` against ``rfc8785`` and ``json.dumps(sort_keys=True)``
 on one value; ``proxy`` times ``tools/call`` through ``idemstore proxy`` against the same mock
@@ -13,8 +15,6 @@ MCP server called directly, and counts executions of 5 identical calls both ways
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import importlib
 import json
 import os
@@ -22,7 +22,7 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,16 +38,29 @@ if TYPE_CHECKING:
 __all__ = [
     "SCENARIOS",
     "STORE_SCENARIOS",
+    "TARGET_PROBES",
     "Load",
+    "merge",
     "run_floor",
-    "run_hasher",
+    "run_interleaved",
+    "keep_going",
     "run_proxy",
     "run_store",
 ]
 
-STORE_SCENARIOS: tuple[str, ...] = ("fresh", "replay", "contention", "mixed")
-# gateway: idemstore.bench.gateway_scenario (HTTP, its own module); telemetry likewise.
-SCENARIOS: tuple[str, ...] = (*STORE_SCENARIOS, "hasher", "proxy", "gateway", "telemetry")
+STORE_SCENARIOS: tuple[str, ...] = ("fresh", "reserve", "replay", "contention", "mixed")
+# Probes (probes.py): what a store costs besides latency; "middleware" runs once per bench.
+TARGET_PROBES: tuple[str, ...] = ("commands", "wake", "replay-writes")
+# hasher, gateway and telemetry live in modules of their own (hasher_scenario.py, ...).
+SCENARIOS: tuple[str, ...] = (
+    *STORE_SCENARIOS,
+    "hasher",
+    "proxy",
+    *TARGET_PROBES,
+    "middleware",
+    "gateway",
+    "telemetry",
+)
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.
@@ -64,6 +77,9 @@ REPLAY_KEYS = 256
 CONTENTION_REPEATS = 8
 # mixed: share of operations that retry a key the worker already completed.
 RETRY_SHARE = 0.2
+
+# Store and floor alternate this many times per measurement (see run_interleaved).
+ROUNDS = 4
 
 IDENTICAL_CALLS = 5  # proxy: identical calls whose executions are counted
 RPC_TIMEOUT = 30.0  # proxy: seconds to wait for one JSON-RPC answer
@@ -110,8 +126,8 @@ class _KeyPlan:
         self._done: list[list[str]] = [[] for _ in range(load.concurrency)]
 
     def key(self, worker: int, j: int) -> str:
-        if self.scenario == "fresh":
-            return f"fresh-{worker}-{j}"
+        if self.scenario in ("fresh", "reserve"):
+            return f"{self.scenario}-{worker}-{j}"
         if self.scenario == "replay":
             # Workers start at different keys, as independent clients would.
             return self.preload[(worker * 7919 + j) % len(self.preload)]
@@ -125,7 +141,53 @@ class _KeyPlan:
         return key
 
 
-def _more(done: int, count: int | None, deadline: float | None) -> bool:
+def merge(timings: Sequence[Timing]) -> Timing:
+    """One timing from several rounds of the same loop: samples pooled, counts added."""
+    merged = Timing()
+    for timing in timings:
+        merged.latencies_ns += timing.latencies_ns
+        merged.seconds += timing.seconds
+        merged.executions += timing.executions
+        merged.unique_keys += timing.unique_keys
+        for name, n in timing.errors.items():
+            merged.errors[name] = merged.errors.get(name, 0) + n
+        for name, text in timing.error_examples.items():
+            merged.error_examples.setdefault(name, text)
+        for name, n in timing.outcomes.items():
+            merged.outcomes[name] = merged.outcomes.get(name, 0) + n
+    return merged
+
+
+def rounds_of(load: Load) -> list[Load]:
+    """``load`` cut into ``ROUNDS`` rounds (fewer when there are too few operations)."""
+    if load.ops is None:
+        assert load.duration is not None
+        return [replace(load, duration=load.duration / ROUNDS)] * ROUNDS
+    count = max(1, min(ROUNDS, load.ops // max(1, load.concurrency)))
+    base, extra = divmod(load.ops, count)
+    return [replace(load, ops=base + (1 if r < extra else 0)) for r in range(count)]
+
+
+async def run_interleaved(
+    store: IdempotencyStore, floor: Floor | None, scenario: str, load: Load, prefix: str
+) -> tuple[Timing, Timing | None]:
+    """``scenario`` on the store and on its floor in alternating rounds, samples pooled.
+
+    Alternating keeps the ratio honest on a shared machine: a burst of load from elsewhere
+    lands on both sides instead of on whichever happened to run then.
+    """
+    if floor is not None:
+        await floor.reset()
+    subject: list[Timing] = []
+    floors: list[Timing] = []
+    for r, part in enumerate(rounds_of(load)):
+        if floor is not None:
+            floors.append(await run_floor(floor, scenario, part, f"{prefix}r{r}:", reset=False))
+        subject.append(await run_store(store, scenario, part, f"{prefix}r{r}:"))
+    return merge(subject), (merge(floors) if floor is not None else None)
+
+
+def keep_going(done: int, count: int | None, deadline: float | None) -> bool:
     """Whether a worker goes on: fewer than ``count`` done, or (no count) before ``deadline``."""
     if count is not None:
         return done < count
@@ -162,7 +224,7 @@ async def _drive(
 
     async def worker(index: int, count: int | None) -> None:
         j = 0
-        while _more(j, count, deadline):
+        while keep_going(j, count, deadline):
             key = prefix + plan.key(index, j)
             touched.add(key)
             started = clock()
@@ -188,9 +250,11 @@ async def _drive(
 
 
 async def run_store(store: IdempotencyStore, scenario: str, load: Load, prefix: str) -> Timing:
-    """One store scenario: ``reserve``, then ``complete`` when acquired."""
+    """One store scenario: ``reserve``, then ``complete`` when acquired (but in ``reserve``,
+    which times the claim alone against the floor's one insert)."""
     response = payload(load.payload_bytes)
     outcomes: dict[str, int] = {}
+    claim_only = scenario == "reserve"
 
     async def op(key: str) -> bool:
         reservation = await store.reserve(
@@ -200,6 +264,8 @@ async def run_store(store: IdempotencyStore, scenario: str, load: Load, prefix: 
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if reservation.lease is None:
             return False
+        if claim_only:
+            return True
         if not await store.complete(reservation.lease, response):
             outcomes["fenced_out"] = outcomes.get("fenced_out", 0) + 1
         return True
@@ -207,159 +273,27 @@ async def run_store(store: IdempotencyStore, scenario: str, load: Load, prefix: 
     return await _drive(op, scenario, load, prefix, outcomes)
 
 
-async def run_floor(floor: Floor, scenario: str, load: Load, prefix: str) -> Timing:
-    """The same scenario on the engine's floor: one insert-if-absent per operation."""
+async def run_floor(
+    floor: Floor, scenario: str, load: Load, prefix: str, *, reset: bool = True
+) -> Timing:
+    """The same scenario on the engine's floor: an insert-if-absent per operation, followed
+    by the bare overwrite ``finish`` where the store completes what it claimed."""
     value = payload(load.payload_bytes)
-    await floor.reset()
+    if reset:
+        await floor.reset()
     outcomes: dict[str, int] = {}
+
+    claim_only = scenario == "reserve"
 
     async def op(key: str) -> bool:
         inserted = await floor.put(key, value)
         outcome = "inserted" if inserted else "present"
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if inserted and not claim_only:
+            await floor.finish(key, value)  # what complete is to the store
         return inserted
 
     return await _drive(op, scenario, load, prefix, outcomes)
-
-
-# -- hasher ----------------------------------------------------------------------------------
-
-
-def hasher_value(size: int) -> dict[str, Any]:
-    """Tool-call arguments of about ``size`` bytes of JSON, built deterministically.
-
-    The base is a small ``charge_card`` call; past it, order lines are added until the JSON is
-    ``size`` bytes, each shaped like a real API object: non-ASCII text (accents, CJK, emoji),
-    quotes and newlines to escape, ints, prices and coordinates as floats, integral and tiny
-    floats, nulls, booleans, nested objects and arrays, keys with accents, and on every tenth
-    line emoji keys (which sort by UTF-16 code units, not code points) and a tiny float (which
-    ECMAScript and ``repr`` lay out differently). Every value stays in
-    RFC 8785's domain (no integer beyond 2**53), so ``rfc8785`` can hash it too.
-    """
-    value: dict[str, Any] = {
-        "name": "charge_card",
-        "arguments": {
-            "order_id": 42,
-            "amount": 1999,
-            "currency": "EUR",
-            "captured": True,
-            "rate": 0.25,
-            "customer": {"id": "cus_8f14e45f", "email": "zoë@example.com", "tags": ["vip"]},
-            "items": [],
-            "note": "Lieferung bis Freitag, bitte klingeln 🚪",
-        },
-    }
-    items: list[dict[str, Any]] = value["arguments"]["items"]
-    rng = random.Random(size)
-    while len(json.dumps(value)) < size:
-        items.append(_order_line(rng, len(items)))
-    return value
-
-
-_TITLES = (
-    "Kaffeebohnen, 1 kg — Röstung „mittel“",
-    "抹茶ラテ\uff08無糖\uff09",  # fullwidth parentheses
-    'Café crème "Grand Cru" ☕',
-    "Pão de queijo congelado",
-    "Смесь орехов и сухофруктов",
-    "Ørret-filet, røkt",
-    "Brötchen mit Kürbiskernen 🎃",
-    "Spicy ramen 🍜 (extra hot)",
-)
-_COLOURS = ("dunkelblau", "rot", "grün", "weiß", "naturfarben")
-
-
-def _order_line(rng: random.Random, n: int) -> dict[str, Any]:
-    line: dict[str, Any] = {
-        "sku": f"SKU-{n:05d}",
-        "title": rng.choice(_TITLES),
-        "qty": rng.randint(1, 12),
-        "unit_price": rng.choice((round(rng.uniform(0.5, 250), 2), float(rng.randint(1, 40)))),
-        "discount": rng.choice((None, 0.1, 0.15)),
-        "tax": {"rate": rng.choice((0.19, 0.07, 0.2)), "included": rng.random() < 0.5},
-        "dimensions_cm": [round(rng.uniform(1, 60), 1) for _ in range(3)],
-        "weight_kg": round(rng.uniform(0.05, 12), 3),
-        "attributes": {"größe": rng.choice("SMLX"), "farbe": rng.choice(_COLOURS)},
-        "warehouse": {
-            "id": f"wh_{rng.randrange(16**8):08x}",
-            "location": [round(rng.uniform(-60, 70), 6), round(rng.uniform(-180, 180), 6)],
-            "stock": rng.randint(0, 50_000),
-        },
-        "tags": rng.sample(["gift", "fragile", "bio", "vegan", "sale", "neu"], k=2),
-        "updated_ms": 1_764_500_000_000 + rng.randrange(10**9),
-        "note": rng.choice((None, 'Bitte "vorsichtig" behandeln.\nDanke!', "\tam Tor abgeben")),
-    }
-    if n % 10 == 9:
-        line["reactions"] = {"👍": rng.randint(1, 9), "ok": 1, "\uff01": rng.randint(0, 3)}
-        line["tolerance"] = rng.choice((1e-05, 2.5e-7))
-    return line
-
-
-def _rfc8785_hash(value: Any) -> str:
-    import rfc8785
-
-    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
-
-
-def _sorted_json_hash(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-HASHERS: dict[str, Callable[[Any], str]] = {
-    "idemstore.fingerprint": fingerprint,
-    "rfc8785": _rfc8785_hash,
-    "json.dumps(sort_keys)": _sorted_json_hash,
-}
-HASHER_FLOOR = "json.dumps(sort_keys)"
-
-
-def _time_sync(call: Callable[[], object], load: Load) -> Timing:
-    timing = Timing()
-    clock = time.perf_counter_ns
-    latencies = timing.latencies_ns
-    deadline = None if load.duration is None else time.monotonic() + load.duration
-    count = load.ops
-    started = time.perf_counter()
-    j = 0
-    while _more(j, count, deadline):
-        begun = clock()
-        try:
-            call()
-        except Exception as exc:
-            timing.record_error(exc)
-        else:
-            latencies.append(clock() - begun)
-        j += 1
-    timing.seconds = time.perf_counter() - started
-    return timing
-
-
-def run_hasher(load: Load) -> list[Measurement]:
-    """Each hasher on the same value, one after another, against ``json.dumps(sort_keys)``.
-
-    Hashing is CPU work: it runs once, on one worker, whatever the concurrency asked for.
-    """
-    value = hasher_value(load.payload_bytes)
-    digests = {name: hasher(value) for name, hasher in HASHERS.items()}
-    timings = {name: _time_sync(functools.partial(h, value), load) for name, h in HASHERS.items()}
-    floor = timings[HASHER_FLOOR]
-    size = len(json.dumps(value).encode())
-    return [
-        Measurement(
-            backend=name,
-            scenario="hasher",
-            concurrency=1,
-            subject=timing,
-            floor=floor,
-            floor_name=f"{HASHER_FLOOR} + sha256",
-            notes={
-                "value_bytes": size,
-                "agrees_with_rfc8785": digests[name] == digests["rfc8785"],
-            },
-        )
-        for name, timing in timings.items()
-    ]
 
 
 # -- proxy -----------------------------------------------------------------------------------
@@ -379,6 +313,11 @@ def _checkout_env() -> dict[str, str]:
 def mock_server_argv(counter: Path) -> list[str]:
     """The command that runs the mock MCP server, counting executions in ``counter``."""
     return [sys.executable, "-m", "idemstore.bench.mock_server", "--counter", str(counter)]
+
+
+def relay_argv(server: Sequence[str]) -> list[str]:
+    """The command that runs ``server`` behind a bare stdio relay (``stdio_relay``)."""
+    return [sys.executable, "-m", "idemstore.bench.stdio_relay", "--", *server]
 
 
 def proxy_argv(server: Sequence[str]) -> list[str]:
@@ -467,7 +406,7 @@ async def measure_stdio(argv_for: Callable[[Path], list[str]], load: Load) -> Ti
             deadline = None if load.duration is None else time.monotonic() + load.duration
             j = 0
             started = time.perf_counter()
-            while _more(j, load.ops, deadline):
+            while keep_going(j, load.ops, deadline):
                 begun = clock()
                 try:
                     await client.request(
@@ -499,11 +438,23 @@ async def run_proxy(load: Load) -> Measurement | Unavailable:
         return Unavailable(
             "mcp proxy", f"{PROXY_MODULE} cannot be imported ({exc})", scenario="proxy"
         )
+    directs: list[Timing] = []
+    relayed: list[Timing] = []
+    proxieds: list[Timing] = []
     try:
-        direct = await measure_stdio(mock_server_argv, load)
-        proxied = await measure_stdio(lambda c: proxy_argv(mock_server_argv(c)), load)
+        # Alternating rounds, as store and floor do: drift on the machine hits all sides.
+        for part in rounds_of(load):
+            directs.append(await measure_stdio(mock_server_argv, part))
+            relayed.append(await measure_stdio(lambda c: relay_argv(mock_server_argv(c)), part))
+            proxieds.append(await measure_stdio(lambda c: proxy_argv(mock_server_argv(c)), part))
     except (OSError, ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
         return Unavailable("mcp proxy", f"{type(exc).__name__}: {exc}", scenario="proxy")
+    direct, proxied, relay = merge(directs), merge(proxieds), merge(relayed)
+    # Executions of the identical calls are counted per round; any round shows the rule,
+    # and the worst one is reported.
+    direct.executions = min(t.executions for t in directs)
+    proxied.executions = max(t.executions for t in proxieds)
+    proxied.unique_keys = direct.unique_keys = 1
     notes: dict[str, Any] = {
         "identical_calls": IDENTICAL_CALLS,
         "direct_executions": direct.executions,
@@ -511,8 +462,11 @@ async def run_proxy(load: Load) -> Measurement | Unavailable:
     }
     for label in ("p50", "p99"):
         ours, theirs = proxied.latency_ms()[label], direct.latency_ms()[label]
+        bare = relay.latency_ms()[label]
         if ours is not None and theirs is not None:
             notes[f"added_{label}_ms"] = ours - theirs
+        if bare is not None and theirs is not None:
+            notes[f"relay_added_{label}_ms"] = bare - theirs
     return Measurement(
         backend="mcp proxy",
         scenario="proxy",

@@ -669,7 +669,7 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
         with pytest.raises(SchemaError):
             await new.get("done")
         applied = await new.apply_migrations(load_migrations("postgres"))
-        assert [m.name for m in applied] == ["0002_digest_key.sql"]
+        assert [m.name for m in applied] == ["0002_digest_key.sql", "0003_watched_rows.sql"]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.outcome is Outcome.COMPLETED
         assert replay.record is not None and replay.record.response == b"old result"
@@ -709,3 +709,49 @@ async def test_the_longest_identity_is_stored_through_pgbouncer(pgbouncer_store_
         assert await store.complete(first.lease, b"ok") is True
         replay = await store.reserve(key, FP, scope=scope, lease_ttl=LONG, retention=LONG)
         assert replay.outcome is Outcome.COMPLETED
+
+
+# -- issue 15: a NOTIFY only where a waiter can exist ------------------------------------------
+
+
+async def test_complete_notifies_only_keys_a_wait_has_seen_in_progress(
+    postgres_store_url: str, postgres_server: str
+) -> None:
+    """pg_notify serialises commits server-wide: a complete nobody waits for must not send
+    one, and a complete somebody waits for must, or the wait would sleep until it polls."""
+    heard: list[str] = []
+    listener = await asyncpg.connect(postgres_server)
+    async with open_pg(postgres_store_url) as store:
+        try:
+            await listener.add_listener(store._channel, lambda *args: heard.append(args[-1]))
+            unwatched = await acquire(store, "unwatched")
+            assert await store.complete(unwatched, b"done")
+            gone = await acquire(store, "released")
+            assert await store.release(gone)
+            await listener.execute("SELECT 1")  # notifications arrive before this answer
+            await asyncio.sleep(0.05)
+            assert heard == []
+
+            watched = await acquire(store, "watched")
+            waiting = asyncio.ensure_future(store.wait("watched", timeout=30))
+            marked = (
+                f"SELECT watched FROM {schema_of(postgres_store_url)}.idemstore_records"
+                " WHERE key = 'watched'"
+            )
+            for _ in range(500):  # the wait marks the row before it sleeps
+                if await listener.fetchval(marked):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                pytest.fail("the wait never marked the row watched")
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await store.complete(watched, b"done")
+            record = await asyncio.wait_for(waiting, 5)
+            # Woken by the notification, long before the wait would have looked again.
+            assert loop.time() - started < 0.5
+            assert record is not None and record.response == b"done"
+            await listener.execute("SELECT 1")
+            assert heard == [str(store._lock_key("", "watched"))]
+        finally:
+            await listener.close()

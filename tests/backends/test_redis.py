@@ -841,3 +841,49 @@ def test_the_wheel_ships_every_lua_script(built_wheel: Path) -> None:
         shipped = {name for name in wheel.namelist() if name.endswith(".lua")}
     parts = {"prelude", *(part for parts in scripts._PARTS.values() for part in parts)}
     assert shipped == {f"idemstore/backends/redis/lua/{part}.lua" for part in parts}
+
+
+# -- issue 15: wake-ups stay on the key's shard ---------------------------------------------
+
+
+async def announced(nodes: list[aioredis.Redis]) -> dict[str, int]:
+    """PUBLISH and SPUBLISH calls over every node so far, scripts' calls included."""
+    totals = {"publish": 0, "spublish": 0}
+    for node in nodes:
+        stats = await node.info("commandstats")
+        for name in totals:
+            totals[name] += int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+    return totals
+
+
+@pytest.mark.parametrize("url_fixture", ["redis_cluster_store_url"])
+async def test_a_cluster_complete_spublishes_on_its_shard_and_wakes_the_wait(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    """A PUBLISH on a cluster is broadcast to every node; SPUBLISH (Redis 7) stays on the
+    shard that owns the key, where the waiting store subscribed with SSUBSCRIBE."""
+    url = request.getfixturevalue(url_fixture)
+    async with open_store(url) as store:
+        for key in ("a", "b", "c"):  # keys on different shards, most likely
+            lease = await acquire(store, key)
+            waiting = asyncio.ensure_future(store.wait(key, timeout=30))
+            await asyncio.sleep(0.1)  # subscribed and asleep
+            before = await announced(admin)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await store.complete(lease, b"ok")
+            record = await asyncio.wait_for(waiting, 5)
+            assert loop.time() - started < 0.5  # pushed, not found by a periodic re-read
+            assert record is not None and record.response == b"ok"
+            after = await announced(admin)
+            assert after["spublish"] - before["spublish"] == 1
+            assert after["publish"] == before["publish"]
+
+
+def test_sharded_pub_sub_needs_redis_7_on_every_node() -> None:
+    from idemstore.backends.redis.notifier import shard_pubsub_in_all
+
+    assert shard_pubsub_in_all(["7.0.15", "7.2.4", "8.0.0"])
+    assert not shard_pubsub_in_all(["7.0.15", "6.2.14"])
+    assert not shard_pubsub_in_all(["unknown"])
+    assert shard_pubsub_in_all([])

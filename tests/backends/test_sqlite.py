@@ -776,3 +776,33 @@ async def test_a_live_lease_written_before_version_2_keeps_its_record_after_the_
         second = await upgraded.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert second.outcome is Outcome.IN_PROGRESS
         assert second.record is not None and second.record.token == "old-token"
+
+
+# -- issue 15: a write transaction is one call on the connection's thread ---------------------
+
+
+async def test_a_reserve_cancelled_while_queued_on_the_connection_thread_commits_nothing(
+    sqlite_file_store_url: str,
+) -> None:
+    """The whole transaction runs in one call on the thread; a caller cancelled before that
+    call starts must not find its key claimed by a transaction nobody will ever hear of."""
+    from idemstore.backends.sqlite.transactions import in_thread
+
+    async with open_store(sqlite_file_store_url) as store:
+        assert isinstance(store, SQLiteStore)
+        await store.ping()
+        conn = store._conn
+        assert conn is not None
+        gate = threading.Event()
+        blocker = asyncio.ensure_future(in_thread(conn, lambda: gate.wait(10)))
+        claim = asyncio.ensure_future(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
+        await asyncio.sleep(0.05)  # the reserve's transaction is queued behind the blocker
+        claim.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        gate.set()
+        await blocker
+        assert await store.get("k") is None
+        again = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
+        assert again.outcome is Outcome.ACQUIRED and again.lease is not None
+        assert again.lease.fence == 1

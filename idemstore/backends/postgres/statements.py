@@ -22,6 +22,7 @@ __all__ = [
     "RESERVE",
     "SCHEMA_NAME",
     "SWEEP_BATCH",
+    "WATCH",
     "hash64",
     "quote_ident",
     "seconds",
@@ -97,6 +98,10 @@ GET = (
   FROM {s}.idemstore_records
  WHERE id = {s}.idemstore_id($1, $2) AND NOT released AND expires_at > clock_timestamp()"""
 )
+
+# wait's read: GET's columns, after marking a record in progress watched (migration 0003), so
+# that its complete or release notifies; a record nobody waits on is never notified about.
+WATCH = "SELECT * FROM {s}.idemstore_watch($1, $2)"
 
 # sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
 # never waits for a row that a reserve is taking over or another sweeper is deleting. The

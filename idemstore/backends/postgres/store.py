@@ -40,6 +40,7 @@ from idemstore.backends.postgres.statements import (
     RESERVE,
     SCHEMA_NAME,
     SWEEP_BATCH,
+    WATCH,
     hash64,
     quote_ident,
     seconds,
@@ -157,6 +158,7 @@ class PostgresStore:
                 "delete": DELETE,
                 "extend": EXTEND,
                 "get": GET,
+                "watch": WATCH,
                 "sweep": SWEEP_BATCH,
                 "applied": APPLIED_MIGRATIONS,
                 "versions": CREATE_VERSIONS_TABLE,
@@ -450,7 +452,8 @@ class PostgresStore:
         lock_key = self._lock_key(scope, key)
 
         async def read() -> Sighting:
-            row = await self._fetchrow("get", scope, key)
+            # Marks a record in progress watched: only then do complete and release notify.
+            row = await self._fetchrow("watch", scope, key)
             if row is None:
                 return Sighting(None, 0.0)
             return Sighting(self._record(scope, key, row), row["now"])

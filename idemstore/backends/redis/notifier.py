@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
-__all__ = ["Notifier", "Subscription"]
+__all__ = [
+    "Notifier",
+    "ShardNotifiers",
+    "Subscription",
+    "shard_pubsub_everywhere",
+    "shard_pubsub_in_all",
+]
 
 _DRIVER_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
@@ -34,12 +41,18 @@ class Notifier:
         "_pubsub_client",
         "_reader",
         "_send_lock",
+        "_sharded",
         "_stale",
     )
 
-    def __init__(self, connect: Callable[[], Awaitable[tuple[Any, Any]]]) -> None:
+    def __init__(
+        self, connect: Callable[[], Awaitable[tuple[Any, Any]]], *, sharded: bool = False
+    ) -> None:
         # connect() -> (client to close with the pub/sub, or None; PubSub)
         self._connect = connect
+        # Sharded: shard channels (SSUBSCRIBE, Redis 7), on a connection to the node that owns
+        # every channel this notifier is given.
+        self._sharded = sharded
         self._pubsub: Any = None
         self._pubsub_client: Any = None
         self._reader: asyncio.Task[None] | None = None
@@ -73,7 +86,7 @@ class Notifier:
                     if self._pubsub is None:
                         self._pubsub_client, self._pubsub = await self._connect()
                     self._confirmations.setdefault(channel, []).append(confirmed)
-                    await self._pubsub.subscribe(channel)
+                    await self._subscribe(channel)
                 if self._closed:
                     # close() ran while this connected: the connection would outlive it.
                     await self._close_connection()
@@ -89,6 +102,18 @@ class Notifier:
             self._drop(channel, confirmed)
             self.release(channel, event)
             raise
+
+    async def _subscribe(self, *channels: bytes) -> None:
+        if self._sharded:
+            await self._pubsub.ssubscribe(*channels)
+        else:
+            await self._pubsub.subscribe(*channels)
+
+    async def _unsubscribe(self, *channels: bytes) -> None:
+        if self._sharded:
+            await self._pubsub.sunsubscribe(*channels)
+        else:
+            await self._pubsub.unsubscribe(*channels)
 
     def _drop(self, channel: bytes, confirmed: asyncio.Future[bool]) -> None:
         pending = self._confirmations.get(channel)
@@ -116,7 +141,7 @@ class Notifier:
                     async with self._send_lock:
                         stale, self._stale = self._stale - self._events.keys(), set()
                         if stale:
-                            await self._pubsub.unsubscribe(*stale)
+                            await self._unsubscribe(*stale)
                 message = await self._pubsub.get_message(timeout=1.0)
                 backoff = 0.05
             except asyncio.CancelledError:
@@ -137,10 +162,10 @@ class Notifier:
         kind = message["type"]
         kind = kind.decode() if isinstance(kind, bytes) else kind
         channel = message["channel"]
-        if kind == "message":
+        if kind in ("message", "smessage"):
             for event in self._events.get(channel, ()):
                 event.set()
-        elif kind == "subscribe":
+        elif kind in ("subscribe", "ssubscribe"):
             self._healthy = True
             pending = self._confirmations.get(channel)
             if pending:
@@ -171,7 +196,7 @@ class Notifier:
             async with self._send_lock:
                 self._pubsub_client, self._pubsub = await self._connect()
                 if self._events:
-                    await self._pubsub.subscribe(*self._events)
+                    await self._subscribe(*self._events)
         except Exception:
             # The reader tries again after a backoff; waiters keep polling meanwhile.
             await self._close_connection()
@@ -218,3 +243,61 @@ class Subscription:
 
     def close(self) -> None:
         self._notifier.release(self._channel, self.event)
+
+
+class ShardNotifiers:
+    """Sharded pub/sub on a cluster: one ``Notifier`` per node, connected to that node.
+
+    A shard channel can only be subscribed to on the node that owns its slot, so a wait
+    subscribes through the notifier of its key's node. Should the slot move, Redis ends the
+    subscription and the wait falls back to its periodic re-read until it subscribes again.
+    """
+
+    __slots__ = ("_by_node", "_options")
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+        self._by_node: dict[str, Notifier] = {}
+
+    async def connect(self, node: Any) -> tuple[Any, Any]:
+        """A client of its own to cluster node ``node`` and a pub/sub on it (``Notifier``'s
+        ``connect``)."""
+        from redis.asyncio import Redis
+
+        own = Redis(host=node.host, port=node.port, **self._options)
+        return own, own.pubsub()
+
+    def for_node(self, node: Any) -> Notifier:
+        """The sharded notifier of cluster node ``node`` (a redis-py ``ClusterNode``)."""
+        notifier = self._by_node.get(node.name)
+        if notifier is None:
+            connect = functools.partial(self.connect, node)
+            notifier = self._by_node[node.name] = Notifier(connect, sharded=True)
+        return notifier
+
+    async def close(self) -> None:
+        notifiers, self._by_node = list(self._by_node.values()), {}
+        for notifier in notifiers:
+            await notifier.close()
+
+
+# The first Redis version with sharded pub/sub (SPUBLISH, SSUBSCRIBE).
+SHARDED_PUBSUB_SINCE = (7, 0)
+
+
+async def shard_pubsub_everywhere(client: Any) -> bool:
+    """Whether every node of the cluster ``client`` reaches runs a Redis with sharded
+    pub/sub; until all do, the store keeps PUBLISH, which every version delivers."""
+    answers = await client.info("server", target_nodes="all")
+    sections = [answers] if "redis_version" in answers else list(answers.values())
+    return shard_pubsub_in_all(str(section.get("redis_version", "0")) for section in sections)
+
+
+def shard_pubsub_in_all(versions: Iterable[str]) -> bool:
+    """Whether every Redis version in ``versions`` (``INFO``'s ``redis_version``) has sharded
+    pub/sub; an unreadable version counts as too old."""
+    for version in versions:
+        parts = tuple(int(p) if p.isdigit() else -1 for p in version.split(".")[:2])
+        if parts < SHARDED_PUBSUB_SINCE:
+            return False
+    return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 
-__all__ = ["RANGE_ERROR", "SCRIPTS", "Script"]
+__all__ = ["RANGE_ERROR", "SCRIPTS", "SHARDED_SCRIPTS", "Script"]
 
 # The error a script answers when a deadline would pass 2**53 microseconds (prelude.lua).
 RANGE_ERROR = "IDEMSTORE_RANGE"
@@ -42,4 +42,12 @@ def _read(part: str) -> str:
 SCRIPTS = {
     name: Script("".join(_read(part) for part in ("prelude", *parts)))
     for name, parts in _PARTS.items()
+}
+
+
+# On Redis Cluster 7 and later: the same scripts announcing with SPUBLISH, whose message stays
+# on the shard that owns the key (a PUBLISH is broadcast over the cluster bus to every node).
+SHARDED_SCRIPTS = {
+    name: Script(script.source.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',"))
+    for name, script in SCRIPTS.items()
 }

@@ -5,7 +5,8 @@ exactly one key, so it is one round trip, atomic, and works unchanged on Redis C
 and retention deadlines are hash fields compared with the server's ``TIME``; the key's own
 expiry removes a record by itself shortly after its retention ends (``expiry_grace``).
 ``wait`` is woken by a PUBLISH that ``complete``, ``release`` and ``delete`` send from inside
-their script, on one pub/sub connection per store, and falls back to polling.
+their script, on one pub/sub connection per store (on a Redis 7 cluster SPUBLISH, received per
+node: see ``notifier.ShardNotifiers``), and falls back to polling.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ from idemstore.backends.redis.codec import (
     record_key,
     seconds,
 )
-from idemstore.backends.redis.notifier import Notifier, Subscription
+from idemstore.backends.redis.notifier import (
+    Notifier,
+    ShardNotifiers,
+    Subscription,
+    shard_pubsub_everywhere,
+)
 from idemstore.backends.redis.replication import run_replicated, sentinel_client
-from idemstore.backends.redis.scripts import SCRIPTS, Script
+from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.stats import stats as count_records
 from idemstore.backends.redis.url_options import DEFAULT_PREFIX, parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
@@ -93,8 +99,10 @@ class RedisStore:
         "_operation_timeout",
         "_prefix",
         "_queue_timeout",
+        "_scripts",
         "_sentinel",
         "_sentinel_service",
+        "_shards",
         "_wait_replicas",
         "_wait_replicas_ms",
         "_where",
@@ -184,6 +192,7 @@ class RedisStore:
         if tls:
             options["ssl"] = True
             options.update(ssl_options or {})
+        self._shards = ShardNotifiers(dict(options))
         if not cluster:
             options["db"] = db
         self._client_options = options
@@ -198,6 +207,7 @@ class RedisStore:
         self._client: Any = None
         self._connect_lock = asyncio.Lock()
         self._notifier = Notifier(self._open_pubsub)
+        self._scripts: dict[str, Script] = SCRIPTS
         self._errors = redis_errors(self._where)
         self._closed = False
 
@@ -250,6 +260,8 @@ class RedisStore:
                 if self._cluster:
                     try:
                         await client.initialize()
+                        if await shard_pubsub_everywhere(client):
+                            self._scripts = SHARDED_SCRIPTS
                     except BaseException:
                         await client.aclose()
                         raise
@@ -260,31 +272,36 @@ class RedisStore:
                 self._client = client
         return self._client
 
+    async def _notifier_for(self, name: bytes) -> Notifier:
+        """Where messages about ``name`` arrive: the store's notifier, or its node's."""
+        client = await self._ready()
+        if self._scripts is SHARDED_SCRIPTS:
+            return self._shards.for_node(client.get_node_from_key(name))
+        return self._notifier
+
     async def _open_pubsub(self) -> tuple[Any, Any]:
         """A pub/sub connection: on a cluster, to any node (PUBLISH reaches every node)."""
         client = await self._ready()
         if not self._cluster:
             return None, client.pubsub()
-        node = random.choice(client.get_nodes())
-        options = {k: v for k, v in self._client_options.items() if k != "db"}
-        own = Redis(host=node.host, port=node.port, **options)
-        return own, own.pubsub()
+        return await self._shards.connect(random.choice(client.get_nodes()))
 
     async def _run(self, name: str, key: bytes, *args: str | bytes) -> Any:
         """Run one script on ``key``; with ``operation_timeout``, within that time."""
         if self._operation_timeout is None:
             # The hot path: no timer of our own; the socket timeouts bound every wait.
-            return await self._call(SCRIPTS[name], key, args)
+            return await self._call(name, key, args)
         try:
             async with asyncio.timeout(self._operation_timeout):
-                return await self._call(SCRIPTS[name], key, args)
+                return await self._call(name, key, args)
         except TimeoutError as exc:
             raise self._errors.translate(exc) from exc
 
-    async def _call(self, script: Script, key: bytes, args: tuple[str | bytes, ...]) -> Any:
+    async def _call(self, name: str, key: bytes, args: tuple[str | bytes, ...]) -> Any:
         """EVALSHA, or EVAL when the node does not know the script (yet, or any more)."""
         try:
             client = self._client if self._client is not None else await self._ready()
+            script = self._scripts[name]
             if self._limit.locked():
                 await self._wait_for_slot()
             else:
@@ -431,8 +448,9 @@ class RedisStore:
         name = self._key(scope, key)
 
         async def subscribe() -> Subscription:
-            event, confirmed = await self._notifier.subscribe(name, self._queue_timeout)
-            return Subscription(self._notifier, name, event, confirmed)
+            notifier = await self._notifier_for(name)
+            event, confirmed = await notifier.subscribe(name, self._queue_timeout)
+            return Subscription(notifier, name, event, confirmed)
 
         return await wait_for_holder(
             lambda: self._read(scope, key, name),
@@ -506,6 +524,7 @@ class RedisStore:
             return
         self._closed = True
         await self._notifier.close()
+        await self._shards.close()
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(*self._errors.catches):

@@ -51,6 +51,7 @@ from idemstore.backends.sqlite.statements import (
     statements_of,
 )
 from idemstore.backends.sqlite.stats import stats as count_records
+from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
     ConfigurationError,
@@ -87,23 +88,6 @@ BUSY_ATTEMPT = 0.025
 # configured busy_timeout is spent.
 RETRY_FIRST = 0.001
 RETRY_MAX = 0.025
-
-
-async def _stopped(conn: aiosqlite.Connection) -> None:
-    """Wait for the worker thread of a connection that failed to open.
-
-    aiosqlite stops that thread without waiting for it; if the event loop closes first (a CLI
-    run ends), the thread dies printing a traceback. Joining it keeps failures to our one line.
-    """
-    thread = getattr(conn, "_thread", None)
-    if isinstance(thread, threading.Thread) and thread.is_alive():
-        await asyncio.to_thread(thread.join, 5.0)
-
-
-def _busy(exc: sqlite3.Error) -> bool:
-    """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
 class SQLiteStore:
@@ -267,7 +251,7 @@ class SQLiteStore:
             try:
                 await conn
             except BaseException:
-                await _stopped(conn)
+                await stopped(conn)
                 raise
             try:
                 await setup(conn)
@@ -315,7 +299,7 @@ class SQLiteStore:
                 return await attempt()
             except sqlite3.OperationalError as exc:
                 remaining = give_up - loop.time()
-                if not _busy(exc) or remaining <= 0:
+                if not busy(exc) or remaining <= 0:
                     raise
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, RETRY_MAX)
@@ -340,6 +324,21 @@ class SQLiteStore:
             except BaseException:
                 with contextlib.suppress(sqlite3.Error, ValueError):
                     await conn.execute("ROLLBACK")
+                raise
+
+    async def _transact(
+        self, conn: aiosqlite.Connection, body: Callable[[sqlite3.Connection, float], _T]
+    ) -> _T:
+        """``body(connection, now)`` in one ``BEGIN IMMEDIATE`` transaction, in one hop to the
+        connection's thread (see ``transactions.one_hop``), retried while the file is busy."""
+        abandoned = threading.Event()
+        transaction = one_hop(conn, self._clock, body, abandoned)
+        async with self._lock:
+            try:
+                return await self._retrying(lambda: in_thread(conn, transaction))
+            except BaseException:
+                # Cancelled (or failed) while the call may still be queued: roll it back.
+                abandoned.set()
                 raise
 
     async def _read_connection(self) -> aiosqlite.Connection | None:
@@ -423,19 +422,24 @@ class SQLiteStore:
         )
         conn = await self._connected()
         token = new_token()
+        held = retention_while_held(lease_ttl, retention)
+
+        def body(raw: sqlite3.Connection, now: float) -> tuple[list[Any], list[Any] | None]:
+            params = {
+                "scope": scope,
+                "key": key,
+                "fingerprint": fingerprint,
+                "token": token,
+                "now": now,
+                "lease_ttl": lease_ttl,
+                "held": held,
+            }
+            won = raw.execute(RESERVE, params).fetchall()
+            # Read in the same transaction, under the same lock: what blocked us.
+            return won, None if won else raw.execute(SELECT_ROW, (scope, key)).fetchall()
+
         with self._errors():
-            async with self._write(conn) as now:
-                params = {
-                    "scope": scope,
-                    "key": key,
-                    "fingerprint": fingerprint,
-                    "token": token,
-                    "now": now,
-                    "lease_ttl": lease_ttl,
-                    "held": retention_while_held(lease_ttl, retention),
-                }
-                won = list(await conn.execute_fetchall(RESERVE, params))
-                row = None if won else list(await conn.execute_fetchall(SELECT_ROW, (scope, key)))
+            won, row = await self._transact(conn, body)
         if won:
             fence, takeover, deadline = won[0]
             lease = Lease(scope, key, token, fence, deadline, retention)
@@ -467,22 +471,26 @@ class SQLiteStore:
             self._check_open()
             return False
         conn = await self._connected()
+
+        def body(raw: sqlite3.Connection, now: float) -> bool:
+            params = self._holder_params(lease, now)
+            params.update(response=checked[0], retention=checked[1])
+            return bool(raw.execute(COMPLETE, params).fetchall())
+
         with self._errors():
-            async with self._write(conn) as now:
-                params = self._holder_params(lease, now)
-                params.update(response=checked[0], retention=checked[1])
-                rows = list(await conn.execute_fetchall(COMPLETE, params))
-        return bool(rows)
+            return await self._transact(conn, body)
 
     async def release(self, lease: Lease) -> bool:
         if not lease_arguments(lease, max_key_length=self._max_key_length):
             self._check_open()
             return False
         conn = await self._connected()
+
+        def body(raw: sqlite3.Connection, now: float) -> bool:
+            return bool(raw.execute(RELEASE, self._holder_params(lease, now)).fetchall())
+
         with self._errors():
-            async with self._write(conn) as now:
-                rows = list(await conn.execute_fetchall(RELEASE, self._holder_params(lease, now)))
-        return bool(rows)
+            return await self._transact(conn, body)
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
@@ -490,12 +498,15 @@ class SQLiteStore:
             self._check_open()
             return None
         conn = await self._connected()
+
+        def body(raw: sqlite3.Connection, now: float) -> list[Any]:
+            params = self._holder_params(lease, now)
+            params["lease_ttl"] = lease_ttl
+            params["held"] = retention_while_held(lease_ttl, lease.retention)
+            return raw.execute(EXTEND, params).fetchall()
+
         with self._errors():
-            async with self._write(conn) as now:
-                params = self._holder_params(lease, now)
-                params["lease_ttl"] = lease_ttl
-                params["held"] = retention_while_held(lease_ttl, lease.retention)
-                rows = list(await conn.execute_fetchall(EXTEND, params))
+            rows = await self._transact(conn, body)
         if not rows:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, rows[0][0], lease.retention)
@@ -525,9 +536,12 @@ class SQLiteStore:
     async def delete(self, key: str, *, scope: str = "") -> bool:
         lookup_arguments(key, scope, max_key_length=self._max_key_length)
         conn = await self._connected()
+
+        def body(raw: sqlite3.Connection, now: float) -> tuple[float, list[Any]]:
+            return now, raw.execute(DELETE, (scope, key)).fetchall()
+
         with self._errors():
-            async with self._write(conn) as now:
-                rows = list(await conn.execute_fetchall(DELETE, (scope, key)))
+            now, rows = await self._transact(conn, body)
         # True only if a live record went: a tombstone or an expired row was already absent.
         return any(status != "released" and expires_at > now for status, expires_at in rows)
 

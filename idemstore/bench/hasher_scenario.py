@@ -1,0 +1,159 @@
+"""The ``hasher`` scenario: ``idemstore.fingerprint`` against ``rfc8785`` and
+``json.dumps(sort_keys=True)`` (each + SHA-256) on one realistic tool-call argument object."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from idemstore.bench.results import Measurement, Timing
+from idemstore.bench.scenarios import keep_going
+from idemstore.hashing import fingerprint
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from idemstore.bench.scenarios import Load
+
+__all__ = ["HASHER_FLOOR", "hasher_value", "run_hasher"]
+
+
+def hasher_value(size: int) -> dict[str, Any]:
+    """Tool-call arguments of about ``size`` bytes of JSON, built deterministically.
+
+    The base is a small ``charge_card`` call; past it, order lines are added until the JSON is
+    ``size`` bytes, each shaped like a real API object: non-ASCII text (accents, CJK, emoji),
+    quotes and newlines to escape, ints, prices and coordinates as floats, integral and tiny
+    floats, nulls, booleans, nested objects and arrays, keys with accents, and on every tenth
+    line emoji keys (which sort by UTF-16 code units, not code points) and a tiny float (which
+    ECMAScript and ``repr`` lay out differently). Every value stays in
+    RFC 8785's domain (no integer beyond 2**53), so ``rfc8785`` can hash it too.
+    """
+    value: dict[str, Any] = {
+        "name": "charge_card",
+        "arguments": {
+            "order_id": 42,
+            "amount": 1999,
+            "currency": "EUR",
+            "captured": True,
+            "rate": 0.25,
+            "customer": {"id": "cus_8f14e45f", "email": "zoë@example.com", "tags": ["vip"]},
+            "items": [],
+            "note": "Lieferung bis Freitag, bitte klingeln 🚪",
+        },
+    }
+    items: list[dict[str, Any]] = value["arguments"]["items"]
+    rng = random.Random(size)
+    while len(json.dumps(value)) < size:
+        items.append(_order_line(rng, len(items)))
+    return value
+
+
+_TITLES = (
+    "Kaffeebohnen, 1 kg — Röstung „mittel“",
+    "抹茶ラテ\uff08無糖\uff09",  # fullwidth parentheses
+    'Café crème "Grand Cru" ☕',
+    "Pão de queijo congelado",
+    "Смесь орехов и сухофруктов",
+    "Ørret-filet, røkt",
+    "Brötchen mit Kürbiskernen 🎃",
+    "Spicy ramen 🍜 (extra hot)",
+)
+_COLOURS = ("dunkelblau", "rot", "grün", "weiß", "naturfarben")
+
+
+def _order_line(rng: random.Random, n: int) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "sku": f"SKU-{n:05d}",
+        "title": rng.choice(_TITLES),
+        "qty": rng.randint(1, 12),
+        "unit_price": rng.choice((round(rng.uniform(0.5, 250), 2), float(rng.randint(1, 40)))),
+        "discount": rng.choice((None, 0.1, 0.15)),
+        "tax": {"rate": rng.choice((0.19, 0.07, 0.2)), "included": rng.random() < 0.5},
+        "dimensions_cm": [round(rng.uniform(1, 60), 1) for _ in range(3)],
+        "weight_kg": round(rng.uniform(0.05, 12), 3),
+        "attributes": {"größe": rng.choice("SMLX"), "farbe": rng.choice(_COLOURS)},
+        "warehouse": {
+            "id": f"wh_{rng.randrange(16**8):08x}",
+            "location": [round(rng.uniform(-60, 70), 6), round(rng.uniform(-180, 180), 6)],
+            "stock": rng.randint(0, 50_000),
+        },
+        "tags": rng.sample(["gift", "fragile", "bio", "vegan", "sale", "neu"], k=2),
+        "updated_ms": 1_764_500_000_000 + rng.randrange(10**9),
+        "note": rng.choice((None, 'Bitte "vorsichtig" behandeln.\nDanke!', "\tam Tor abgeben")),
+    }
+    if n % 10 == 9:
+        line["reactions"] = {"👍": rng.randint(1, 9), "ok": 1, "\uff01": rng.randint(0, 3)}
+        line["tolerance"] = rng.choice((1e-05, 2.5e-7))
+    return line
+
+
+def _rfc8785_hash(value: Any) -> str:
+    import rfc8785
+
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+def _sorted_json_hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+HASHERS: dict[str, Callable[[Any], str]] = {
+    "idemstore.fingerprint": fingerprint,
+    "rfc8785": _rfc8785_hash,
+    "json.dumps(sort_keys)": _sorted_json_hash,
+}
+HASHER_FLOOR = "json.dumps(sort_keys)"
+
+
+def _time_sync(call: Callable[[], object], load: Load) -> Timing:
+    timing = Timing()
+    clock = time.perf_counter_ns
+    latencies = timing.latencies_ns
+    deadline = None if load.duration is None else time.monotonic() + load.duration
+    count = load.ops
+    started = time.perf_counter()
+    j = 0
+    while keep_going(j, count, deadline):
+        begun = clock()
+        try:
+            call()
+        except Exception as exc:
+            timing.record_error(exc)
+        else:
+            latencies.append(clock() - begun)
+        j += 1
+    timing.seconds = time.perf_counter() - started
+    return timing
+
+
+def run_hasher(load: Load) -> list[Measurement]:
+    """Each hasher on the same value, one after another, against ``json.dumps(sort_keys)``.
+
+    Hashing is CPU work: it runs once, on one worker, whatever the concurrency asked for.
+    """
+    value = hasher_value(load.payload_bytes)
+    digests = {name: hasher(value) for name, hasher in HASHERS.items()}
+    timings = {name: _time_sync(functools.partial(h, value), load) for name, h in HASHERS.items()}
+    floor = timings[HASHER_FLOOR]
+    size = len(json.dumps(value).encode())
+    return [
+        Measurement(
+            backend=name,
+            scenario="hasher",
+            concurrency=1,
+            subject=timing,
+            floor=floor,
+            floor_name=f"{HASHER_FLOOR} + sha256",
+            notes={
+                "value_bytes": size,
+                "agrees_with_rfc8785": digests[name] == digests["rfc8785"],
+            },
+        )
+        for name, timing in timings.items()
+    ]

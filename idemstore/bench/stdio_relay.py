@@ -1,0 +1,53 @@
+"""A bare stdio relay: the floor of ``idemstore proxy``'s added latency.
+
+``python -m idemstore.bench.stdio_relay -- COMMAND…`` runs COMMAND and copies lines between its
+own stdio and COMMAND's, parsing nothing and storing nothing: what any relay process costs (two
+more pipe hops and two wake-ups of a Python event loop per call) before it does any work. The
+``proxy`` scenario times it beside the proxy and the server called directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+__all__ = ["main"]
+
+_LIMIT = 1 << 24  # lines up to 16 MiB, as the proxy's default
+
+
+async def _copy(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+    while line := await source.readline():
+        target.write(line)
+        await target.drain()
+    target.close()
+
+
+async def _relay(command: list[str]) -> int:
+    loop = asyncio.get_running_loop()
+    server = await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_LIMIT
+    )
+    assert server.stdin is not None and server.stdout is not None
+    client = asyncio.StreamReader(limit=_LIMIT)
+    stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(client), stdin)
+    stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout)
+    answers = asyncio.StreamWriter(transport, protocol, None, loop)
+    await asyncio.gather(_copy(client, server.stdin), _copy(server.stdout, answers))
+    return await server.wait()
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    command = argv[argv.index("--") + 1 :] if "--" in argv else argv
+    if not command:
+        print("usage: python -m idemstore.bench.stdio_relay -- COMMAND...", file=sys.stderr)
+        return 2
+    return asyncio.run(_relay(command))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
