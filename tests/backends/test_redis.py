@@ -257,6 +257,50 @@ async def test_wait_still_returns_when_the_pubsub_connection_is_killed(
         assert record is not None and record.status is Status.COMPLETED
 
 
+@BOTH
+async def test_waits_end_typed_while_pubsub_connections_are_killed_under_them(
+    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+) -> None:
+    # Waiters keep subscribing while the server drops the shared pub/sub connection: the
+    # reader's reconnect must never pull the connection out from under a subscriber's send
+    # (redis-py then raised AttributeError from inside the send, out of wait).
+    url = request.getfixturevalue(url_fixture)
+    untyped: list[BaseException] = []
+    finished = 0
+
+    async def waiter(store: Any) -> None:
+        nonlocal finished
+        key = new_key()
+        await acquire(store, key)
+        try:
+            await store.wait(key, timeout=0.05)
+        except StoreUnavailableError:
+            pass
+        except Exception as exc:
+            untyped.append(exc)
+        finished += 1
+
+    async def killer(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for node in admin:
+                with contextlib.suppress(Exception):
+                    await node.client_kill_filter(_type="pubsub")
+            await asyncio.sleep(0.005)
+
+    async with open_store(url) as store:
+        stop = asyncio.Event()
+        kills = asyncio.create_task(killer(stop))
+        try:
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline and not untyped:
+                await asyncio.gather(*(waiter(store) for _ in range(32)))
+        finally:
+            stop.set()
+            await kills
+    assert finished > 0
+    assert untyped == []
+
+
 # -- concurrency ------------------------------------------------------------------------------
 
 

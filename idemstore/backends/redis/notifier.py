@@ -7,8 +7,6 @@ import contextlib
 import functools
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisClusterException, RedisError
-
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
@@ -19,8 +17,6 @@ __all__ = [
     "shard_pubsub_everywhere",
     "shard_pubsub_in_all",
 ]
-
-_DRIVER_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
 class Notifier:
@@ -85,6 +81,11 @@ class Notifier:
                 async with self._send_lock:
                     if self._pubsub is None:
                         self._pubsub_client, self._pubsub = await self._connect()
+                    elif _lost(self._pubsub):
+                        # The reader reconnects (and then subscribes every channel waited on,
+                        # this one too). Connecting here as well would put two coroutines on
+                        # one socket: redis-py then fails inside either, untyped.
+                        return event, False
                     self._confirmations.setdefault(channel, []).append(confirmed)
                     await self._subscribe(channel)
                 if self._closed:
@@ -95,7 +96,11 @@ class Notifier:
                 if self._reader is None or self._reader.done():
                     self._reader = asyncio.create_task(self._read(), name="idemstore-redis-wait")
                 return event, await asyncio.shield(confirmed)
-        except _DRIVER_ERRORS:
+        except Exception:
+            # Not only driver errors: when the connection breaks, redis-py's retries reconnect
+            # it from whichever coroutine noticed, this send's or the reader's, and the other
+            # then fails inside redis-py (RuntimeError: two readers on one socket;
+            # AttributeError: the socket closed under a send). Either way this wait polls.
             self._drop(channel, confirmed)
             return event, False
         except asyncio.CancelledError:
@@ -191,15 +196,17 @@ class Notifier:
                 event.set()
 
     async def _reconnect(self) -> None:
-        await self._close_connection()
-        try:
-            async with self._send_lock:
+        # Under the send lock: closing the connection while a subscriber sends on it would
+        # pull the socket out from under that send.
+        async with self._send_lock:
+            await self._close_connection()
+            try:
                 self._pubsub_client, self._pubsub = await self._connect()
                 if self._events:
                     await self._subscribe(*self._events)
-        except Exception:
-            # The reader tries again after a backoff; waiters keep polling meanwhile.
-            await self._close_connection()
+            except Exception:
+                # The reader tries again after a backoff; waiters keep polling meanwhile.
+                await self._close_connection()
 
     async def _close_connection(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -221,6 +228,12 @@ class Notifier:
             await asyncio.gather(reader, return_exceptions=True)
         self._fail_all()
         await self._close_connection()
+
+
+def _lost(pubsub: Any) -> bool:
+    """Whether ``pubsub`` had a connection that is now closed (a new one has none yet)."""
+    connection = pubsub.connection
+    return connection is not None and not connection.is_connected
 
 
 class Subscription:
