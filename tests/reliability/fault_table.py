@@ -1,10 +1,11 @@
-"""Write the campaign's fault table into docs/reliability.md from the JSON lines the reliability
-tests append to $IDEMSTORE_RELIABILITY_REPORT (see conftest.py ``report_counts``).
+"""Write the campaign's tables into docs/reliability.md from the JSON lines the reliability
+tests append to $IDEMSTORE_RELIABILITY_REPORT (see conftest.py ``report_counts``): the fault
+table (one line per fault and backend) and the failover table (one line per Sentinel setting).
 
     python -m tests.reliability.fault_table REPORT.jsonl docs/reliability.md
 
-Only the text between the two marker comments is replaced, so the page's prose stays hand
-written while every number in the table comes from the run.
+Only the text between each table's two marker comments is replaced, so the page's prose stays
+hand written while every number in the tables comes from the run.
 """
 
 from __future__ import annotations
@@ -15,10 +16,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BEGIN", "END", "render", "replace_between_markers"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "FAILOVER_BEGIN",
+    "FAILOVER_END",
+    "render",
+    "render_failovers",
+    "replace_between_markers",
+]
 
 BEGIN = "<!-- fault-table:begin (written by python -m tests.reliability.fault_table) -->"
 END = "<!-- fault-table:end -->"
+FAILOVER_BEGIN = (
+    "<!-- failover-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+FAILOVER_END = "<!-- failover-table:end -->"
 
 # (column title, how to read it from one run's counts)
 _COLUMNS: tuple[tuple[str, str], ...] = (
@@ -89,11 +102,34 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def replace_between_markers(page: str, table: str) -> str:
-    """``page`` with the text between BEGIN and END replaced by ``table``."""
-    start = page.index(BEGIN) + len(BEGIN)
-    end = page.index(END, start)
-    return f"{page[:start]}\n{table}\n{page[end:]}"
+def render_failovers(rows: list[dict[str, Any]]) -> str:
+    """The Sentinel failover table: one line per run of ``test_redis_sentinel``."""
+    lines = [
+        "| setting | acknowledged completions | lost after failover | keys that would run again"
+        " | typed errors | promotion | `complete` p50 / p99 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    runs = [
+        r for r in rows if r.get("backend") == "redis-sentinel" and r.get("fault") == "failover"
+    ]
+    for run in sorted(runs, key=lambda r: int(r.get("wait_replicas", 0))):
+        lines.append(
+            f"| `wait_replicas={run.get('wait_replicas', 0)}` "
+            f"| {run.get('acknowledged completions', 0)} "
+            f"| {run.get('lost after failover', 0)} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)} "
+            f"| {run.get('promotion seconds', '?')} s "
+            f"| {run.get('complete p50 ms', '?')} / {run.get('complete p99 ms', '?')} ms |"
+        )
+    return "\n".join(lines)
+
+
+def replace_between_markers(page: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    """``page`` with the text between ``begin`` and ``end`` replaced by ``table``."""
+    start = page.index(begin) + len(begin)
+    stop = page.index(end, start)
+    return f"{page[:start]}\n{table}\n{page[stop:]}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,8 +138,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("page", type=Path)
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
-    page = args.page.read_text(encoding="utf-8")
-    args.page.write_text(replace_between_markers(page, render(rows)), encoding="utf-8")
+    page = replace_between_markers(args.page.read_text(encoding="utf-8"), render(rows))
+    if any(r.get("backend") == "redis-sentinel" for r in rows):
+        # A run that left the Sentinel tests out keeps the published failover table.
+        failovers = render_failovers(rows)
+        page = replace_between_markers(page, failovers, FAILOVER_BEGIN, FAILOVER_END)
+        print(failovers)
+    args.page.write_text(page, encoding="utf-8")
     print(render(rows))
 
 

@@ -7,7 +7,15 @@ import random
 
 import pytest
 
-from tests.reliability.fault_table import BEGIN, END, render, replace_between_markers
+from tests.reliability.fault_table import (
+    BEGIN,
+    END,
+    FAILOVER_BEGIN,
+    FAILOVER_END,
+    render,
+    render_failovers,
+    replace_between_markers,
+)
 from tests.reliability.soak import fit_slope, judge
 
 
@@ -39,6 +47,31 @@ def test_the_fault_table_replaces_only_the_text_between_its_markers() -> None:
     assert written == f"intro\n{BEGIN}\n| new |\n{END}\noutro\n"
     with pytest.raises(ValueError):
         replace_between_markers("no markers", "| new |")
+
+
+def test_the_failover_table_has_one_line_per_sentinel_setting_in_order() -> None:
+    def failover(wait: int, acked: int, lost: int) -> dict[str, object]:
+        return {
+            "backend": "redis-sentinel",
+            "fault": "failover",
+            "wait_replicas": wait,
+            "acknowledged completions": acked,
+            "lost after failover": lost,
+            "keys that would run again": lost,
+            "typed errors": 7,
+            "promotion seconds": 2.3,
+            "complete p50 ms": 1.5,
+            "complete p99 ms": 5.2,
+        }
+
+    rows = [failover(1, 120, 0), history("redis"), failover(0, 900, 3)]
+    table = render_failovers(rows).splitlines()
+    assert len(table) == 4  # header, rule, one line per setting, the history left out
+    assert table[2].startswith("| `wait_replicas=0` | 900 | 3 | 3 | 7 | 2.3 s | 1.5 / 5.2 ms |")
+    assert table[3].startswith("| `wait_replicas=1` | 120 | 0 | 0 |")
+    page = f"{BEGIN}\nold\n{END}\n{FAILOVER_BEGIN}\nold\n{FAILOVER_END}\n"
+    written = replace_between_markers(page, "| f |", FAILOVER_BEGIN, FAILOVER_END)
+    assert written == f"{BEGIN}\nold\n{END}\n{FAILOVER_BEGIN}\n| f |\n{FAILOVER_END}\n"
 
 
 def samples(
