@@ -85,4 +85,8 @@ def wait_for_port(
     tail = ""
     if log is not None and log.exists():
         tail = "\n" + log.read_text(errors="replace")[-2000:]
+    if process is not None and process.poll() is not None:
+        raise ServerUnavailableError(
+            f"the server for 127.0.0.1:{port} exited with status {process.returncode}{tail}"
+        )
     raise ServerUnavailableError(f"nothing listened on 127.0.0.1:{port} within {timeout}s{tail}")

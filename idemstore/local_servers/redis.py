@@ -55,6 +55,11 @@ class LocalRedis:
     # Run as a Sentinel with this configuration (written once: Sentinel rewrites its file).
     sentinel_config: str | None = None
 
+    def __post_init__(self) -> None:
+        # redis-server changes into --dir before it opens --logfile: a relative directory
+        # would be looked up a second time from inside itself, and the server exit at once.
+        self.directory = Path(self.directory).resolve()
+
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
@@ -193,6 +198,7 @@ def start_redis(
         raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
     owns = directory is None
     where = Path(tempfile.mkdtemp(prefix="idemstore-redis-")) if directory is None else directory
+    where.mkdir(parents=True, exist_ok=True)
     server = LocalRedis(
         port=free_port(),
         directory=where,

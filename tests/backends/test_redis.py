@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -38,7 +39,6 @@ from idemstore.backends.redis.scripts import SCRIPTS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Iterator
-    from pathlib import Path
 
     from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster
 
@@ -656,6 +656,25 @@ def own_redis() -> Iterator[LocalRedis]:
         backend_unavailable("redis", str(exc))
     yield server
     server.stop()
+
+
+def test_a_local_server_starts_in_a_directory_given_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from idemstore.local_servers.redis import start_redis
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        server = start_redis(directory=Path("data"), appendonly=True)
+    except ServerUnavailableError as exc:
+        if "not on PATH" in str(exc):
+            backend_unavailable("redis", str(exc))
+        raise
+    try:
+        assert server.cli("PING").strip() == "PONG"
+        assert (tmp_path / "data" / "redis.log").exists()
+    finally:
+        server.stop()
 
 
 async def test_an_unreachable_server_is_store_unavailable_without_the_password() -> None:
