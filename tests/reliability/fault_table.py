@@ -102,6 +102,12 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _failovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        r for r in rows if r.get("backend") == "redis-sentinel" and r.get("fault") == "failover"
+    ]
+
+
 def render_failovers(rows: list[dict[str, Any]]) -> str:
     """The Sentinel failover table: one line per run of ``test_redis_sentinel``."""
     lines = [
@@ -109,10 +115,7 @@ def render_failovers(rows: list[dict[str, Any]]) -> str:
         " | typed errors | promotion | `complete` p50 / p99 |",
         "|---|---|---|---|---|---|---|",
     ]
-    runs = [
-        r for r in rows if r.get("backend") == "redis-sentinel" and r.get("fault") == "failover"
-    ]
-    for run in sorted(runs, key=lambda r: int(r.get("wait_replicas", 0))):
+    for run in sorted(_failovers(rows), key=lambda r: int(r.get("wait_replicas", 0))):
         lines.append(
             f"| `wait_replicas={run.get('wait_replicas', 0)}` "
             f"| {run.get('acknowledged completions', 0)} "
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
     page = replace_between_markers(args.page.read_text(encoding="utf-8"), render(rows))
-    if any(r.get("backend") == "redis-sentinel" for r in rows):
+    if _failovers(rows):
         # A run that left the Sentinel tests out keeps the published failover table.
         failovers = render_failovers(rows)
         page = replace_between_markers(page, failovers, FAILOVER_BEGIN, FAILOVER_END)
