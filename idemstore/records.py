@@ -39,6 +39,8 @@ def _check_text(what: str, value: object, max_length: int, *, allow_empty: bool)
         raise InvalidKeyError(f"{what} is {len(value)} characters long; the limit is {max_length}")
     if "\x00" in value:
         raise InvalidKeyError(f"{what} must not contain NUL characters")
+    if value.isascii():  # the usual key, known to encode without making the bytes
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

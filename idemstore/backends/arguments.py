@@ -56,26 +56,29 @@ def reserve_arguments(
     """``(lease_ttl, retention)`` as floats, once key, scope and fingerprint are valid."""
     # A caller repeats its scope, fingerprint and durations far more often than its keys:
     # their verdicts are remembered (str and float are immutable, so a verdict cannot go
-    # stale). Only exact str and float take the cache: a subclass could compare equal to a
-    # valid value yet be one the engines cannot store.
+    # stale). Only exact str, float and int take the cache: a subclass could compare equal
+    # to a valid value yet be one the engines cannot store.
     check_key(key, max_key_length=max_key_length)
-    if type(scope) is str and type(fingerprint) is str:
-        _valid_scope_and_fingerprint(scope, fingerprint)
-    else:
-        check_identity(key, scope, fingerprint, max_key_length=max_key_length)
-    if type(lease_ttl) is float and type(retention) is float:
-        return _valid_durations(lease_ttl, retention)
+    if (
+        type(scope) is str
+        and type(fingerprint) is str
+        and type(lease_ttl) in _PLAIN_NUMBERS
+        and type(retention) in _PLAIN_NUMBERS
+    ):
+        return _valid_settings(scope, fingerprint, lease_ttl, retention)
+    check_identity(key, scope, fingerprint, max_key_length=max_key_length)
     return check_duration("lease_ttl", lease_ttl), check_duration("retention", retention)
 
 
+_PLAIN_NUMBERS = (float, int)
+
+
 @functools.lru_cache(maxsize=256)
-def _valid_scope_and_fingerprint(scope: str, fingerprint: str) -> None:
-    # An invalid pair raises, and lru_cache remembers only pairs that passed.
+def _valid_settings(
+    scope: str, fingerprint: str, lease_ttl: float, retention: float
+) -> tuple[float, float]:
+    # Invalid settings raise, and lru_cache remembers only settings that passed.
     check_identity("k", scope, fingerprint)
-
-
-@functools.lru_cache(maxsize=256)
-def _valid_durations(lease_ttl: float, retention: float) -> tuple[float, float]:
     return check_duration("lease_ttl", lease_ttl), check_duration("retention", retention)
 
 
