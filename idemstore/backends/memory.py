@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryStore"]
 
+# Enum members as module constants: on Python 3.11 ``Status.IN_PROGRESS`` is a descriptor
+# call (about 0.1 µs), and a fresh reserve and complete name four of them.
+_IN_PROGRESS = Status.IN_PROGRESS
+_COMPLETED = Status.COMPLETED
+_ACQUIRED = Outcome.ACQUIRED
+
 
 @dataclass(slots=True)
 class _Entry:
@@ -119,7 +125,7 @@ class MemoryStore:
             response=entry.response,
             created_at=entry.created_at,
             expires_at=entry.expires_at,
-            lease_expires_at=entry.lease_expires_at if entry.status is Status.IN_PROGRESS else None,
+            lease_expires_at=entry.lease_expires_at if entry.status is _IN_PROGRESS else None,
         )
 
     def _issued(self, lease: Lease) -> _Entry | None:
@@ -144,7 +150,7 @@ class MemoryStore:
         if (
             entry is None
             or entry.released
-            or entry.status is not Status.IN_PROGRESS
+            or entry.status is not _IN_PROGRESS
             or entry.token != lease.token
             or entry.fence != lease.fence
             or entry.expires_at <= self._clock()
@@ -188,7 +194,7 @@ class MemoryStore:
         if live is not None:
             if live.fingerprint != fingerprint:
                 return Reservation(Outcome.MISMATCH, record=self._record(scope, key, live))
-            if live.status is Status.COMPLETED:
+            if live.status is _COMPLETED:
                 return Reservation(Outcome.COMPLETED, record=self._record(scope, key, live))
             assert live.lease_expires_at is not None
             if live.lease_expires_at > now:
@@ -207,12 +213,12 @@ class MemoryStore:
             now + retention_while_held(lease_ttl, retention),
             deadline,
             retention,
-            Status.IN_PROGRESS,
+            _IN_PROGRESS,
             None,
             False,
             lease,
         )
-        return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover)
+        return Reservation(_ACQUIRED, lease, None, takeover)
 
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
@@ -223,12 +229,10 @@ class MemoryStore:
             # and the owner check is the state of the entry that handed it out.
             body = check_response(response)
             keep = lease.retention if retention is None else check_duration("retention", retention)
-            self._check_open()
-            if (
-                issued.released
-                or issued.status is not Status.IN_PROGRESS
-                or issued.expires_at <= self._clock()
-            ):
+            if self._closed:
+                self._check_open()
+            now = self._clock()
+            if issued.released or issued.status is not _IN_PROGRESS or issued.expires_at <= now:
                 return False
             entry, checked = issued, (body, keep)
         else:
@@ -240,11 +244,13 @@ class MemoryStore:
             if holder is None or maybe is None:
                 return False
             entry, checked = holder, maybe
-        entry.status = Status.COMPLETED
+            now = self._clock()
+        entry.status = _COMPLETED
         entry.response = checked[0]
         entry.lease_expires_at = None
-        entry.expires_at = self._clock() + checked[1]
-        self._wake(lease.scope, lease.key)
+        entry.expires_at = now + checked[1]
+        if self._waiters:  # most completions have nobody waiting: skip the lookup
+            self._wake(lease.scope, lease.key)
         return True
 
     async def release(self, lease: Lease) -> bool:
