@@ -78,8 +78,11 @@ CONTENTION_REPEATS = 8
 # mixed: share of operations that retry a key the worker already completed.
 RETRY_SHARE = 0.2
 
-# Store and floor alternate this many times per measurement (see run_interleaved).
+# Store and floor alternate at least this many times per measurement (see run_interleaved),
+# and in timed measurements at least once every ROUND_SECONDS: the speed of a shared VM
+# drifts within seconds, and finer alternation spreads the drift over both sides.
 ROUNDS = 4
+ROUND_SECONDS = 0.25
 
 IDENTICAL_CALLS = 5  # proxy: identical calls whose executions are counted
 RPC_TIMEOUT = 30.0  # proxy: seconds to wait for one JSON-RPC answer
@@ -159,10 +162,12 @@ def merge(timings: Sequence[Timing]) -> Timing:
 
 
 def rounds_of(load: Load) -> list[Load]:
-    """``load`` cut into ``ROUNDS`` rounds (fewer when there are too few operations)."""
+    """``load`` cut into ``ROUNDS`` rounds (fewer when there are too few operations; in a
+    timed measurement, more when it lasts longer than ``ROUNDS * ROUND_SECONDS``)."""
     if load.ops is None:
         assert load.duration is not None
-        return [replace(load, duration=load.duration / ROUNDS)] * ROUNDS
+        count = max(ROUNDS, round(load.duration / ROUND_SECONDS))
+        return [replace(load, duration=load.duration / count)] * count
     count = max(1, min(ROUNDS, load.ops // max(1, load.concurrency)))
     base, extra = divmod(load.ops, count)
     return [replace(load, ops=base + (1 if r < extra else 0)) for r in range(count)]
@@ -181,9 +186,12 @@ async def run_interleaved(
     subject: list[Timing] = []
     floors: list[Timing] = []
     for r, part in enumerate(rounds_of(load)):
-        if floor is not None:
+        # Which side goes first alternates too, so neither always runs on the other's heels.
+        if floor is not None and r % 2 == 0:
             floors.append(await run_floor(floor, scenario, part, f"{prefix}r{r}:", reset=False))
         subject.append(await run_store(store, scenario, part, f"{prefix}r{r}:"))
+        if floor is not None and r % 2 == 1:
+            floors.append(await run_floor(floor, scenario, part, f"{prefix}r{r}:", reset=False))
     return merge(subject), (merge(floors) if floor is not None else None)
 
 
