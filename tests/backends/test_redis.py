@@ -433,6 +433,38 @@ async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultyProxy, str
         yield proxy, f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
 
 
+async def test_a_first_reserve_whose_reply_was_lost_and_retried_acquires_once(
+    dropper: tuple[FaultyProxy, str],
+) -> None:
+    # The first run took the script's fresh-key branch; the driver's retry finds its own
+    # token and must answer as that first run did, with the same lease.
+    proxy, url = dropper
+    async with open_store(url) as store:
+        key = new_key()
+        proxy.drop_reply_to(key.encode())
+        reservation = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+        assert proxy.dropped == 1
+        assert reservation.outcome is Outcome.ACQUIRED and not reservation.takeover
+        lease = reservation.lease
+        assert lease is not None and lease.fence == 1
+        record = await store.get(key)
+        assert record is not None and record.token == lease.token
+        assert record.lease_expires_at == lease.lease_expires_at
+        assert await store.complete(lease, b"result") is True
+
+
+async def test_a_first_reserve_returns_the_lease_deadline_the_server_stored(
+    redis_store_url: str,
+) -> None:
+    async with open_store(redis_store_url) as store:
+        reservation = await store.reserve(new_key(), FP, lease_ttl=12.345678, retention=LONG)
+        lease = reservation.lease
+        assert lease is not None and lease.fence == 1 and not reservation.takeover
+        record = await store.get(lease.key)
+        assert record is not None and record.lease_expires_at == lease.lease_expires_at
+        assert record.created_at + 12.345678 == pytest.approx(lease.lease_expires_at, abs=1e-6)
+
+
 async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
     dropper: tuple[FaultyProxy, str],
 ) -> None:

@@ -57,6 +57,7 @@ from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from types import TracebackType
 
 __all__ = ["RedisStore"]
@@ -64,6 +65,11 @@ __all__ = ["RedisStore"]
 # expiry_grace is bounded so that PEXPIREAT's argument (retention deadline + grace, in ms)
 # stays an integer a Lua number writes exactly.
 _MAX_GRACE = 100 * 365 * 86400.0
+
+# What a reserve script answers, as Outcome members bound once (on Python 3.11 naming a
+# member, Outcome.ACQUIRED, is a descriptor call on every reserve).
+_ACQUIRED = Outcome.ACQUIRED
+_FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
 
 # -- the store ------------------------------------------------------------------------------
 
@@ -177,7 +183,7 @@ class RedisStore:
         self._prefix = prefix
         self._operation_timeout = operation_timeout
         self._queue_timeout = operation_timeout or socket_timeout
-        self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000))
+        self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000)).encode()
         self._max_key_length = max_key_length
         self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
         options: dict[str, Any] = {
@@ -286,13 +292,19 @@ class RedisStore:
             return None, client.pubsub()
         return await self._shards.connect(random.choice(client.get_nodes()))
 
-    async def _run(self, name: str, key: bytes, *args: str | bytes) -> Any:
+    def _run(self, name: str, key: bytes, *args: str | bytes) -> Awaitable[Any]:
         """Run one script on ``key``; with ``operation_timeout``, within that time."""
         if self._operation_timeout is None:
-            # The hot path: no timer of our own; the socket timeouts bound every wait.
-            return await self._call(name, key, args)
+            # The hot path: no timer of our own (the socket timeouts bound every wait), and
+            # no coroutine of its own either: the caller awaits _call's.
+            return self._call(name, key, args)
+        return self._call_within(self._operation_timeout, name, key, args)
+
+    async def _call_within(
+        self, timeout: float, name: str, key: bytes, args: tuple[str | bytes, ...]
+    ) -> Any:
         try:
-            async with asyncio.timeout(self._operation_timeout):
+            async with asyncio.timeout(timeout):
                 return await self._call(name, key, args)
         except TimeoutError as exc:
             raise self._errors.translate(exc) from exc
@@ -360,23 +372,27 @@ class RedisStore:
         )
         self._check_open()
         token = new_token()
+        lease_us = micros(lease_ttl)
         reply = await self._run(
             "reserve",
             self._key(scope, key),
             fingerprint,
             token,
-            micros(lease_ttl),
+            lease_us,
             micros(retention_while_held(lease_ttl, retention)),
             self._grace_ms,
         )
+        if type(reply) is int:
+            # The server's clock: a first acquisition (fence 1, nothing taken over), whose
+            # lease deadline is computed here exactly as the script stored it.
+            lease = Lease(scope, key, token, 1, seconds(reply + int(lease_us)), retention)
+            return Reservation(_ACQUIRED, lease, None, False)
         outcome = reply[0]
         if outcome == b"a":
             _, _, fence, takeover, deadline = reply
             lease = Lease(scope, key, token, integer(fence), seconds(deadline), retention)
-            return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
-        record = decode_record(scope, key, reply[2:])
-        kind = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
-        return Reservation(kind[outcome], record=record)
+            return Reservation(_ACQUIRED, lease, None, bool(takeover))
+        return Reservation(_FOUND[outcome], None, decode_record(scope, key, reply[2:]))
 
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None

@@ -1,10 +1,19 @@
 -- reserve. ARGV: fingerprint, token, lease_us, retention_us, grace_ms.
 -- retention_us is already at least lease_us: a live lease keeps its record.
--- Reply: {'a', now, fence, takeover, lease_deadline} or {outcome, now, <record fields>}.
+-- Reply: now (an integer: acquired a key nothing was left under, fence 1, no takeover),
+-- {'a', now, fence, takeover, lease_deadline} or {outcome, now, <record fields>}.
 local ea = now + ARGV[4]
 local la = now + ARGV[3]
 local refused = out_of_range('retention', ea) or out_of_range('lease_ttl', la)
 if refused then return refused end
+-- Most reserves are first executions: nothing to read, and the shortest reply (a table
+-- costs the server more to build and send than the rest of this branch).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', 1,
+    'ca', now, 'ea', ea, 'la', la)
+  redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
+  return now
+end
 local h = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'fen', 'ca', 'ea', 'la', 'res', 'tk')
 local st = h[1]
 local fence = tonumber(h[4]) or 0
