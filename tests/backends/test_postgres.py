@@ -5,6 +5,7 @@ LISTEN/NOTIFY with its polling fallback, batched sweeps, and failure mapping."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -669,7 +670,11 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
         with pytest.raises(SchemaError):
             await new.get("done")
         applied = await new.apply_migrations(load_migrations("postgres"))
-        assert [m.name for m in applied] == ["0002_digest_key.sql", "0003_watched_rows.sql"]
+        assert [m.name for m in applied] == [
+            "0002_digest_key.sql",
+            "0003_watched_rows.sql",
+            "0004_identity_digest_once.sql",
+        ]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.outcome is Outcome.COMPLETED
         assert replay.record is not None and replay.record.response == b"old result"
@@ -694,6 +699,64 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
             f'"{postgres_schema}".idemstore_records',
         )
         assert [row[0] for row in columns] == ["id"]
+
+
+async def test_records_written_under_schema_version_3_replay_after_version_4(
+    postgres_server: str, postgres_schema: str, admin: Any
+) -> None:
+    """0004 turns the generated id into a plain column that reserve fills: records written
+    before it (completed, in progress, released) answer exactly as before, and a row
+    written after it carries the same digest the generated column computed."""
+    url = with_options(postgres_server, schema=postgres_schema)
+    old = await _store_migrated_to(url, 3)
+    try:
+        sql = old._sql
+        pool = await old._connect()
+
+        async def reserve_v3(key: str) -> Any:
+            return await pool.fetchrow(
+                sql["reserve"], _hash64(postgres_schema, "", key), "", key, FP,
+                uuid.uuid4().hex, LONG, LONG,
+            )  # fmt: skip
+
+        done = await reserve_v3("done")
+        assert await pool.fetchval(
+            sql["complete"], "", "done", done["token"], done["fence"], b"old result", LONG,
+            "c", 0,
+        )  # fmt: skip
+        held = await reserve_v3("held")
+        gone = await reserve_v3("gone")
+        assert await pool.fetchval(sql["release"], "", "gone", gone["token"], 1, "c", 0)
+    finally:
+        await old.close()
+
+    async with open_pg(url) as new:
+        applied = await new.apply_migrations(load_migrations("postgres"))
+        assert [m.name for m in applied] == ["0004_identity_digest_once.sql"]
+        replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
+        assert replay.record is not None and replay.record.response == b"old result"
+        busy = await new.reserve("held", FP, lease_ttl=LONG, retention=LONG)
+        assert busy.outcome is Outcome.IN_PROGRESS
+        lease = Lease("", "held", held["token"], held["fence"], 0.0, LONG)
+        assert await new.complete(lease, b"finished after the upgrade") is True
+        again = await new.reserve("gone", FP, lease_ttl=LONG, retention=LONG)
+        assert again.lease is not None and again.lease.fence == 2
+        fresh = await new.reserve("new:é", FP, scope="s", lease_ttl=LONG, retention=LONG)
+        assert fresh.lease is not None
+    table = f'"{postgres_schema}".idemstore_records'
+    ids = {
+        (row["scope"], row["key"]): bytes(row["id"])
+        for row in await admin.fetch(f"SELECT scope, key, id FROM {table}")
+    }
+    for (scope, key), digest in ids.items():
+        assert digest == hashlib.sha256(f"{scope}\0{key}".encode()).digest()
+    assert ("s", "new:é") in ids and len(ids) == 4
+    generated = await admin.fetchval(
+        "SELECT attgenerated = 's' FROM pg_attribute"
+        " WHERE attrelid = $1::regclass AND attname = 'id'",
+        table,
+    )
+    assert generated is False
 
 
 async def test_the_longest_identity_is_stored_through_pgbouncer(pgbouncer_store_url: str) -> None:
