@@ -89,16 +89,21 @@ def key_of(params: object) -> object:
 
     Anything else is returned as sent (a non-string is the caller's to reject as invalid).
     """
-    if not isinstance(params, Mapping):
+    # type() first: a dict is the usual case, and an ABC isinstance check costs more.
+    if type(params) is not dict and not isinstance(params, Mapping):
         return None
     return params.get(KEY_FIELD)
 
 
 def is_continuation(params: object) -> bool:
     """Whether ``params`` is an MRTR continuation (outside SEP-3182)."""
-    return isinstance(params, Mapping) and any(
-        params.get(name) is not None for name in CONTINUATION_FIELDS
-    )
+    if type(params) is not dict and not isinstance(params, Mapping):
+        return False
+    # A loop, not any() over a generator: this runs for every tools/call.
+    for name in CONTINUATION_FIELDS:  # noqa: SIM110
+        if params.get(name) is not None:
+            return True
+    return False
 
 
 def error(code: int, message: str, kind: str | None = None, key: object = None) -> dict[str, Any]:

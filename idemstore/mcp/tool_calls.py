@@ -47,7 +47,7 @@ import fnmatch
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore.errors import (
@@ -64,7 +64,7 @@ from idemstore.mcp import sep3182
 from idemstore.records import check_duration, check_identity
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
     from idemstore.execution import Execution
     from idemstore.protocol import IdempotencyStore
@@ -89,6 +89,9 @@ META_KEY_FIELD = "idempotency-key"
 """mcp-idempotent's explicit key: ``params._meta["idempotency-key"]``."""
 
 KeyKind = Literal["sep", "meta", "derived"]
+
+_META_FIELD = f"_meta.{META_KEY_FIELD}"
+_SELECTED_CACHE = 1024  # tool names whose selection by the globs is remembered
 
 
 class ServerGone(Exception):
@@ -134,24 +137,46 @@ class Forward:
 @dataclass(slots=True)
 class _Pending:
     call: ToolCall
-    sent: asyncio.Event = field(default_factory=asyncio.Event)  # forwarded, or answered
     task: asyncio.Task[bytes | None] | None = None
     forwarded: bool = False
     execution: Execution | None = None
     cancelled: bool = False
+    sent: bool = False  # forwarded, or answered
+    # Made only when wait_forwarded() has to wait: most calls are sent before anyone asks.
+    sent_event: asyncio.Event | None = None
+
+    def mark_sent(self) -> None:
+        self.sent = True
+        if self.sent_event is not None:
+            self.sent_event.set()
+
+    def wait_sent(self) -> Coroutine[Any, Any, Literal[True]]:
+        if self.sent_event is None:
+            self.sent_event = asyncio.Event()
+            if self.sent:
+                self.sent_event.set()
+        return self.sent_event.wait()
+
+
+# Encoders made once: json.dumps with any option builds a new JSONEncoder on every call.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_COMPACT_ASCII = json.JSONEncoder(separators=(",", ":"))
+_SORTED = json.JSONEncoder(sort_keys=True)
 
 
 def dumps(value: object) -> bytes:
     """Compact JSON bytes (UTF-8; a lone surrogate stays escaped)."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return _COMPACT.encode(value).encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(value, separators=(",", ":")).encode("ascii")
+        return _COMPACT_ASCII.encode(value).encode("ascii")
 
 
 def id_key(request_id: object) -> str:
     """A hashable identity for a JSON-RPC id (``1`` and ``"1"`` differ)."""
-    return json.dumps(request_id, sort_keys=True)
+    if type(request_id) is int:
+        return int.__repr__(request_id)  # what json.dumps writes for an int
+    return _SORTED.encode(request_id)
 
 
 def error_line(request_id: object, error: dict[str, Any]) -> bytes:
@@ -165,9 +190,15 @@ def _replay_line(request_id: object, stored: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + dumps(request_id) + b"," + stored[1:] + b"\n"
 
 
+_STRICT = json.JSONEncoder(allow_nan=False)
+
+
 def _writable_id(request_id: object) -> bool:
     try:
-        json.dumps(request_id, allow_nan=False)
+        if type(request_id) is int:
+            int.__repr__(request_id)  # what json writes; only too many digits fail
+        elif type(request_id) is not str:  # a str is always writable (escaped as needed)
+            _STRICT.encode(request_id)
     except ValueError:
         return False
     return True
@@ -222,6 +253,7 @@ class ToolCallCore:
         "_policy",
         "_read_only",
         "_run_scope",
+        "_selected",
         "_sep_policy",
         "_tools",
         "_watch",
@@ -271,6 +303,7 @@ class ToolCallCore:
         self._exclude_tools = tuple(exclude_tools)
         self._dedupe_read_only = dedupe_read_only
         self._read_only: dict[str, bool] = {}
+        self._selected: dict[str, bool] = {}  # _select's answers by tool name
         self._watch: dict[str, str] = {}
         self._pending: dict[str, _Pending] = {}
         self._closing = False
@@ -295,13 +328,22 @@ class ToolCallCore:
                 self._watch[id_key(request_id)] = str(method)
 
     def _derives_key(self, name: str) -> bool:
+        selected = self._selected.get(name)
+        if selected is None:
+            selected = self._select(name)
+            if len(self._selected) >= _SELECTED_CACHE:
+                self._selected.clear()  # bounded: clients name tools at will
+            self._selected[name] = selected
+        # Not cached: the read-only hints change as tools/list answers are read.
+        return selected and (self._dedupe_read_only or not self.is_read_only(name))
+
+    def _select(self, name: str) -> bool:
+        """Whether the options pick tool ``name`` for derived keys (the globs: fixed)."""
         if not self._implicit:
             return False
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self._tools):
             return False
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in self._exclude_tools):
-            return False
-        return self._dedupe_read_only or not self.is_read_only(name)
+        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in self._exclude_tools)
 
     def prepare(self, message: dict[str, Any], line: bytes) -> ToolCall | Answer | Forward:
         """Classify a client ``tools/call``: run it, ``Answer`` it, or ``Forward`` it as is.
@@ -340,7 +382,7 @@ class ToolCallCore:
             # NaN or Infinity: no JSON answer can carry this id; answer as for an unreadable id.
             why = "the request id is not a JSON value (NaN or Infinity)"
             return Answer(error_line(None, sep3182.error(sep3182.INVALID_REQUEST, why)))
-        field_name = {"sep": sep3182.KEY_FIELD, "meta": f"_meta.{META_KEY_FIELD}"}.get(kind)
+        field_name = sep3182.KEY_FIELD if kind == "sep" else _META_FIELD if kind == "meta" else None
         if not isinstance(arguments, dict):
             if kind == "derived":
                 return Forward(forward)  # the server answers it as it would without the relay
@@ -444,7 +486,7 @@ class ToolCallCore:
     async def wait_forwarded(self) -> None:
         """Return once every started call has been forwarded to the server or answered."""
         while True:
-            waiting = [p.sent.wait() for p in self._pending.values() if not p.sent.is_set()]
+            waiting = [p.wait_sent() for p in self._pending.values() if not p.sent]
             if not waiting:
                 return
             await asyncio.gather(*waiting)
@@ -499,10 +541,10 @@ class ToolCallCore:
             # execution stays owned, its lease kept alive, while the server works.
             pending.execution = claim
             pending.forwarded = True
-            pending.sent.set()
+            pending.mark_sent()
             return await self._drive(pending, claim, exchange)
         finally:
-            pending.sent.set()
+            pending.mark_sent()
             self._forget(pending)
 
     def _forget(self, pending: _Pending) -> None:
