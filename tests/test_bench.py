@@ -483,6 +483,24 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile(list(range(1, 11)), 0.9) == 9
 
 
+def test_the_proxy_note_appears_in_the_proxy_section_only() -> None:
+    from idemstore.bench.results import BenchResult
+
+    timing = Timing(latencies_ns=[1000, 2000], seconds=0.01, executions=1, unique_keys=1)
+    proxy_notes = {"added_p50_ms": 0.25, "identical_calls": 5, "direct_executions": 5}
+    result = BenchResult(
+        measurements=[
+            Measurement("memory", "fresh", 1, timing, floor=timing),
+            Measurement("mcp proxy", "proxy", 1, timing, floor=timing, notes=proxy_notes),
+            Measurement("memory", "replay", 1, timing, floor=timing),
+        ]
+    )
+    text = to_markdown(result)
+    assert text.count("Added latency through the proxy: p50 +0.250 ms.") == 1
+    proxy_section = text.split("## proxy", 1)[1].split("## replay", 1)[0]
+    assert "Added latency through the proxy" in proxy_section
+
+
 def test_a_duplicate_execution_is_flagged_in_every_output() -> None:
     from idemstore.bench.results import BenchResult
 

@@ -298,6 +298,8 @@ def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
         if floors:
             out += ["", "Floors: " + "; ".join(f"{b}: {f}" for b, f in floors.items()) + "."]
         for m in result.measurements:
+            if m.scenario != scenario:
+                continue  # each section notes its own measurements only
             if m.scenario == "proxy":
                 added = ", ".join(
                     f"{k.removeprefix('added_').removesuffix('_ms')} +{fmt_ms(v)} ms"
