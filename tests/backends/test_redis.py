@@ -465,6 +465,34 @@ async def test_a_first_reserve_returns_the_lease_deadline_the_server_stored(
         assert record.created_at + 12.345678 == pytest.approx(lease.lease_expires_at, abs=1e-6)
 
 
+async def test_a_resent_release_reports_success_after_the_key_was_acquired_again(
+    redis_store_url: str,
+) -> None:
+    # Found by the network-fault history: a release ran, its reply was lost, a waiter took
+    # the tombstone at once, and the driver's resend (same nonce) was told "not yours", so
+    # the releaser logged a release that never happened. The resend is played here exactly
+    # as redis-py sends it: the same script, key and arguments, nonce included.
+    async with open_store(redis_store_url) as store:
+        assert isinstance(store, RedisStore)
+        key = new_key()
+        first = await acquire(store, key)
+        name = record_key(prefix_of(redis_store_url), "", key)
+        args = (first.token, str(first.fence), "nonce-" + uuid.uuid4().hex)
+        ((_, port),) = nodes_of(redis_store_url)
+        client = aioredis.Redis(port=port)
+        try:
+            release = SCRIPTS["release"].source
+            assert await client.eval(release, 1, name, *args) == 1
+            again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+            assert again.lease is not None and again.lease.fence == 2 and not again.takeover
+            assert await client.eval(release, 1, name, *args) == 1  # the resend
+            # Any other call on the old lease still owns nothing, and the new holder holds.
+            assert await store.release(first) is False
+            assert await store.complete(again.lease, b"done") is True
+        finally:
+            await client.aclose()
+
+
 async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
     dropper: tuple[FaultyProxy, str],
 ) -> None:

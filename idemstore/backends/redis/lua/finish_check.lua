@@ -4,10 +4,12 @@
 -- released), and not past retention. The lease deadline is deliberately not checked: a lapsed
 -- lease that nobody took over may still complete. The call's nonce is stored in 'op':
 -- redis-py resends a script whose reply was lost with the connection; that second run fails
--- the check because the first one already finished the lease. Finding our own nonce (with our
--- token and fence: only a new reservation changes those) means it was us: answer as it did.
+-- the check because the first one already finished the lease. Finding our own nonce means it
+-- was us: answer as it did. The nonce alone decides (128 random bits, one per call): a
+-- release's tombstone may already have been acquired again, with a new token and fence,
+-- before the resend arrives, and that release still happened.
 local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fen', 'ea', 'la', 'op')
 if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now then
-  if h[6] == ARGV[3] and h[2] == ARGV[1] and h[3] == ARGV[2] then return 1 end
+  if h[6] == ARGV[3] then return 1 end
   return false
 end
