@@ -80,13 +80,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
 from idemstore import telemetry
+from idemstore.eager_tasks import start_task
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
     InProgressError,
     ResponseTooLargeError,
 )
-from idemstore.protocol import Outcome
+from idemstore.protocol import Outcome, answers_inline
 from idemstore.records import check_duration, check_response
 
 if TYPE_CHECKING:
@@ -156,6 +157,11 @@ class LeaseKeeper:
         # then stopping costs no task at all (this runs once per execution, on the hot path).
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(lease_ttl / 3, self._due)
+
+    @property
+    def idle(self) -> bool:
+        """Whether no ``extend`` is in flight: ``stop()`` then returns without suspending."""
+        return self._task is None
 
     @property
     def running(self) -> bool:
@@ -313,18 +319,24 @@ class ExecutionPolicy:
             )
 
     async def _reserve(self, key: str, fingerprint: str, scope: str) -> Reservation:
-        reserving = asyncio.ensure_future(
-            self.store.reserve(
-                key, fingerprint, scope=scope, lease_ttl=self.lease_ttl, retention=self.retention
-            )
+        store = self.store
+        reserving = store.reserve(
+            key, fingerprint, scope=scope, lease_ttl=self.lease_ttl, retention=self.retention
         )
+        if answers_inline(store):
+            # Nothing in it suspends, so no cancellation can land between the reserve taking
+            # the key and this caller holding its lease: no task to protect it.
+            return await reserving
+        task = start_task(reserving)
+        if task.done():  # an eager task (Python 3.12+) that finished without suspending
+            return task.result()
         try:
-            return await asyncio.shield(reserving)
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
             # The caller is gone, but its reserve may still land (it is on the wire): a lease
             # it acquires belongs to nobody and would lock the key for lease_ttl. Wait for the
             # reserve and give such a lease up before passing the cancellation on.
-            await _shielded(self._release_if_acquired(reserving))
+            await _shielded(self._release_if_acquired(task))
             raise
 
     async def _release_if_acquired(self, reserving: asyncio.Future[Reservation]) -> None:
@@ -427,7 +439,7 @@ class Execution:
         """
         response = check_response(response)
         self._claim("settling")
-        return await _shielded(self._observed("settled", self._settle(response)))
+        return await self._bookkeeping("settled", self._settle(response))
 
     async def _settle(self, response: bytes) -> bool:
         lease = await self._keeper.stop()
@@ -461,7 +473,7 @@ class Execution:
         not cut short by a cancellation of the caller.
         """
         self._claim("released")
-        await _shielded(self._observed("released", self._release()))
+        await self._bookkeeping("released", self._release())
 
     async def _release(self) -> None:
         lease = await self._keeper.stop()
@@ -472,7 +484,7 @@ class Execution:
         policy = self._policy.on_failure
         if policy == "hold":
             self._claim("held")
-            await _shielded(self._observed("held", self._keeper.stop()))
+            await self._bookkeeping("held", self._keeper.stop())
             logger.info("key %r is held until its lease lapses after a failure", self.key)
             return
         if callable(policy) and isinstance(error, Exception):
@@ -494,11 +506,16 @@ class Execution:
                 return
         await self.release()
 
-    def _observed(self, state: str, bookkeeping: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
-        """``bookkeeping`` itself, or run under the consumer span after instrument()."""
-        if self.observer is None:
+    def _bookkeeping(self, state: str, bookkeeping: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """``bookkeeping`` (under the consumer span after instrument()), run to its end
+        whatever happens to the caller."""
+        if self.observer is not None:
+            bookkeeping = self.observer.finishing(state, bookkeeping)
+        if self._keeper.idle and answers_inline(self._policy.store):
+            # Stopping the heartbeat and the store's call both finish without suspending:
+            # nothing can cut them short, so no task is needed to protect them.
             return bookkeeping
-        return self.observer.finishing(state, bookkeeping)
+        return _shielded(bookkeeping)
 
     async def __aenter__(self) -> Self:
         return self
@@ -526,7 +543,9 @@ async def _shielded(coroutine: Coroutine[Any, Any, T]) -> T:
     The bookkeeping around a run (complete, release) must not be cut short by a cancellation:
     a half-done release leaves a key locked, a skipped complete lets the work run twice.
     """
-    task = asyncio.ensure_future(coroutine)
+    task = start_task(coroutine)
+    if task.done():  # an eager task (Python 3.12+) that finished without suspending
+        return task.result()
     _SHIELDED.add(task)  # asyncio keeps only weak references to tasks
     task.add_done_callback(_SHIELDED.discard)
     return await asyncio.shield(task)

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["IdempotencyStore", "Lease", "Outcome", "Record", "Reservation", "Status"]
+__all__ = [
+    "IdempotencyStore",
+    "Lease",
+    "Outcome",
+    "Record",
+    "Reservation",
+    "Status",
+    "answers_inline",
+]
 
 
 class Status(enum.StrEnum):
@@ -216,3 +224,16 @@ class IdempotencyStore(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+def answers_inline(store: object) -> bool:
+    """Whether ``store`` declares ``answers_inline = True``: its ``reserve``, ``complete``,
+    ``release`` and ``extend`` finish without ever suspending (no I/O, as a dict in this
+    process).
+
+    The execution path then awaits them in place: no cancellation can land inside such a call,
+    so it needs no task to shield it, and a call costs no turn of the event loop. A store that
+    does any I/O must not declare it (the contract kit checks stores that do). Wrappers that
+    forward attributes (``idemstore.instrument()``'s) keep the declaration of what they wrap.
+    """
+    return getattr(store, "answers_inline", False) is True

@@ -83,6 +83,9 @@ class MemoryStore:
 
     __slots__ = ("_clock", "_closed", "_entries", "_max_key_length", "_waiters")
 
+    answers_inline = True
+    """No operation but ``wait`` suspends (see ``idemstore.protocol.answers_inline``)."""
+
     def __init__(
         self,
         *,
