@@ -173,7 +173,6 @@ class IdempotentProxy:
     """
 
     __slots__ = (
-        "_call_tasks",
         "_client_lock",
         "_client_writer",
         "_core",
@@ -224,7 +223,6 @@ class IdempotentProxy:
         self._lease_ttl = lease_ttl
         self._max_line = max_line_bytes
         self._responses: dict[str, asyncio.Future[ServerResponse]] = {}
-        self._call_tasks: set[asyncio.Task[bytes | None]] = set()
         self._client_writer: ByteWriter | None = None
         self._server_writer: ByteWriter | None = None
         self._client_lock = asyncio.Lock()
@@ -262,10 +260,11 @@ class IdempotentProxy:
             client.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await client
-            if self._call_tasks:
-                await asyncio.wait(set(self._call_tasks), timeout=self._lease_ttl)
+            calls = self._core.tasks
+            if calls:
+                await asyncio.wait(calls, timeout=self._lease_ttl)
             await self._core.close()
-            await asyncio.gather(*self._call_tasks, return_exceptions=True)
+            await asyncio.gather(*self._core.tasks, return_exceptions=True)
 
     # -- client to server -----------------------------------------------------------------
 
@@ -332,9 +331,7 @@ class IdempotentProxy:
                 if self._responses.get(call.id_key) is future:
                     del self._responses[call.id_key]
 
-        task = self._core.start(call, exchange, self._send_client)
-        self._call_tasks.add(task)
-        task.add_done_callback(self._call_tasks.discard)
+        self._core.start(call, exchange, self._send_client)
 
     async def _send_server(self, data: bytes) -> None:
         writer = self._server_writer
@@ -469,6 +466,18 @@ async def _stdio() -> tuple[ByteReader, ByteWriter]:
     return reader, writer
 
 
+def _keep_pipe_reads_on_the_heap() -> None:
+    """Free one block larger than asyncio's pipe read buffer (256 KiB per read).
+
+    glibc maps a block that large with mmap (and unmaps it once the read is copied out) until
+    it has freed a mapped block of that size; from then on it serves such blocks from the
+    heap. Without this, whether the relay pays mmap, mremap and munmap on every line it reads
+    depends on what happened to be freed while the modules were imported.
+    """
+    block = bytearray(_CHUNK * 4)
+    del block
+
+
 async def run_stdio_proxy(
     proxy: IdempotentProxy, command: Sequence[str], *, shutdown_grace: float = 5.0
 ) -> int:
@@ -480,6 +489,7 @@ async def run_stdio_proxy(
     """
     if not command:
         raise ConfigurationError("no server command: idemstore proxy [options] -- CMD [ARGS ...]")
+    _keep_pipe_reads_on_the_heap()
     try:
         process = await asyncio.create_subprocess_exec(
             *command,

@@ -50,6 +50,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from idemstore.eager_tasks import start_task
 from idemstore.errors import (
     CanonicalizationError,
     ConfigurationError,
@@ -255,6 +256,7 @@ class ToolCallCore:
         "_run_scope",
         "_selected",
         "_sep_policy",
+        "_tasks",
         "_tools",
         "_watch",
         "run_id",
@@ -306,12 +308,20 @@ class ToolCallCore:
         self._selected: dict[str, bool] = {}  # _select's answers by tool name
         self._watch: dict[str, str] = {}
         self._pending: dict[str, _Pending] = {}
+        # Call tasks until their very end (answering included); kept here rather than by a
+        # done callback, which would cost every call one more turn of the event loop.
+        self._tasks: set[asyncio.Task[bytes | None]] = set()
         self._closing = False
 
     @property
     def busy(self) -> bool:
         """Whether any response may need the core (else a relay may pass it unparsed)."""
         return bool(self._pending or self._watch)
+
+    @property
+    def tasks(self) -> set[asyncio.Task[bytes | None]]:
+        """The tasks of started calls that have not ended yet (a copy)."""
+        return set(self._tasks)
 
     def is_read_only(self, name: str) -> bool:
         """Whether the server's ``tools/list`` said ``readOnlyHint: true`` for tool ``name``."""
@@ -433,10 +443,15 @@ class ToolCallCore:
         """
         pending = _Pending(call)
         self._pending[call.id_key] = pending
-        pending.task = asyncio.create_task(
+        # Eager where Python allows: a call whose store answers inline is then forwarded
+        # (or answered) before this returns, without waiting for the next turn of the loop.
+        task = start_task(
             self._reply(pending, exchange, reply), name=f"mcp-relay:call:{call.id_key}"
         )
-        return pending.task
+        if not task.done():
+            pending.task = task
+            self._tasks.add(task)
+        return task
 
     def cancel(self, request_id: object) -> bool:
         """Apply a client's cancellation; ``True`` when the server must get it too."""
@@ -506,14 +521,18 @@ class ToolCallCore:
         reply: Callable[[bytes], Awaitable[None]] | None,
     ) -> bytes | None:
         try:
-            line = await self._answer(pending, exchange)
-        except asyncio.CancelledError:
-            if reply is None or not self._closing:
-                raise  # cancelled by the client before it reached the server: no answer
-            line = _server_exited(pending.call.request_id)
-        if reply is not None and line is not None:
-            await reply(line)
-        return line
+            try:
+                line = await self._answer(pending, exchange)
+            except asyncio.CancelledError:
+                if reply is None or not self._closing:
+                    raise  # cancelled by the client before it reached the server: no answer
+                line = _server_exited(pending.call.request_id)
+            if reply is not None and line is not None:
+                await reply(line)
+            return line
+        finally:
+            if pending.task is not None:
+                self._tasks.discard(pending.task)
 
     async def _answer(
         self, pending: _Pending, exchange: Callable[[bytes], Awaitable[ServerResponse]]
