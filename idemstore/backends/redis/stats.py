@@ -58,7 +58,7 @@ async def _tally_batch(
             pipe.hmget(name, "st", "ca", "ea", "la")
         rows = await pipe.execute()
     finally:
-        store._limit.release()
+        store._slots.give()
     for status, created, expires, lease in rows:
         if status is None or expires is None:
             continue  # expired (or deleted) between SCAN and HMGET

@@ -49,6 +49,7 @@ from idemstore.backends.redis.notifier import (
 )
 from idemstore.backends.redis.replication import run_replicated, sentinel_client
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
+from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import stats as count_records
 from idemstore.backends.redis.url_options import DEFAULT_PREFIX, parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
@@ -97,7 +98,6 @@ class RedisStore:
         "_connect_lock",
         "_errors",
         "_grace_ms",
-        "_limit",
         "_max_connections",
         "_max_key_length",
         "_nodes",
@@ -109,6 +109,7 @@ class RedisStore:
         "_sentinel",
         "_sentinel_service",
         "_shards",
+        "_slots",
         "_wait_replicas",
         "_wait_replicas_ms",
         "_where",
@@ -205,7 +206,7 @@ class RedisStore:
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
         self._max_connections = max_connections
-        self._limit = asyncio.Semaphore(max_connections)
+        self._slots = ConnectionSlots(max_connections)
         self._sentinel_service = sentinel_service
         self._sentinel: Any = None
         self._wait_replicas = wait_replicas
@@ -314,10 +315,8 @@ class RedisStore:
         try:
             client = self._client if self._client is not None else await self._ready()
             script = self._scripts[name]
-            if self._limit.locked():
-                await self._wait_for_slot()
-            else:
-                await self._limit.acquire()  # free: returns at once
+            if not self._slots.take_now():
+                await self._acquire_slot()
             try:
                 if self._wait_replicas:
                     return await run_replicated(
@@ -334,19 +333,13 @@ class RedisStore:
                 # This node restarted or was flushed: EVAL runs and caches it again.
                 return await client.execute_command("EVAL", script.source, 1, key, *args)
             finally:
-                self._limit.release()
+                self._slots.give()
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
 
     async def _acquire_slot(self) -> None:
-        if not self._limit.locked():
-            await self._limit.acquire()  # free: returns at once, no timer
-            return
-        await self._wait_for_slot()
-
-    async def _wait_for_slot(self) -> None:
         try:
-            await asyncio.wait_for(self._limit.acquire(), self._queue_timeout)
+            await self._slots.take(self._queue_timeout)
         except TimeoutError:
             raise StoreUnavailableError(
                 f"redis store {self._where}: all {self._max_connections} connections stayed "
@@ -518,7 +511,7 @@ class RedisStore:
                 pipe.pttl(name)
             ttls = await pipe.execute()
         finally:
-            self._limit.release()
+            self._slots.give()
         removed = 0
         for name, ttl in zip(names, ttls, strict=True):
             if removed >= room:
