@@ -6,7 +6,8 @@ runs at all; on a path that starts a task per call (the shielded store operation
 store that answers from memory adds. Python 3.12's ``asyncio.eager_task_factory`` runs the
 coroutine in the caller's turn until it first suspends, as a real task (its own context and
 ``current_task``); a coroutine that never suspends is done when ``start_task`` returns. On
-Python 3.11 ``start_task`` is ``create_task``.
+Python 3.11, and on a loop with a task factory of the application's, ``start_task`` is
+``loop.create_task``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def start_task(
     """
     if loop is None:
         loop = asyncio.get_running_loop()
-    if _factory is None:
+    if _factory is None or loop.get_task_factory() is not None:
+        # An application's own task factory (context propagation, instrumentation) wins.
         return loop.create_task(coroutine, name=name)
     task: asyncio.Task[T] = _factory(loop, coroutine, name=name)
     return task

@@ -227,13 +227,18 @@ class IdempotencyStore(Protocol):
 
 
 def answers_inline(store: object) -> bool:
-    """Whether ``store`` declares ``answers_inline = True``: its ``reserve``, ``complete``,
-    ``release`` and ``extend`` finish without ever suspending (no I/O, as a dict in this
-    process).
+    """Whether ``store``'s own class declares ``answers_inline = True``: its ``reserve``,
+    ``complete``, ``release`` and ``extend`` finish without ever suspending (no I/O, as a dict
+    in this process).
 
     The execution path then awaits them in place: no cancellation can land inside such a call,
     so it needs no task to shield it, and a call costs no turn of the event loop. A store that
-    does any I/O must not declare it (the contract kit checks stores that do). Wrappers that
-    forward attributes (``idemstore.instrument()``'s) keep the declaration of what they wrap.
+    does any I/O must not declare it. Only the class itself counts, never a base class nor an
+    attribute a wrapper forwards: a subclass or wrapper that adds a suspending step must not
+    inherit the promise. A wrapper that does keep it declares a property returning a bool
+    (``idemstore.instrument()``'s passes on the wrapped store's declaration).
     """
-    return getattr(store, "answers_inline", False) is True
+    declared = type(store).__dict__.get("answers_inline", False)
+    if isinstance(declared, property) and declared.fget is not None:
+        return declared.fget(store) is True
+    return declared is True

@@ -5,11 +5,13 @@ The execution path trusts the declaration (``idemstore.protocol.answers_inline``
 those calls without the task that would otherwise protect them from a cancellation, so a call
 that suspended anyway could be cut short between taking a key and handing over its lease.
 Each call here is driven by hand, one step, and must be finished after it, in every branch.
-The memory store declares it, and so does ``instrument()``'s wrapper around it.
+The memory store declares it, and so does ``instrument()``'s wrapper around it; a subclass or
+a forwarding wrapper must declare it itself, since it may add a step that suspends.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -86,10 +88,38 @@ def test_extend_release_and_fenced_out_calls_finish_without_suspending(
     assert acquire(store, key).fence == lease.fence + 1
 
 
-def test_a_store_that_does_io_declares_nothing() -> None:
-    # Only a declaration counts: anything else on the attribute is not a promise.
-    class Declares:
-        answers_inline = "yes"
+def test_a_takeover_and_a_lease_copy_are_answered_without_suspending() -> None:
+    clock = [1_000_000.0]
+    store = MemoryStore(clock=lambda: clock[0])
+    first = finished_in_one_step(store.reserve("k", FP, lease_ttl=1, retention=LONG))
+    assert first.lease is not None
+    clock[0] += 2  # the lease lapsed: the next reserve takes the key over
+    second = finished_in_one_step(store.reserve("k", FP, lease_ttl=LONG, retention=LONG))
+    assert second.outcome is Outcome.ACQUIRED and second.takeover and second.lease is not None
+    # An equal lease that is not the object the store handed out takes the checked path.
+    copy = dataclasses.replace(second.lease)
+    assert copy is not second.lease
+    assert finished_in_one_step(store.complete(first.lease, b"stale")) is False
+    assert finished_in_one_step(store.complete(copy, b"done")) is True
 
+
+def test_only_a_declaration_on_the_class_itself_counts() -> None:
+    class Audited(MemoryStore):
+        # A subclass may add a step that suspends (a log write): it inherits no promise.
+        __slots__ = ()
+
+    class Forwarding:
+        def __init__(self, wrapped: object) -> None:
+            self.wrapped = wrapped
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.wrapped, name)
+
+    class SaysYes:
+        answers_inline = "yes"  # not True: not a declaration
+
+    assert answers_inline(MemoryStore())
+    assert not answers_inline(Audited())
+    assert not answers_inline(Forwarding(MemoryStore()))
+    assert not answers_inline(SaysYes())
     assert not answers_inline(object())
-    assert not answers_inline(Declares())

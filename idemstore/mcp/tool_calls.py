@@ -463,6 +463,12 @@ class ToolCallCore:
             # The server never saw this request: stop reserving or waiting, tell nobody.
             if task is not None:
                 task.cancel()
+                # A task cancelled before its first step runs none of its body (its finally
+                # blocks included): settle its bookkeeping here, so that neither the relay's
+                # shutdown (wait_forwarded) nor the task set waits for it.
+                task.add_done_callback(self._tasks.discard)
+                pending.mark_sent()
+                self._forget(pending)
             return False
         if pending.cancelled:
             return True

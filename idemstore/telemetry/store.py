@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from opentelemetry.trace import StatusCode
 
-from idemstore.protocol import Status
+from idemstore.protocol import Status, answers_inline
 from idemstore.telemetry import backend_name
 from idemstore.telemetry.instruments import (
     BACKEND,
@@ -54,6 +54,11 @@ class InstrumentedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
+
+    @property
+    def answers_inline(self) -> bool:
+        """The wrapped store's declaration: recording adds no step that suspends."""
+        return answers_inline(self.wrapped)
 
     def __repr__(self) -> str:
         return f"InstrumentedStore({self.wrapped!r})"

@@ -11,6 +11,7 @@ server answers, the retry gets the recorded outcome.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING
 
 import pytest
@@ -118,3 +119,27 @@ async def test_a_cancelled_sep_call_the_server_never_answers_frees_its_key_after
     await asyncio.sleep(2.0)
     await proxy.call(3, "charge", arguments={"amount": 1}, idempotencyKey="k-mute")
     assert (await proxy.response(3))["result"]["content"][0]["text"] == "charged 1 (execution 2)"
+
+
+@pytest.mark.slow
+async def test_a_call_cancelled_in_the_same_write_lets_the_proxy_exit_at_end_of_input(
+    spawn: Spawn, counter: Path
+) -> None:
+    # The cancel is read from the same buffer as its call, before the call's task ran a single
+    # step: a task cancelled then runs none of its body, and the proxy's shutdown used to wait
+    # forever for that call to be forwarded.
+    server = mock_command("--counter", str(counter))
+    proxy = await spawn(proxy_command("--store", "memory://", server=server))
+    await proxy.initialize()
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "charge", "arguments": {"amount": 3}},
+    }
+    both = json.dumps(call).encode() + b"\n" + json.dumps(_cancel(1)).encode() + b"\n"
+    await proxy.send(both)
+    assert await proxy.close(timeout=15) == 0
+    # Whether the call reached the server before its cancel depends on the Python (3.12+
+    # starts it in the same turn); it ran at most once either way.
+    assert len(executions(counter)) <= 1

@@ -1,0 +1,94 @@
+"""The MCP relay core (``ToolCallCore``) on its own, with an exchange in this process.
+
+Runs in the fast lane on every Python, so both ways a call task starts are covered: eagerly on
+3.12+ (the call is forwarded, or answered, before ``start`` returns) and on the next turn of
+the loop on 3.11. Either way a call runs its work once, and a finished call leaves nothing
+behind in the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from idemstore.backends.memory import MemoryStore
+from idemstore.eager_tasks import EAGER
+from idemstore.mcp.tool_calls import ServerResponse, ToolCall, ToolCallCore
+
+
+def tools_call(request_id: int, **arguments: Any) -> tuple[dict[str, Any], bytes]:
+    message = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "charge", "arguments": arguments},
+    }
+    return message, json.dumps(message).encode() + b"\n"
+
+
+class Server:
+    """Answers every forwarded call at once, counting the calls it saw."""
+
+    def __init__(self) -> None:
+        self.forwarded: list[bytes] = []
+
+    async def exchange(self, forward: bytes) -> ServerResponse:
+        self.forwarded.append(forward)
+        request = json.loads(forward)
+        message = {"jsonrpc": "2.0", "id": request["id"], "result": {"n": len(self.forwarded)}}
+        return ServerResponse(message, json.dumps(message).encode() + b"\n")
+
+
+def prepared(core: ToolCallCore, request_id: int) -> ToolCall:
+    call = core.prepare(*tools_call(request_id, amount=5))
+    assert isinstance(call, ToolCall)
+    return call
+
+
+async def test_a_retry_replays_and_a_finished_call_leaves_nothing_behind() -> None:
+    core = ToolCallCore(MemoryStore())
+    server = Server()
+    answers: list[bytes] = []
+
+    async def reply(line: bytes) -> None:
+        answers.append(line)
+
+    first = core.start(prepared(core, 1), server.exchange, reply)
+    # On 3.12+ the whole call ran before start returned: the memory store answers inline and
+    # this server answers without suspending.
+    assert first.done() is EAGER
+    assert json.loads(await first)["result"] == {"n": 1}
+    retry = core.start(prepared(core, 2), server.exchange, reply)
+    replayed = json.loads(await retry)
+    assert replayed["id"] == 2 and replayed["result"] == {"n": 1}
+    assert len(server.forwarded) == 1
+    assert [json.loads(line)["id"] for line in answers] == [1, 2]
+    assert not core.busy and not core.tasks
+
+
+async def test_a_call_cancelled_before_it_was_forwarded_leaves_nothing_behind() -> None:
+    core = ToolCallCore(MemoryStore())
+    release = asyncio.Event()
+    forwarded: list[bytes] = []
+
+    async def slow_exchange(forward: bytes) -> ServerResponse:
+        await release.wait()
+        forwarded.append(forward)
+        raise AssertionError("a call cancelled before it was forwarded is never answered")
+
+    task = core.start(prepared(core, 1), slow_exchange)
+    if not EAGER:
+        # On 3.11 the task has not run a step yet: cancelling it now runs none of its body.
+        assert core.cancel(1) is False
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+        assert not core.busy and not core.tasks
+        await asyncio.wait_for(core.wait_forwarded(), 1)
+    else:
+        # Eagerly started, the call was marked forwarded before it reached the exchange: the
+        # server must get the cancel too, and the key stays held until the call ends.
+        assert core.cancel(1) is True
+        await core.close()
+        assert not core.tasks
+    assert forwarded == []
