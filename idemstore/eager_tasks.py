@@ -25,7 +25,8 @@ T = TypeVar("T")
 _factory: Callable[..., asyncio.Task[Any]] | None = getattr(asyncio, "eager_task_factory", None)
 
 EAGER = _factory is not None
-"""Whether ``start_task`` runs a task's first step at once (Python 3.12 and later)."""
+"""Whether ``start_task`` runs a task's first step at once (Python 3.12 and later, on a loop
+without a task factory of the application's)."""
 
 
 def start_task(
