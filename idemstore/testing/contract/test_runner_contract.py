@@ -17,6 +17,7 @@ from idemstore import (
     Outcome,
     fingerprint,
 )
+from idemstore.protocol import answers_inline
 
 
 def new_key() -> str:
@@ -303,12 +304,23 @@ async def test_a_cancellation_arriving_as_the_work_ends_propagates_and_the_resul
     async def finishes_as_cancelled() -> bytes:
         me = asyncio.current_task()
         assert me is not None
-        # The cancellation lands at the runner's next await: stopping the heartbeat.
+        # The cancellation lands at the runner's next await that suspends: recording the
+        # result. A store that answers inline records it without suspending, so there the
+        # cancellation lands at the caller's next await, after run() returned the result.
         asyncio.get_running_loop().call_soon(me.cancel)
         return b"kept"
 
+    returned: list[bytes] = []
+
+    async def run_then_await() -> None:
+        returned.append((await idem.run(key, "fp", finishes_as_cancelled)).value)
+        await asyncio.sleep(0)
+
     with pytest.raises(asyncio.CancelledError):
-        await idem.run(key, "fp", finishes_as_cancelled)
+        await run_then_await()
+    if returned:
+        assert answers_inline(store), "run() returned although its caller was cancelled"
+        assert returned == [b"kept"]
     record = await store.wait(key, timeout=5)
     assert record is not None and record.response == b"kept"
 
