@@ -158,13 +158,22 @@ class EngineRestarts(FaultScenario):
 
 
 def workers_recovered(directory: Path) -> list[str]:
-    """Workers whose last event was an error: their store never came back by itself."""
+    """Workers whose last event was an error: their store never came back by itself.
+
+    Only each worker's last generation (``w{index}.{generation}``) counts: an earlier one was
+    killed, and its log ends wherever the kill found it, an error during an outage included.
+    """
     last: dict[str, str] = {}
+    newest: dict[str, tuple[int, str]] = {}
     for path in sorted(directory.glob("w*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             event = json.loads(line)
             last[event["w"]] = event["ev"]
-    return [worker for worker, kind in last.items() if kind == "error"]
+    for worker in last:
+        index, _, generation = worker.rpartition(".")
+        if int(generation) >= newest.get(index, (-1, ""))[0]:
+            newest[index] = (int(generation), worker)
+    return [worker for _, worker in newest.values() if last[worker] == "error"]
 
 
 def assert_restarts_held(report: Any, directory: Path, bound: float, config: WorkerConfig) -> None:
