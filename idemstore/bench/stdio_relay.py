@@ -26,17 +26,27 @@ async def _copy(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> N
 
 async def _relay(command: list[str]) -> int:
     loop = asyncio.get_running_loop()
-    server = await asyncio.create_subprocess_exec(
-        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_LIMIT
+    # The server writes into a pipe read straight into a StreamReader, as idemstore proxy
+    # reads it: asyncio's subprocess stdout would add a call_soon per read to the floor.
+    answers_in, server_stdout = os.pipe()
+    try:
+        server = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stdout=server_stdout
+        )
+    finally:
+        os.close(server_stdout)
+    assert server.stdin is not None
+    replies = asyncio.StreamReader(limit=_LIMIT)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(replies), os.fdopen(answers_in, "rb", buffering=0)
     )
-    assert server.stdin is not None and server.stdout is not None
     client = asyncio.StreamReader(limit=_LIMIT)
     stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(client), stdin)
     stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout)
     answers = asyncio.StreamWriter(transport, protocol, None, loop)
-    await asyncio.gather(_copy(client, server.stdin), _copy(server.stdout, answers))
+    await asyncio.gather(_copy(client, server.stdin), _copy(replies, answers))
     return await server.wait()
 
 

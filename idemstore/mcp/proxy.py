@@ -490,18 +490,27 @@ async def run_stdio_proxy(
     if not command:
         raise ConfigurationError("no server command: idemstore proxy [options] -- CMD [ARGS ...]")
     _keep_pipe_reads_on_the_heap()
+    loop = asyncio.get_running_loop()
+    # The server's output comes through a pipe of our own, read straight into a StreamReader:
+    # asyncio's subprocess stdout hands every read to its protocol through call_soon, one
+    # more turn of the event loop on each response.
+    output, server_end = os.pipe()
     try:
         process = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=_CHUNK,
+            *command, stdin=asyncio.subprocess.PIPE, stdout=server_end
         )
     except OSError as exc:
+        os.close(output)
         raise ConfigurationError(f"cannot start the MCP server {command[0]!r}: {exc}") from None
-    assert process.stdin is not None and process.stdout is not None
+    finally:
+        os.close(server_end)  # the server holds it now: its exit is our end of input
+    assert process.stdin is not None
+    server_reader = asyncio.StreamReader(limit=_CHUNK)
+    server_output, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(server_reader),
+        os.fdopen(output, "rb", buffering=0),
+    )
     client_reader, client_writer = await _stdio()
-    loop = asyncio.get_running_loop()
 
     def pass_on(signum: int) -> None:
         if process.returncode is None:
@@ -532,10 +541,11 @@ async def run_stdio_proxy(
         await proxy.run(
             client_reader=client_reader,
             client_writer=client_writer,
-            server_reader=process.stdout,
+            server_reader=server_reader,
             server_writer=process.stdin,
         )
     finally:
+        server_output.close()
         reaper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reaper
