@@ -362,6 +362,24 @@ async def test_postgres_write_counters_see_a_rewrite_of_the_row(postgres_store_u
     assert after["wal_bytes"] > before["wal_bytes"]
 
 
+async def test_the_postgres_floor_pools_as_many_connections_as_the_store(
+    postgres_store_url: str,
+) -> None:
+    joiner = "&" if "?" in postgres_store_url else "?"
+    url = f"{postgres_store_url}{joiner}pool_max_size=3"
+    floor = floor_for_url(url)
+    assert floor is not None
+    await floor.open()
+    try:
+        async with open_store(url) as store:
+            await store.ping()
+            floor_pool = floor._pool  # type: ignore[attr-defined]
+            assert floor_pool.get_max_size() == 3
+            assert store._pool.get_max_size() == 3  # type: ignore[attr-defined]
+    finally:
+        await floor.close()
+
+
 async def test_middleware_is_measured_per_case_against_the_bare_app() -> None:
     measured = await run_middleware(Load(1, 10, None, 16), "t:")
     assert not isinstance(measured, Unavailable)

@@ -238,8 +238,8 @@ def _strip_query(url: str) -> str:
 
 
 class PostgresFloor:
-    """asyncpg ``INSERT … ON CONFLICT DO NOTHING`` into a table of its own, over one pool
-    (``pool_size`` from the URL, as the store's)."""
+    """asyncpg ``INSERT … ON CONFLICT DO NOTHING`` into a table of its own, over one pool as
+    large as the store's (the URL's ``pool_max_size``, 10 by default)."""
 
     __slots__ = ("_dsn", "_pool", "_pool_size", "_run", "_schema")
 
@@ -254,9 +254,9 @@ class PostgresFloor:
     def from_url(cls, url: str) -> PostgresFloor:
         options = dict(parse_qsl(urlsplit(url).query))
         try:
-            pool_size = int(options.get("pool_size", "10"))
+            pool_size = int(options.get("pool_max_size", "10"))
         except ValueError:
-            raise ConfigurationError("option pool_size must be an integer") from None
+            raise ConfigurationError("option pool_max_size must be an integer") from None
         schema = options.get("schema", "public")
         return cls(_strip_query(url), max(1, pool_size), schema)
 
