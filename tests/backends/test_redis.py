@@ -766,6 +766,78 @@ async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
         await store.ping()
 
 
+@BOTH
+async def test_a_call_starts_no_task_of_its_own(
+    request: pytest.FixtureRequest, url_fixture: str
+) -> None:
+    # Given a socket_timeout, redis-py sends every command under asyncio.wait_for, which on
+    # Python 3.11 runs the send as a task of its own: the store bounds its attempts itself.
+    loop = asyncio.get_running_loop()
+    started: list[object] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        started.append(coro)
+        return asyncio.Task(coro, loop=loop, **options)
+
+    async with open_store(request.getfixturevalue(url_fixture)) as store:
+        await acquire(store, new_key())  # connected, scripts loaded
+        previous = loop.get_task_factory()
+        loop.set_task_factory(counting)
+        try:
+            for _ in range(10):
+                lease = await acquire(store, new_key())
+                assert await store.complete(lease, b"done")
+                assert await store.get(lease.key) is not None
+        finally:
+            loop.set_task_factory(previous)
+    assert started == []
+
+
+@pytest.mark.slow
+async def test_a_reply_late_for_one_attempt_is_retried_and_the_key_acquired_once(
+    own_redis: LocalRedis,
+) -> None:
+    # The server stalls past the first attempt's socket_timeout but not past every attempt:
+    # the call is slow, not failed, and the retry is answered as the first attempt (same
+    # token), which the server ran once it woke.
+    async with (
+        open_store(f"{own_redis.url}?socket_timeout=0.3&retries=3") as store,
+        open_store(own_redis.url) as other,
+    ):
+        key = new_key()
+        own_redis.pause()
+        asyncio.get_running_loop().call_later(0.5, own_redis.resume)
+        started = time.monotonic()
+        try:
+            reservation = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+        finally:
+            own_redis.resume()
+        assert time.monotonic() - started >= 0.3
+        assert reservation.outcome is Outcome.ACQUIRED
+        assert reservation.lease is not None and reservation.lease.fence == 1
+        seen = await other.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+        assert seen.outcome is Outcome.IN_PROGRESS
+        assert seen.record is not None and seen.record.token == reservation.lease.token
+
+
+@pytest.mark.slow
+async def test_a_hung_server_fails_a_call_once_every_attempt_has_run_out_of_time(
+    own_redis: LocalRedis,
+) -> None:
+    async with open_store(f"{own_redis.url}?socket_timeout=0.3&retries=1") as store:
+        await store.get(new_key())  # connected
+        own_redis.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="did not answer in time"):
+                await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+            took = time.monotonic() - started
+        finally:
+            own_redis.resume()
+        # Two attempts of 0.3 s (retries=1), then the error: not one, and not unbounded.
+        assert 0.6 <= took < 3
+
+
 # Without a bound of its own, one read inside wait lasted (retries + 1) socket timeouts.
 HUNG = "socket_timeout=2&retries=1"
 

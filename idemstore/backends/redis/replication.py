@@ -40,10 +40,22 @@ def service_of(path: str) -> str:
 
 
 def sentinel_client(
-    nodes: list[tuple[str, int]], service: str, options: dict[str, Any], max_connections: int
+    nodes: list[tuple[str, int]],
+    service: str,
+    options: dict[str, Any],
+    max_connections: int,
+    *,
+    ask_timeout: float,
 ) -> tuple[Any, Any]:
-    """The Sentinel handle (to close its connections) and a client of the current primary."""
-    asking = {name: options[name] for name in ("socket_timeout", "socket_connect_timeout")}
+    """The Sentinel handle (to close its connections) and a client of the current primary.
+
+    The Sentinels get ``ask_timeout`` for their replies; the primary's connections take
+    ``options`` as they are.
+    """
+    asking = {
+        "socket_timeout": ask_timeout,
+        "socket_connect_timeout": options["socket_connect_timeout"],
+    }
     sentinel = Sentinel(nodes, **asking)  # type: ignore[no-untyped-call]
     client = sentinel.master_for(
         service, redis_class=Redis, max_connections=max_connections, **options

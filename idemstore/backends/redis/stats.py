@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
-from idemstore.backends.redis.codec import GLOB_SPECIAL
 from idemstore.records import check_limit
 from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
 
@@ -25,14 +25,14 @@ async def stats(store: RedisStore, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
     is a pass over the keyspace, bounded by ``limit``."""
     limit = check_limit(limit)
     store._check_open()
-    pattern = store._prefix.translate(GLOB_SPECIAL).encode() + b"{*"
     complete = True
     try:
         client = await store._ready()
-        seconds, micros = await client.time()
+        async with asyncio.timeout(store._attempt_timeout):
+            seconds, micros = await client.time()
         tally = StatsTally(seconds + micros / 1e6)
         names: list[bytes] = []
-        async for name in client.scan_iter(match=pattern, count=BATCH):
+        async for name in store._prefix_keys(client, BATCH):
             if tally.scanned + len(names) >= limit:
                 complete = False
                 break
@@ -56,7 +56,8 @@ async def _tally_batch(
         pipe = client.pipeline(transaction=False) if not store._cluster else client.pipeline()
         for name in names:
             pipe.hmget(name, "st", "ca", "ea", "la")
-        rows = await pipe.execute()
+        async with asyncio.timeout(store._attempt_timeout):
+            rows = await pipe.execute()
     finally:
         store._slots.give()
     for status, created, expires, lease in rows:

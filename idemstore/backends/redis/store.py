@@ -58,7 +58,7 @@ from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import AsyncIterator, Awaitable
     from types import TracebackType
 
 __all__ = ["RedisStore"]
@@ -81,7 +81,7 @@ class RedisStore:
     Options (URL query parameters or keyword arguments): ``prefix`` (``idem:``), ``db``,
     ``socket_timeout`` (5 s), ``socket_connect_timeout`` (5 s), ``retries`` (2),
     ``operation_timeout`` (none: a hard cap on one call, retries included; without it a call
-    gives up after ``retries + 1`` attempts, each bounded by the socket timeouts),
+    gives up after ``retries + 1`` attempts, each bounded by ``socket_timeout``),
     ``max_connections`` (100 in-flight operations; more wait at most ``socket_timeout`` for a
     free one), ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
     ``max_key_length``, and for ``rediss://`` ``ssl_ca_certs``, ``ssl_certfile``,
@@ -91,6 +91,8 @@ class RedisStore:
     """
 
     __slots__ = (
+        "_attempt_timeout",
+        "_backoff",
         "_client",
         "_client_options",
         "_closed",
@@ -105,6 +107,7 @@ class RedisStore:
         "_operation_timeout",
         "_prefix",
         "_queue_timeout",
+        "_retries",
         "_scripts",
         "_sentinel",
         "_sentinel_service",
@@ -187,6 +190,13 @@ class RedisStore:
         self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000)).encode()
         self._max_key_length = max_key_length
         self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
+        # Each attempt of a command is bounded here (see _call), not by redis-py's
+        # socket_timeout: with one set, redis-py runs every send under asyncio.wait_for (a task
+        # of its own per command on Python 3.11) and every read under a timer of its own, which
+        # cost the hot path more than the script's whole server time.
+        self._attempt_timeout = socket_timeout
+        self._retries = retries
+        self._backoff = ExponentialBackoff(cap=0.5, base=0.02)
         options: dict[str, Any] = {
             "username": username,
             "password": password,
@@ -194,15 +204,18 @@ class RedisStore:
             "socket_connect_timeout": socket_connect_timeout,
             # Responses are raw bytes: never let the driver decode them.
             "decode_responses": False,
-            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
+            # redis-py retries connection errors (and connect timeouts) itself; a reply that
+            # does not come in time is retried by _call.
+            "retry": Retry(self._backoff, retries),
         }
         if tls:
             options["ssl"] = True
             options.update(ssl_options or {})
+        # Pub/sub connections keep redis-py's socket timeout: they are off the hot path.
         self._shards = ShardNotifiers(dict(options))
         if not cluster:
             options["db"] = db
-        self._client_options = options
+        self._client_options = {**options, "socket_timeout": None}
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
         self._max_connections = max_connections
@@ -244,6 +257,7 @@ class RedisStore:
                 self._sentinel_service,
                 self._client_options,
                 self._max_connections + 1,
+                ask_timeout=self._attempt_timeout,
             )
             return client
         host, port = self._nodes[0]
@@ -266,9 +280,14 @@ class RedisStore:
                 client = self._new_client()
                 if self._cluster:
                     try:
-                        await client.initialize()
-                        if await shard_pubsub_everywhere(client):
-                            self._scripts = SHARDED_SCRIPTS
+                        # The nodes' data connections have no socket timeout (_call bounds
+                        # each command): bound the discovery of the slots here.
+                        async with asyncio.timeout(
+                            self._attempt_timeout + self._client_options["socket_connect_timeout"]
+                        ):
+                            await client.initialize()
+                            if await shard_pubsub_everywhere(client):
+                                self._scripts = SHARDED_SCRIPTS
                     except BaseException:
                         await client.aclose()
                         raise
@@ -311,27 +330,48 @@ class RedisStore:
             raise self._errors.translate(exc) from exc
 
     async def _call(self, name: str, key: bytes, args: tuple[str | bytes, ...]) -> Any:
-        """EVALSHA, or EVAL when the node does not know the script (yet, or any more)."""
+        """EVALSHA, or EVAL when the node does not know the script (yet, or any more).
+
+        Each attempt has ``socket_timeout`` for its reply (connecting included); one that
+        runs out is retried, ``retries`` times, with redis-py's backoff. A retry is safe: every
+        script answers a repeat of its own call as it answered the first (reserve by its
+        token, complete and release by their nonce).
+        """
         try:
             client = self._client if self._client is not None else await self._ready()
             script = self._scripts[name]
             if not self._slots.take_now():
                 await self._acquire_slot()
             try:
-                if self._wait_replicas:
-                    return await run_replicated(
-                        client,
-                        script,
-                        key,
-                        args,
-                        replicas=self._wait_replicas,
-                        timeout_ms=self._wait_replicas_ms,
-                        where=self._where,
-                    )
-                return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
-            except NoScriptError:
-                # This node restarted or was flushed: EVAL runs and caches it again.
-                return await client.execute_command("EVAL", script.source, 1, key, *args)
+                failures = 0
+                while True:
+                    try:
+                        async with asyncio.timeout(self._attempt_timeout):
+                            try:
+                                if self._wait_replicas:
+                                    return await run_replicated(
+                                        client,
+                                        script,
+                                        key,
+                                        args,
+                                        replicas=self._wait_replicas,
+                                        timeout_ms=self._wait_replicas_ms,
+                                        where=self._where,
+                                    )
+                                return await client.execute_command(
+                                    "EVALSHA", script.sha, 1, key, *args
+                                )
+                            except NoScriptError:
+                                # This node restarted, was flushed or was promoted (a replica
+                                # has no script cache): EVAL runs and caches it again.
+                                return await client.execute_command(
+                                    "EVAL", script.source, 1, key, *args
+                                )
+                    except TimeoutError:
+                        failures += 1
+                        if failures > self._retries:
+                            raise
+                        await asyncio.sleep(self._backoff.compute(failures))
             finally:
                 self._slots.give()
         except self._errors.catches as exc:
@@ -482,13 +522,12 @@ class RedisStore:
         """
         limit = check_limit(limit)
         self._check_open()
-        pattern = self._prefix.translate(GLOB_SPECIAL).encode() + b"{*"
         grace_ms = int(self._grace_ms)
         removed = 0
         try:
             client = await self._ready()
             batch: list[bytes] = []
-            async for name in client.scan_iter(match=pattern, count=1000):
+            async for name in self._prefix_keys(client, 1000):
                 batch.append(name)
                 if len(batch) >= 1000:
                     removed += await self._sweep_batch(client, batch, grace_ms, limit - removed)
@@ -501,6 +540,21 @@ class RedisStore:
             raise self._errors.translate(exc) from exc
         return removed
 
+    async def _prefix_keys(self, client: Any, count: int) -> AsyncIterator[bytes]:
+        """The store's keys by SCAN (every primary on a cluster), each step within
+        ``socket_timeout`` (the data connections have no timeout of their own)."""
+        pattern = self._prefix.translate(GLOB_SPECIAL).encode() + b"{*"
+        names = client.scan_iter(match=pattern, count=count)
+        try:
+            while True:
+                async with asyncio.timeout(self._attempt_timeout):
+                    name = await anext(names, None)
+                if name is None:
+                    return
+                yield name
+        finally:
+            await names.aclose()
+
     async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
         # A key past retention has at most the grace period (plus rounding) left to live;
         # only those are worth a script call, which checks the retention deadline itself.
@@ -509,7 +563,8 @@ class RedisStore:
             pipe = client.pipeline(transaction=False) if not self._cluster else client.pipeline()
             for name in names:
                 pipe.pttl(name)
-            ttls = await pipe.execute()
+            async with asyncio.timeout(self._attempt_timeout):
+                ttls = await pipe.execute()
         finally:
             self._slots.give()
         removed = 0
