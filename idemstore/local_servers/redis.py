@@ -311,17 +311,25 @@ class LocalRedisSentinel:
         """The data nodes: the first primary and its replicas (roles change on failover)."""
         return [self.primary, *self.replicas]
 
-    def primary_port(self) -> int | None:
-        """The port the Sentinels now name as primary, or ``None`` when none answers."""
+    def _named_primaries(self) -> list[int | None]:
+        """The primary's port as each running Sentinel names it (``None``: no answer)."""
+        named: list[int | None] = []
         for sentinel in self.sentinels:
             if not sentinel.running:
                 continue
             out = sentinel.cli(
                 "SENTINEL", "get-master-addr-by-name", self.service, check=False
             ).split()
-            if len(out) == 2 and out[1].isdigit():
-                return int(out[1])
-        return None
+            named.append(int(out[1]) if len(out) == 2 and out[1].isdigit() else None)
+        return named
+
+    def primary_port(self) -> int | None:
+        """The port the Sentinels now name as primary, or ``None`` when none answers."""
+        return next((port for port in self._named_primaries() if port is not None), None)
+
+    def sentinels_agree_on(self, port: int) -> bool:
+        """Whether every running Sentinel names ``port`` as the primary."""
+        return all(named == port for named in self._named_primaries())
 
     def node_on(self, port: int) -> LocalRedis:
         return next(node for node in self.nodes if node.port == port)
