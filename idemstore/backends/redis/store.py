@@ -211,7 +211,9 @@ class RedisStore:
         if tls:
             options["ssl"] = True
             options.update(ssl_options or {})
-        # Pub/sub connections keep redis-py's socket timeout: they are off the hot path.
+        # A cluster's shard pub/sub connections keep redis-py's socket timeout (off the hot
+        # path); a single server's come from the data pool, and the notifier bounds its own
+        # waits there (subscribing within the wait's timeout, reads of at most 1 s).
         self._shards = ShardNotifiers(dict(options))
         if not cluster:
             options["db"] = db
