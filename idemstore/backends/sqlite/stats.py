@@ -12,16 +12,17 @@ if TYPE_CHECKING:
 __all__ = ["STATS", "stats"]
 
 # One pass over the table (SQLite has no cheaper count), by the rules of the reads: past
-# retention first, whatever the state; tombstones are not live; then the lease. ?1 is now.
+# retention first, whatever the state; tombstones are not live; then the lease. :now is now
+# (named: numbered placeholders bound from a sequence fail from Python 3.14 on).
 STATS = """
 SELECT
-    count(*) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'
-                     AND lease_expires_at > ?1),
-    count(*) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'
-                     AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)),
-    count(*) FILTER (WHERE expires_at > ?1 AND status = 'completed'),
-    count(*) FILTER (WHERE expires_at <= ?1),
-    min(created_at) FILTER (WHERE expires_at > ?1 AND status = 'in_progress'),
+    count(*) FILTER (WHERE expires_at > :now AND status = 'in_progress'
+                     AND lease_expires_at > :now),
+    count(*) FILTER (WHERE expires_at > :now AND status = 'in_progress'
+                     AND (lease_expires_at IS NULL OR lease_expires_at <= :now)),
+    count(*) FILTER (WHERE expires_at > :now AND status = 'completed'),
+    count(*) FILTER (WHERE expires_at <= :now),
+    min(created_at) FILTER (WHERE expires_at > :now AND status = 'in_progress'),
     count(*)
 FROM idemstore_records
 """
@@ -31,7 +32,7 @@ async def stats(store: SQLiteStore, *, limit: int = DEFAULT_LIMIT) -> StoreStats
     """One COUNT query over the table: a full scan of it, on the read connection (never
     queued behind writes); ``limit`` does not apply."""
     now = store._clock()
-    rows = await store._read(STATS, (now,))
+    rows = await store._read(STATS, {"now": now})
     in_progress, lapsed, completed, expired, oldest, total = rows[0]
     return StoreStats(
         in_progress=in_progress,

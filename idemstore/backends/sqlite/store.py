@@ -69,7 +69,7 @@ from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_t
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
     from types import TracebackType
 
 __all__ = ["SQLiteStore"]
@@ -356,7 +356,7 @@ class SQLiteStore:
                 self._reader = await self._open_connection(setup)
             return self._reader
 
-    async def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
+    async def _read(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
         """Rows of one autocommit statement; never queued behind a write of a file store."""
         conn = await self._connected()
         reader = await self._read_connection()
