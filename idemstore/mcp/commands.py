@@ -43,9 +43,8 @@ async def _proxy(args: argparse.Namespace) -> int:
         raise ConfigurationError("no server command: idemstore proxy [options] -- CMD [ARGS ...]")
     if args.retention is not None and args.ttl_ms is not None:
         raise ConfigurationError("give --retention SECONDS or --ttl-ms MS, not both")
-    retention = args.retention
     if args.ttl_ms is not None:
-        retention = args.ttl_ms / 1000
+        args.retention = args.ttl_ms / 1000
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),
@@ -54,22 +53,14 @@ async def _proxy(args: argparse.Namespace) -> int:
     async with open_store(_proxy_store_url(args)) as store:
         proxy = IdempotentProxy(
             store,
-            run_id=args.run_id,
             key_scope=args.key_scope or default_key_scope(command),
-            lease_ttl=args.lease,
-            retention=retention if retention is not None else 600.0,
-            sep_retention=args.sep_retention,
-            in_flight=args.in_flight,
-            implicit=not args.no_implicit,
-            tools=args.tools or ("*",),
-            exclude_tools=args.exclude_tools or (),
-            dedupe_read_only=args.dedupe_read_only,
-            cancel_grace=args.cancel_grace,
+            **_call_options(args),
         )
         return await run_stdio_proxy(proxy, command)
 
 
 async def _gateway(args: argparse.Namespace) -> int:
+    from idemstore.callers import DEFAULT_SOURCES, CallerSources
     from idemstore.mcp.gateway import GatewayConfig, GatewayScope, McpGateway, parse_listen, serve
 
     host, port = parse_listen(args.listen)
@@ -84,21 +75,17 @@ async def _gateway(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout,
         max_body_bytes=args.max_body_bytes,
     )
-    scope = GatewayScope(header=args.scope_header.lower())
+    sources = list(args.caller or DEFAULT_SOURCES)
+    if args.scope_header is not None:
+        sources = [f"header:{args.scope_header}"]
+    scope = GatewayScope(CallerSources(sources), unidentified=args.unidentified)
     async with open_store(args.store) as store:
         gateway = McpGateway(
             store,
             config,
             scope=scope,
-            run_id=args.run_id,
-            lease_ttl=args.lease,
-            retention=args.retention,
-            sep_retention=args.sep_retention,
-            in_flight=args.in_flight,
-            implicit=not args.no_implicit,
-            tools=args.tools or ("*",),
-            exclude_tools=args.exclude_tools or (),
-            dedupe_read_only=args.dedupe_read_only,
+            verify_replays=not args.no_verify_replays,
+            **_call_options(args),
         )
         await serve(gateway, host, port, log_level=args.log_level)
     return 0
@@ -123,57 +110,31 @@ def add_gateway_parser(commands: Any) -> None:
         "--store", default="memory://", metavar="URL", help="store URL (default memory://)"
     )
     gateway.add_argument(
-        "--scope-header",
-        default="authorization",
-        metavar="NAME",
-        help="header whose (hashed) value scopes records (default: Authorization)",
+        "--caller",
+        action="append",
+        metavar="SOURCE",
+        help="a request part that names the caller, records being kept per caller: "
+        "header:NAME, cookie:NAME, cookie:*, query:NAME or query:* (repeat it; default: "
+        "header:authorization cookie:* query:*)",
     )
     gateway.add_argument(
-        "--run-id",
-        metavar="ID",
-        help="scope of derived keys; replicas that share it deduplicate key-less calls",
+        "--scope-header", metavar="NAME", help="the same as --caller header:NAME alone"
     )
     gateway.add_argument(
-        "--retention",
-        type=positive_float,
-        default=600.0,
-        metavar="SECONDS",
-        help="how long a derived or _meta key's result is replayed (default 600)",
+        "--unidentified",
+        choices=("relay", "refuse", "shared"),
+        default="relay",
+        help="a keyed tools/call with none of the caller sources: relay it without "
+        "deduplication (default), refuse it (400), or share one anonymous scope (only for an "
+        "upstream that authenticates nobody)",
     )
     gateway.add_argument(
-        "--sep-retention",
-        type=positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
-    )
-    gateway.add_argument(
-        "--lease",
-        type=positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease of a running call, heartbeated every third (default 30)",
-    )
-    gateway.add_argument(
-        "--in-flight",
-        choices=("wait", "reject"),
-        default="wait",
-        help="a duplicate of a running call without a SEP-3182 key: wait (default) or reject",
-    )
-    gateway.add_argument(
-        "--no-implicit", action="store_true", help="deduplicate only calls that carry a key"
-    )
-    gateway.add_argument(
-        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
-    )
-    gateway.add_argument(
-        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
-    )
-    gateway.add_argument(
-        "--dedupe-read-only",
+        "--no-verify-replays",
         action="store_true",
-        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
+        help="serve recorded outcomes without first checking (one ping) that the upstream "
+        "still accepts the caller's credentials",
     )
+    _add_call_options(gateway)
     gateway.add_argument(
         "--connect-timeout",
         type=positive_float,
@@ -193,12 +154,6 @@ def add_gateway_parser(commands: Any) -> None:
         default=16 * 1024 * 1024,
         metavar="N",
         help="largest POST body read (default 16 MiB; larger gets 413)",
-    )
-    gateway.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="warning",
-        help="logs go to stderr (default warning)",
     )
     gateway.set_defaults(handler=_gateway)
 
@@ -224,71 +179,95 @@ def add_proxy_parser(commands: Any) -> None:
         "--redis-url", metavar="URL", help="with --store redis (default: $REDIS_URL)"
     )
     proxy.add_argument(
-        "--retention",
-        type=positive_float,
-        metavar="SECONDS",
-        help="how long a derived or _meta key's result is replayed (default 600)",
-    )
-    proxy.add_argument(
-        "--ttl-ms", type=positive_float, metavar="MS", help="the same in milliseconds"
-    )
-    proxy.add_argument(
-        "--sep-retention",
-        type=positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
-    )
-    proxy.add_argument(
-        "--lease",
-        type=positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease of a running call, heartbeated every third (default 30)",
-    )
-    proxy.add_argument(
-        "--run-id", metavar="ID", help="scope of derived keys (default: one per proxy process)"
+        "--ttl-ms", type=positive_float, metavar="MS", help="--retention in milliseconds"
     )
     proxy.add_argument(
         "--key-scope",
         metavar="SCOPE",
         help="scope of explicit keys (default: this user and the server command)",
     )
-    proxy.add_argument(
+    _add_call_options(proxy)
+    proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    proxy.set_defaults(handler=_proxy)
+
+
+def _add_call_options(parser: argparse.ArgumentParser) -> None:
+    """The deduplication options the proxy and the gateway share (``_call_options``)."""
+    parser.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="scope of derived keys (default: one per process); relays that share it "
+        "deduplicate key-less calls together",
+    )
+    parser.add_argument(
+        "--retention",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how long a derived or _meta key's result is replayed (default 600)",
+    )
+    parser.add_argument(
+        "--sep-retention",
+        type=positive_float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease of a running call, heartbeated every third (default 30)",
+    )
+    parser.add_argument(
         "--in-flight",
         choices=("wait", "reject"),
         default="wait",
         help="a duplicate of a running call without a SEP-3182 key: wait for it (default) "
         "or reject it",
     )
-    proxy.add_argument(
+    parser.add_argument(
         "--no-implicit",
         action="store_true",
         help="deduplicate only calls that carry a key (no derived keys)",
     )
-    proxy.add_argument(
+    parser.add_argument(
         "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
     )
-    proxy.add_argument(
+    parser.add_argument(
         "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
     )
-    proxy.add_argument(
+    parser.add_argument(
         "--dedupe-read-only",
         action="store_true",
         help="derive keys for tools annotated readOnlyHint too (default: they always run)",
     )
-    proxy.add_argument(
+    parser.add_argument(
         "--cancel-grace",
         type=positive_float,
         default=60.0,
         metavar="SECONDS",
         help="a cancelled SEP-3182 call keeps its key this long without an answer (default 60)",
     )
-    proxy.add_argument(
+    parser.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         default="warning",
         help="logs go to stderr (default warning)",
     )
-    proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    proxy.set_defaults(handler=_proxy)
+
+
+def _call_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``ToolCallCore`` from ``_add_call_options``' flags."""
+    return {
+        "run_id": args.run_id,
+        "lease_ttl": args.lease,
+        "retention": args.retention if args.retention is not None else 600.0,
+        "sep_retention": args.sep_retention,
+        "in_flight": args.in_flight,
+        "implicit": not args.no_implicit,
+        "tools": args.tools or ("*",),
+        "exclude_tools": args.exclude_tools or (),
+        "dedupe_read_only": args.dedupe_read_only,
+        "cancel_grace": args.cancel_grace,
+    }

@@ -20,9 +20,10 @@ import contextlib
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
+from idemstore.callers import CallerSources, asgi_headers, caller_scope
 from idemstore.errors import ConfigurationError, MissingDependencyError
 
 try:
@@ -59,33 +60,53 @@ _METHODS = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
 # Requests whose answers the gateway reads: the capability, the tools' readOnlyHint.
 _READ_ANSWERS = frozenset({"initialize", "server/discover", "tools/list"})
 _DEFAULT_MAX_BODY = 16 * 1024 * 1024
+# What a replay costs the upstream: one ping carrying the caller's credentials.
+_BOTH_MEDIA = "application/json, text/event-stream"
+_VERIFY_PING = b'{"jsonrpc":"2.0","id":"idemstore-verify-replay","method":"ping"}'
+
+
+Unidentified = Literal["relay", "refuse", "shared"]
+"""What the gateway does with a keyed ``tools/call`` whose caller it cannot tell apart."""
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayScope:
     """How a request's authorization boundary becomes the scope of its idempotency records.
 
-    By default the boundary is the ``Authorization`` header: requests with the same credential
-    share keys, others never see them. ``header`` names another header instead (a tenant or
-    workspace id a front proxy sets). Either way only a SHA-256 of the value is kept: the raw
-    token never reaches the store, a log line or a span. Requests without the header share
-    one anonymous boundary.
+    ``sources`` are the request parts that name the caller (``idemstore.callers``: by default
+    the ``Authorization`` header, the cookies and the query string, normalized); only a
+    SHA-256 of them is kept: the raw credential never reaches the store, a log line or a span.
+
+    ``unidentified``: a ``tools/call`` that carries none of the sources never shares a record
+    with another caller. ``"relay"`` (default) forwards it without deduplication, so the
+    upstream answers it as it would without the gateway (its 401, say); ``"refuse"`` answers
+    400 without forwarding; ``"shared"`` puts every such caller in one anonymous scope: only
+    for an upstream that authenticates nobody, whose callers may see each other's results.
     """
 
-    header: str = "authorization"
+    sources: CallerSources = field(default_factory=CallerSources)
+    unidentified: Unidentified = "relay"
 
-    def of(self, headers: Mapping[str, str], upstream: str) -> str:
-        """The scope of a request with ``headers`` (case-insensitive) sent to ``upstream``.
+    def __post_init__(self) -> None:
+        if self.unidentified not in ("relay", "refuse", "shared"):
+            raise ConfigurationError(
+                f"unidentified must be 'relay', 'refuse' or 'shared', not {self.unidentified!r}"
+            )
+
+    def of(self, scope: Mapping[str, Any], upstream: str) -> str | None:
+        """The record scope of the ASGI request ``scope`` sent to ``upstream``, or ``None``
+        when its caller cannot be told apart (and ``unidentified`` is not ``"shared"``).
 
         Gateways in front of other upstreams never share records, even in one store.
         """
-        value = headers.get(self.header)
-        if value is None:
-            boundary = "anonymous"
-        else:
-            boundary = hashlib.sha256(value.encode("utf-8")).hexdigest()[:32]
+        query = scope.get("query_string", b"").decode("latin-1")
+        caller = self.sources.caller(asgi_headers(scope), query)
+        if caller is None:
+            if self.unidentified != "shared":
+                return None
+            caller = "anonymous"
         server = hashlib.sha256(upstream.encode("utf-8")).hexdigest()[:16]
-        return f"mcp-gateway/{server}/{self.header.lower()}/{boundary}"
+        return caller_scope(f"mcp-gateway/{server}", caller)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +167,13 @@ class McpGateway:
         config: GatewayConfig,
         *,
         scope: GatewayScope | None = None,
+        verify_replays: bool = True,
         **call_options: Any,
     ) -> None:
         self.config = config
         self._origin, self._path = config.endpoint()
         self._scope = scope or GatewayScope()
+        self._verify_replays = verify_replays
         self._client: httpx.AsyncClient | None = None
         self._calls = ToolCalls(store, self._send_upstream, **call_options)
         self.app = Starlette(
@@ -196,22 +219,82 @@ class McpGateway:
         if body is None:
             return error_response(413, f"request body over {self.config.max_body_bytes} bytes")
         message = _json_message(body)
-        if isinstance(message, dict) and message.get("id") is not None:
-            method = message.get("method")
-            if method == "tools/call":
-                answer = await self._calls.handle(
-                    message,
-                    body,
-                    path=self._target(request),
-                    headers=request.headers,
-                    scope=self._scope.of(request.headers, self.config.upstream),
-                )
-                if isinstance(answer, Response):
-                    return answer
-                body = answer  # no key to run: relayed (a null idempotencyKey stripped)
-            elif method in _READ_ANSWERS:
-                return await self._read_answer(request, body, message)
+        if not isinstance(message, dict):
+            return await self._relay(request, body)
+        method = message.get("method")
+        if message.get("id") is None:
+            if method == "notifications/cancelled":
+                self._cancel(request, message)
+            return await self._relay(request, body)
+        if method == "tools/call":
+            answer = await self._tool_call(request, message, body)
+            if isinstance(answer, Response):
+                return answer
+            body = answer  # nothing to deduplicate: relayed (a SEP key stripped)
+        elif method in _READ_ANSWERS:
+            return await self._read_answer(request, body, message)
         return await self._relay(request, body)
+
+    async def _tool_call(
+        self, request: Request, message: dict[str, Any], body: bytes
+    ) -> Response | bytes:
+        scope = self._scope.of(request.scope, self.config.upstream)
+        target = self._target(request)
+        if scope is None:
+            # Nobody to scope a record to: never share one (GatewayScope.unidentified).
+            return self._calls.unidentified(
+                message, body, request.headers, refuse=self._scope.unidentified == "refuse"
+            )
+
+        async def verify() -> Response | None:
+            return await self._still_accepted(request, target)
+
+        return await self._calls.handle(
+            message,
+            body,
+            path=target,
+            headers=request.headers,
+            scope=scope,
+            session=request.headers.get("mcp-session-id", ""),
+            verify=verify if self._verify_replays else None,
+        )
+
+    def _cancel(self, request: Request, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        if not isinstance(params, dict) or params.get("requestId") is None:
+            return
+        scope = self._scope.of(request.scope, self.config.upstream)
+        if scope is not None:
+            session = request.headers.get("mcp-session-id", "")
+            self._calls.cancel(scope, session, params["requestId"])
+
+    async def _still_accepted(self, request: Request, target: str) -> Response | None:
+        """Before a replay: ``None`` when the upstream still accepts the caller's credentials,
+        else its refusal (relayed as it came: a revoked token gets the upstream's 401).
+
+        One ``ping`` with the caller's headers: a recorded outcome is never served on the
+        strength of a credential the upstream no longer honours.
+        """
+        # The caller's headers (credentials, session, protocol version), as a well-formed ping.
+        headers = [
+            (name, value)
+            for name, value in request_headers(request.headers.items(), rewritten=True)
+            if name.lower() not in ("accept", "content-type")
+        ]
+        headers += [("accept", _BOTH_MEDIA), ("content-type", "application/json")]
+        try:
+            response = await self._send_upstream("POST", target, headers, _VERIFY_PING)
+        except httpx.HTTPError as exc:
+            return _unreachable(exc)
+        if not 200 <= response.status_code < 300:
+            return streamed(response)
+        try:
+            await response.aread()  # a small answer; read whole, the connection is reused
+        except httpx.HTTPError as exc:
+            return _unreachable(exc)
+        finally:
+            await response.aclose()
+        return None
 
     async def _read_body(self, request: Request) -> bytes | None:
         chunks: list[bytes] = []

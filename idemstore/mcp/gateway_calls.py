@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from starlette.responses import Response, StreamingResponse
 
+from idemstore.mcp import sep3182
 from idemstore.mcp.http_relay import error_response, request_headers, response_headers
 from idemstore.mcp.sse_stream import SSEReader, render_event
 from idemstore.mcp.tool_calls import (
@@ -32,6 +33,8 @@ from idemstore.mcp.tool_calls import (
     ServerResponse,
     ToolCallCore,
     dumps,
+    error_line,
+    id_key,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
 
     Execute = Callable[[bytes], Awaitable[dict[str, Any] | None]]
+    Refuse = Callable[[Response], None]
+    Verify = Callable[[], Awaitable[Response | None]]
     SendUpstream = Callable[
         [str, str, list[tuple[str, str]], bytes | AsyncIterator[bytes]],
         Awaitable[httpx.Response],
@@ -50,6 +55,10 @@ __all__ = ["ToolCalls", "UpstreamAnswer", "rendered"]
 logger = logging.getLogger("idemstore.mcp.gateway")
 
 _MAX_EVENT_BYTES = 64 * 1024 * 1024
+# JSON-RPC "Request cancelled" (MCP): the answer to a call its client cancelled. Never recorded.
+_CANCELLED = -32800
+# error.data.type of a keyed call refused because nothing in the request names its caller.
+CALLER_UNKNOWN = "idempotency_caller_unknown"
 
 
 def _accepts(headers: Mapping[str, str], media: str) -> bool:
@@ -148,6 +157,13 @@ class UpstreamAnswer:
             await self.upstream.aclose()
             self._chunks.put_nowait(None)
 
+    async def abandon(self) -> None:
+        """Stop relaying (the call was cancelled and the upstream never answered): the
+        client's copy ends cut, the upstream connection is closed."""
+        self._cut = True
+        await self.upstream.aclose()
+        self._chunks.put_nowait(None)
+
     async def _body(self) -> AsyncIterator[bytes]:
         while True:
             chunk = await self._chunks.get()
@@ -220,6 +236,9 @@ class ToolCalls:
         self._options = options
         self._read_only: dict[str, bool] = {}
         self._running: set[asyncio.Task[Any]] = set()
+        # Calls in flight by (scope, Mcp-Session-Id, request id): where a client's
+        # notifications/cancelled (a POST of its own) finds the call it names.
+        self._in_flight: dict[tuple[str, str, str], ToolCallCore] = {}
         self._core("mcp-gateway/check")  # a bad option fails at start, not on the first call
 
     def _core(self, scope: str) -> _CallCore:
@@ -255,6 +274,36 @@ class ToolCalls:
 
         return relay
 
+    def unidentified(
+        self, message: dict[str, Any], body: bytes, headers: Mapping[str, str], *, refuse: bool
+    ) -> Response | bytes:
+        """A ``tools/call`` from a caller nothing tells apart: it is never deduplicated (no
+        record another caller could match). The bytes to relay upstream (the SEP key
+        stripped), or the client's answer: an invalid key, or 400 when ``refuse``."""
+        verdict = self._core("mcp-gateway/unidentified").prepare(message, body)
+        if isinstance(verdict, Forward):
+            return verdict.line
+        if isinstance(verdict, Answer):
+            return rendered(headers, verdict.line)
+        if not refuse:
+            return verdict.forward
+        why = (
+            "the gateway keeps idempotency records per caller, and this request carries no"
+            " credentials (Authorization, a cookie or a query parameter) to tell its caller apart"
+        )
+        error = sep3182.error(sep3182.INVALID_REQUEST, why, CALLER_UNKNOWN, verdict.key or None)
+        answer = rendered(headers, error_line(verdict.request_id, error))
+        answer.status_code = 400
+        return answer
+
+    def cancel(self, scope: str, session: str, request_id: object) -> None:
+        """A client's ``notifications/cancelled`` for one of its calls in flight here: the
+        proxy's rule (``ToolCallCore.cancel``): a derived or ``_meta`` key is released at
+        once, a SEP key after ``cancel_grace`` seconds without an answer."""
+        core = self._in_flight.get((scope, session, id_key(request_id)))
+        if core is not None:
+            core.cancel(request_id)
+
     async def handle(
         self,
         message: dict[str, Any],
@@ -263,8 +312,14 @@ class ToolCalls:
         path: str,
         headers: Mapping[str, str],
         scope: str,
+        session: str = "",
+        verify: Verify | None = None,
     ) -> Response | bytes:
-        """The client's answer to a ``tools/call``, or the bytes to relay upstream unread."""
+        """The client's answer to a ``tools/call``, or the bytes to relay upstream unread.
+
+        ``verify``, when given, runs before a recorded outcome is served: ``None`` lets the
+        replay go, a ``Response`` is the client's answer instead (the upstream's refusal).
+        """
         core = self._core(scope)
         verdict = core.prepare(message, body)
         if isinstance(verdict, Forward):
@@ -272,15 +327,30 @@ class ToolCalls:
         if isinstance(verdict, Answer):
             return rendered(headers, verdict.line)
         call = verdict
+        in_flight = (scope, session, call.id_key)
 
-        async def run(execute: Execute) -> bytes | None:
+        async def run(execute: Execute, refuse: Refuse) -> bytes | None:
             async def exchange(forward: bytes) -> ServerResponse:
                 final = await execute(forward)
                 if final is None:
                     raise ServerGone("the upstream gave no final response")
                 return ServerResponse(final, dumps(final) + b"\n")
 
-            return await core.start(call, exchange)
+            async def admit_replay() -> bool:
+                assert verify is not None
+                refusal = await verify()
+                if refusal is not None:
+                    refuse(refusal)
+                return refusal is None
+
+            self._in_flight.setdefault(in_flight, core)
+            try:
+                return await core.start(
+                    call, exchange, admit_replay=admit_replay if verify is not None else None
+                )
+            finally:
+                if self._in_flight.get(in_flight) is core:
+                    del self._in_flight[in_flight]
 
         return await self.answer(path=path, headers=headers, request_id=call.request_id, run=run)
 
@@ -290,19 +360,24 @@ class ToolCalls:
         path: str,
         headers: Mapping[str, str],
         request_id: object,
-        run: Callable[[Execute], Coroutine[Any, Any, bytes | None]],
+        run: Callable[[Execute, Refuse], Coroutine[Any, Any, bytes | None]],
     ) -> Response:
         """Run one call through the core, detached from the client's connection.
 
-        ``run(execute)`` is the core's execution path: it reserves the key and either calls
-        ``execute(body)`` once (forward upstream; the final response, ``None`` when none came)
-        or decides without the upstream (a replay, an error). It returns the JSON-RPC answer
-        for the client. When the upstream was reached, the client gets the upstream's own
-        answer as it streams instead.
+        ``run(execute, refuse)`` is the core's execution path: it reserves the key and either
+        calls ``execute(body)`` once (forward upstream; the final response, ``None`` when none
+        came) or decides without the upstream (a replay, an error). It returns the JSON-RPC
+        answer for the client, or calls ``refuse(response)`` to answer with an HTTP response
+        of its own. When the upstream was reached, the client gets the upstream's own answer
+        as it streams instead.
         """
         loop = asyncio.get_running_loop()
         live: asyncio.Future[Response] = loop.create_future()
         forwarded_answers: list[UpstreamAnswer] = []
+
+        def refuse(response: Response) -> None:
+            if not live.done():
+                live.set_result(response)
 
         async def execute(body: bytes) -> dict[str, Any] | None:
             forwarded = request_headers(headers.items(), rewritten=True)
@@ -310,25 +385,34 @@ class ToolCalls:
                 upstream = await self._send("POST", path, forwarded, body)
             except httpx.HTTPError as exc:
                 logger.warning("tools/call not forwarded: %s: %s", type(exc).__name__, exc)
-                if not live.done():
-                    message = f"the MCP upstream could not be reached ({type(exc).__name__})"
-                    live.set_result(error_response(502, message))
+                message = f"the MCP upstream could not be reached ({type(exc).__name__})"
+                refuse(error_response(502, message))
                 return None
             answer = UpstreamAnswer(upstream, request_id)
             forwarded_answers.append(answer)
-            if not live.done() and not answer.buffered:
-                live.set_result(answer.response())
+            if not answer.buffered:
+                refuse(answer.response())
             return await answer.until_final()
 
         async def drive() -> bytes | None:
             try:
-                return await run(execute)
+                return await run(execute, refuse)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the gateway itself is stopping
+                # The client cancelled the call: before it was forwarded, or the upstream
+                # never answered within cancel_grace. Its key is released; end the relay.
+                for answer in forwarded_answers:
+                    await answer.abandon()
+                forwarded_answers.clear()
+                return error_line(request_id, sep3182.error(_CANCELLED, "Request cancelled"))
             finally:
                 # The outcome is recorded (or the key released): now the client may see it.
                 for answer in forwarded_answers:
                     await answer.finish()
-                    if not live.done() and answer.buffered:
-                        live.set_result(answer.whole_response())
+                    if answer.buffered:
+                        refuse(answer.whole_response())
 
         task = loop.create_task(drive(), name="mcp-gateway:tools/call")
         self._running.add(task)

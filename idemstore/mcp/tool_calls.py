@@ -434,19 +434,24 @@ class ToolCallCore:
         call: ToolCall,
         exchange: Callable[[bytes], Awaitable[ServerResponse]],
         reply: Callable[[bytes], Awaitable[None]] | None = None,
+        *,
+        admit_replay: Callable[[], Awaitable[bool]] | None = None,
     ) -> asyncio.Task[bytes | None]:
         """Run ``call``; the task's result is what to send the client (``None``: nothing).
 
         With ``reply``, the task sends that answer itself (``reply(line)``) and returns it,
         which saves a relay a task per call; a call still pending when ``close()`` runs is then
-        answered with a ``mcp_server_exited`` error.
+        answered with a ``mcp_server_exited`` error. ``admit_replay``, when given, is asked
+        before a recorded outcome is served: ``False`` serves nothing (the relay answered the
+        client itself, e.g. with the upstream's refusal of a revoked credential).
         """
         pending = _Pending(call)
         self._pending[call.id_key] = pending
         # Eager where Python allows: a call whose store answers inline is then forwarded
         # (or answered) before this returns, without waiting for the next turn of the loop.
         task = start_task(
-            self._reply(pending, exchange, reply), name=f"mcp-relay:call:{call.id_key}"
+            self._reply(pending, exchange, reply, admit_replay),
+            name=f"mcp-relay:call:{call.id_key}",
         )
         if not task.done():
             pending.task = task
@@ -525,10 +530,11 @@ class ToolCallCore:
         pending: _Pending,
         exchange: Callable[[bytes], Awaitable[ServerResponse]],
         reply: Callable[[bytes], Awaitable[None]] | None,
+        admit_replay: Callable[[], Awaitable[bool]] | None,
     ) -> bytes | None:
         try:
             try:
-                line = await self._answer(pending, exchange)
+                line = await self._answer(pending, exchange, admit_replay)
             except asyncio.CancelledError:
                 if reply is None or not self._closing:
                     raise  # cancelled by the client before it reached the server: no answer
@@ -541,7 +547,10 @@ class ToolCallCore:
                 self._tasks.discard(pending.task)
 
     async def _answer(
-        self, pending: _Pending, exchange: Callable[[bytes], Awaitable[ServerResponse]]
+        self,
+        pending: _Pending,
+        exchange: Callable[[bytes], Awaitable[ServerResponse]],
+        admit_replay: Callable[[], Awaitable[bool]] | None,
     ) -> bytes | None:
         call = pending.call
         policy = self._sep_policy if call.kind == "sep" else self._policy
@@ -560,6 +569,9 @@ class ToolCallCore:
                 error = sep3182.store_unavailable_error(call.key, str(exc))
                 return error_line(call.request_id, error)
             if isinstance(claim, Replay):
+                if admit_replay is not None and not await admit_replay():
+                    logger.info("replay of %s key %r refused by the relay", call.kind, call.key)
+                    return None
                 logger.info("replayed %s key %r (fence %d)", call.kind, call.key, claim.fence)
                 return _replay_line(call.request_id, claim.response)
             # From here on a client's cancellation never cancels this task (see cancel()): the

@@ -98,11 +98,16 @@ class Upstream:
         raise AssertionError(f"{name} did not execute {count} time(s)")
 
 
-def start_upstream(where: Path, mode: str, port: int | None = None) -> Upstream:
-    """``mode``: ``stateful``, ``stateless`` (both answer with SSE) or ``stateless-json``."""
+def start_upstream(
+    where: Path, mode: str, port: int | None = None, *, tokens: Path | None = None
+) -> Upstream:
+    """``mode``: ``stateful``, ``stateless`` (both answer with SSE) or ``stateless-json``;
+    ``tokens``: the file of tokens an authenticating upstream accepts."""
     port = port or free_port()
     log = where / f"executions-{port}.log"
     argv = [sys.executable, "-m", "tests.gateway.upstream", "--port", str(port), "--log", str(log)]
+    if tokens is not None:
+        argv += ["--tokens", str(tokens)]
     if mode.startswith("stateless"):
         argv.append("--stateless")
     if mode.endswith("json"):

@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     import httpx
 
 BOTH = "application/json, text/event-stream"
+# The caller every test request is from unless it says otherwise: the gateway deduplicates
+# only calls whose caller it can tell apart.
+CALLER = {"authorization": "Bearer gateway-test"}
 PROTOCOL = "2025-11-25"
 
 
@@ -57,8 +60,9 @@ async def post(
     accept: str = BOTH,
     headers: dict[str, str] | None = None,
 ) -> Answer:
+    """POST one message; ``headers`` replace the default caller's credentials (``CALLER``)."""
     sent = {"accept": accept, "content-type": "application/json", "mcp-protocol-version": PROTOCOL}
-    sent.update(headers or {})
+    sent.update(CALLER if headers is None else headers)
     if session is not None:
         sent["mcp-session-id"] = session
     response = await client.post(url, json=message, headers=sent)

@@ -5,7 +5,15 @@
 Every tool execution appends one line (the tool's name) to ``--log``, so a test counts
 executions across processes. Besides the FastMCP tools, an ASGI wrapper plays the upstream
 failures a gateway meets: a ``tools/call`` of ``http_500`` executes (logs) and answers 500;
-``cut_stream`` executes, sends one progress event and drops the connection before its result.
+``cut_stream`` executes, sends one progress event and drops the connection before its result;
+``silent`` executes, sends one progress event and then never answers, keeping its stream open
+until the client goes away (what MCP recommends for a request its client cancelled).
+
+``--tokens FILE`` makes it authenticate every request, as real upstreams do, by a token from
+that file (one a line, read anew on every request so a test can revoke one) presented in any
+of the ways upstreams accept: ``Authorization: Bearer T``, a ``session=T`` cookie, an
+``?api_key=T`` query parameter or an ``X-Api-Key: T`` header; anything else gets 401. The
+``whoami`` tool answers with the token its request carried (and logs an execution).
 """
 
 from __future__ import annotations
@@ -13,8 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import uvicorn
 from fastmcp import Context, FastMCP
@@ -59,6 +69,14 @@ def build() -> FastMCP[Any]:
         return f"looked {n}"
 
     @mcp.tool
+    async def whoami(n: int = 0) -> str:
+        """The token this call was authenticated with (an execution)."""
+        from fastmcp.server.dependencies import get_http_request
+
+        executed("whoami")
+        return f"{n}: {presented_token(get_http_request().scope)}"
+
+    @mcp.tool
     async def headers() -> dict[str, str]:
         """The request headers this call reached the upstream with (not an execution)."""
         from fastmcp.server.dependencies import get_http_headers
@@ -78,6 +96,41 @@ def _tool_name(body: bytes) -> str | None:
         if isinstance(params, dict) and isinstance(params.get("name"), str):
             return params["name"]
     return None
+
+
+def presented_token(scope: Any) -> str | None:
+    """The token a request presents, in whichever way it does."""
+    headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+    parts = headers.get("authorization", "").split()
+    if len(parts) == 2 and parts[0].lower() == "bearer":
+        return parts[1]
+    if headers.get("x-api-key"):
+        return headers["x-api-key"]
+    cookie = SimpleCookie(headers.get("cookie", ""))
+    if "session" in cookie:
+        return cookie["session"].value
+    query = parse_qs(scope.get("query_string", b"").decode())
+    if query.get("api_key"):
+        return query["api_key"][0]
+    return None
+
+
+class Authenticated:
+    """ASGI wrapper: 401 unless the request presents a token listed in the tokens file."""
+
+    def __init__(self, app: Any, tokens: Path) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            valid = set(self.tokens.read_text().split())
+            if presented_token(scope) not in valid:
+                headers = [(b"www-authenticate", b"Bearer"), (b"content-type", b"text/plain")]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+        await self.app(scope, receive, send)
 
 
 class Failures:
@@ -111,6 +164,16 @@ class Failures:
             data = b"event: message\ndata: " + json.dumps(event).encode() + b"\n\n"
             await send({"type": "http.response.body", "body": data, "more_body": True})
             raise RuntimeError("cut the stream")  # uvicorn drops the connection
+        if name == "silent":
+            executed(name)
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            event = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+            data = b"event: message\ndata: " + json.dumps(event).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            return
 
         replayed = False
 
@@ -132,11 +195,16 @@ def main() -> None:
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--stateless", action="store_true")
     parser.add_argument("--json", action="store_true", help="JSON answers instead of SSE")
+    parser.add_argument("--tokens", type=Path, help="authenticate requests by these tokens")
     args = parser.parse_args()
     LOG = args.log
-    app = build().http_app(path="/mcp", stateless_http=args.stateless, json_response=args.json)
+    app: Any = Failures(
+        build().http_app(path="/mcp", stateless_http=args.stateless, json_response=args.json)
+    )
+    if args.tokens is not None:
+        app = Authenticated(app, args.tokens)
     config = uvicorn.Config(
-        Failures(app), host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
+        app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
     )
     uvicorn.Server(config).run()
 
