@@ -14,7 +14,6 @@ each as ``application/problem+json`` with a ``detail`` that says what to do.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import inspect
 import json
 import logging
@@ -22,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idemstore.callers import fit_scope
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -36,7 +36,7 @@ from idemstore.http_identity import (
     parse_idempotency_key,
     request_fingerprint,
 )
-from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
+from idemstore.records import MAX_KEY_LENGTH, check_identity
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
@@ -134,9 +134,10 @@ class IdempotencyMiddleware:
             scope. A missing key where required is a 400.
         scope: callable given the ASGI scope returning the caller's authorization boundary
             (a string; may be async). Records are only matched within one scope. Default:
-            ``default_scope`` (authenticated user, else a hash of the ``Authorization``
-            header); a keyed request from a caller it cannot tell apart is refused with 400
-            rather than matched against other anonymous callers' records. Return a constant
+            ``default_scope`` (authenticated user, else a hash of the request's credentials
+            as ``idemstore.callers`` reads them); a keyed request from a caller it cannot
+            tell apart is refused with 400 rather than matched against other anonymous
+            callers' records. Return a constant
             to share keys between all callers on purpose.
         retention: seconds a response is replayed (default 24 hours).
         lease_ttl: seconds a request holds its key without a heartbeat; heartbeats extend it
@@ -270,8 +271,7 @@ class IdempotencyMiddleware:
             return
         if not isinstance(caller, str):
             raise TypeError(f"the scope callable returned {type(caller).__name__}, not str")
-        if len(caller) > MAX_SCOPE_LENGTH:
-            caller = "sha256:" + hashlib.sha256(caller.encode("utf-8")).hexdigest()
+        caller = fit_scope(caller)
 
         try:
             body, more = await self._read_body(receive)

@@ -28,6 +28,7 @@ from email.utils import collapse_rfc2231_value
 from typing import Any
 from urllib.parse import parse_qsl
 
+from idemstore.callers import CallerSources, asgi_headers
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import fingerprint
 
@@ -78,23 +79,25 @@ def header_values(scope: Scope, name: bytes) -> list[bytes]:
     return [value for key, value in scope.get("headers", ()) if key.lower() == name]
 
 
+_CALLERS = CallerSources()
+
+
 def default_scope(scope: Scope) -> str | None:
     """The default caller boundary: who is calling, or ``None`` when nobody can tell.
 
     An authenticated ``scope["user"]`` (Starlette's ``AuthenticationMiddleware``) by its
-    identity; else the credentials in the ``Authorization`` header, hashed (so a record is
-    only ever matched by a request bearing the same credentials).
+    identity; else the request's credentials as ``idemstore.callers`` reads them (the
+    ``Authorization`` header, the cookies and the query string, normalized and hashed), so a
+    record is only ever matched by a request bearing the same credentials.
     """
     user = scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
         identity = getattr(user, "identity", "") or getattr(user, "display_name", "")
         if identity:
             return f"user:{identity}"
-    authorization = header_values(scope, b"authorization")
-    if authorization:
-        digest = hashlib.sha256(b"\n".join(authorization)).hexdigest()
-        return f"authorization-sha256:{digest}"
-    return None
+    query = scope.get("query_string", b"").decode("latin-1")
+    caller = _CALLERS.caller(asgi_headers(scope), query)
+    return None if caller is None else f"caller-sha256:{caller}"
 
 
 def request_fingerprint(scope: Scope, body: bytes) -> str:

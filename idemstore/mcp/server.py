@@ -22,9 +22,9 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from hashlib import sha256
 from typing import TYPE_CHECKING, Any
 
+from idemstore.callers import CallerSources, asgi_headers, caller_scope, fit_scope
 from idemstore.errors import (
     CanonicalizationError,
     ConflictError,
@@ -38,7 +38,7 @@ from idemstore.hashing import fingerprint
 from idemstore.mcp import sep3182
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
-from idemstore.records import MAX_KEY_LENGTH, MAX_SCOPE_LENGTH, check_identity
+from idemstore.records import MAX_KEY_LENGTH, check_identity
 
 try:
     import mcp_types
@@ -142,12 +142,19 @@ def _dump(result: object) -> dict[str, Any]:
     return {}
 
 
-def _principal_scope(principal: str) -> str:
-    scope = f"principal:{principal}"
-    if len(scope) > MAX_SCOPE_LENGTH:
-        # A long principal (rich claims) still names one boundary: hash it to fit every backend.
-        scope = "principal-sha256:" + sha256(principal.encode("utf-8")).hexdigest()
-    return scope
+def _request_caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The caller of an HTTP request (Streamable HTTP), ``None`` over stdio or without
+    credentials: then the server has no boundary to keep apart (SEP-3182's "whatever
+    authorization boundary already governs access")."""
+    request = getattr(ctx, "request", None)
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, Mapping):
+        return None
+    query = scope.get("query_string", b"").decode("latin-1")
+    return _CALLERS.caller(asgi_headers(scope), query)
+
+
+_CALLERS = CallerSources()
 
 
 class _Sep3182:
@@ -232,19 +239,20 @@ class _Sep3182:
         return _ToolCall(key=key, name=str(name), fingerprint=print_)
 
     def scope_of(self, ctx: ServerRequestContext[Any, Any], principal: str | None) -> str:
-        """The authorization boundary records are kept in: principal, else option, else shared."""
+        """The authorization boundary records are kept in: the principal, else the ``scope``
+        option, else the request's credentials (``idemstore.callers``: an HTTP request that
+        carries ``Authorization``, cookies or a query string), else ``DEFAULT_SCOPE``."""
         if principal is not None:
-            return _principal_scope(principal)
+            return fit_scope(f"principal:{principal}")
         scope = self._scope
         if callable(scope):
             scope = scope(ctx)
         if scope is None:
-            return DEFAULT_SCOPE
+            caller = _request_caller(ctx)
+            return DEFAULT_SCOPE if caller is None else caller_scope("mcp-server", caller)
         if not isinstance(scope, str):
             raise TypeError(f"the scope callable returned {type(scope).__name__}, not str")
-        if len(scope) > MAX_SCOPE_LENGTH or "\x00" in scope:
-            scope = "sha256:" + sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()
-        return scope
+        return fit_scope(scope)
 
     async def call(
         self,
