@@ -3,10 +3,10 @@
 Part of the execution path (``idemstore.execution``, which re-exports ``LeaseKeeper``): the
 heartbeat, and the two pieces of bookkeeping that a cancellation must never cut short.
 
-``LeaseKeeper(store, lease, lease_ttl)``: the heartbeat, for a consumer that holds a lease
-of its own. Extends the lease about every third of ``lease_ttl`` from construction until
-``await stop()`` (which returns the latest lease) or until an extend finds it lost
-(``lapsed``).
+``LeaseKeeper(store, lease, lease_ttl, *, first_beat=None)``: the heartbeat, for a consumer
+that holds a lease of its own. Extends the lease about every third of ``lease_ttl`` from
+construction (the first time after ``first_beat`` seconds when that is sooner) until ``await
+stop()`` (which returns the latest lease) or until an extend finds it lost (``lapsed``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ T = TypeVar("T")
 class LeaseKeeper:
     """Extends a lease about every third of its length until stopped or until it lapsed.
 
+    ``first_beat`` (seconds) brings the first extension forward, for a lease that was granted
+    some time ago.
+
     A lapsed lease is not necessarily lost: if nobody took the key over, ``complete`` still
     succeeds, and if someone did, ``complete`` and ``release`` are fenced out. So callers always
     try them; ``lapsed`` is only for logging.
@@ -41,7 +44,14 @@ class LeaseKeeper:
 
     __slots__ = ("_loop", "_stopping", "_store", "_task", "_timer", "_ttl", "lapsed", "lease")
 
-    def __init__(self, store: IdempotencyStore, lease: Lease, lease_ttl: float) -> None:
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        lease: Lease,
+        lease_ttl: float,
+        *,
+        first_beat: float | None = None,
+    ) -> None:
         self._store = store
         self._ttl = lease_ttl
         self.lease = lease
@@ -51,7 +61,10 @@ class LeaseKeeper:
         # A timer, not a sleeping task: most work ends before the first beat is due, and
         # then stopping costs no task at all (this runs once per execution, on the hot path).
         self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(lease_ttl / 3, self._due)
+        # first_beat: sooner than a third of the lease when part of it is already gone (the
+        # reserve's reply was slow to come).
+        delay = lease_ttl / 3 if first_beat is None else min(first_beat, lease_ttl / 3)
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(delay, self._due)
 
     @property
     def idle(self) -> bool:
