@@ -11,15 +11,19 @@ from idemstore.errors import (
     InvalidKeyError,
     LeaseLostError,
     MissingDependencyError,
+    OutcomeTooLargeError,
+    OutcomeUnknownError,
     ResponseTooLargeError,
     SchemaError,
     StoreUnavailableError,
+    UnrecordableResultError,
 )
-from idemstore.execution import Execution, ExecutionPolicy, LeaseKeeper, Replay
+from idemstore.execution import Execution, ExecutionPolicy, LeaseKeeper, Replay, current_execution
 from idemstore.hashing import canonical_json, fingerprint
 from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
 from idemstore.registry import Engine, FixtureVariant
 from idemstore.runner import Idempotency, Result
+from idemstore.serializers import JSONSerializer, Serializer
 from idemstore.sweeper import Sweeper
 from idemstore.telemetry import instrument, uninstrument
 from idemstore.urls import open_store, register_backend
@@ -39,22 +43,28 @@ __all__ = [
     "IdemstoreError",
     "InProgressError",
     "InvalidKeyError",
+    "JSONSerializer",
     "Lease",
     "LeaseKeeper",
     "LeaseLostError",
     "MissingDependencyError",
     "Outcome",
+    "OutcomeTooLargeError",
+    "OutcomeUnknownError",
     "Record",
     "Replay",
     "Reservation",
     "ResponseTooLargeError",
     "Result",
     "SchemaError",
+    "Serializer",
     "Status",
     "StoreUnavailableError",
     "Sweeper",
+    "UnrecordableResultError",
     "__version__",
     "canonical_json",
+    "current_execution",
     "fingerprint",
     "instrument",
     "open_store",

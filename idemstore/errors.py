@@ -16,9 +16,12 @@ __all__ = [
     "InvalidKeyError",
     "LeaseLostError",
     "MissingDependencyError",
+    "OutcomeTooLargeError",
+    "OutcomeUnknownError",
     "ResponseTooLargeError",
     "SchemaError",
     "StoreUnavailableError",
+    "UnrecordableResultError",
 ]
 
 
@@ -51,7 +54,16 @@ class InvalidKeyError(IdemstoreError, ValueError):
 
 
 class ResponseTooLargeError(IdemstoreError, ValueError):
-    """The response exceeds the backend's item limit, even after compression."""
+    """The response exceeds the backend's item limit, even after compression.
+
+    ``size`` is the response's length in bytes and ``limit`` the limit, where the raiser
+    knows them (``None`` otherwise: the message then says what the engine said).
+    """
+
+    def __init__(self, message: str, *, size: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class CanonicalizationError(IdemstoreError, ValueError):
@@ -84,4 +96,68 @@ class InProgressError(_KeyedError):
 
 
 class LeaseLostError(_KeyedError):
-    """The lease on the key was lost (it lapsed and another caller took the key over)."""
+    """The lease on the key lapsed before the work could start: nothing ran.
+
+    Raised by ``ExecutionPolicy.begin`` (and so ``Idempotency.run``) when the store's reply
+    granting the lease arrived after the lease could already have lapsed (a paused caller, a
+    slow network, a driver's retry): another caller may have taken the key over meanwhile,
+    so the work is not started and the key is given up. Retrying is safe.
+    """
+
+
+class OutcomeTooLargeError(_KeyedError, ResponseTooLargeError):
+    """The key's work ran, but its result was too large for the store to record.
+
+    The key records that instead of the result, so every retry gets this error rather than a
+    second run (for the retention). ``size`` and ``limit`` (bytes, ``limit`` ``None`` when
+    the store did not say) and ``fence`` (of the execution that ran) say which.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        scope: str,
+        record: Record | None,
+        size: int | None,
+        limit: int | None,
+        fence: int,
+    ) -> None:
+        _KeyedError.__init__(self, message, key=key, scope=scope, record=record)
+        self.size = size
+        self.limit = limit
+        self.fence = fence
+
+
+class UnrecordableResultError(_KeyedError, TypeError):
+    """The key's work ran, but what it returned cannot be recorded (a mistake in the code).
+
+    Work that returns no awaitable, or no bytes, or a decorated function's result that its
+    serializer refuses. The key records that instead of the result, so every retry gets this
+    error rather than a second run (for the retention); ``fence`` is the execution's.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, scope: str, record: Record | None, fence: int
+    ) -> None:
+        _KeyedError.__init__(self, message, key=key, scope=scope, record=record)
+        self.fence = fence
+
+
+class OutcomeUnknownError(_KeyedError):
+    """The key was taken over from a holder whose outcome is unknown, and the policy is
+    ``on_takeover="refuse"``: the work was not run.
+
+    The previous holder's lease lapsed before it recorded anything: it may have done the work
+    and died, or never started it. ``previous_fence`` is that holder's fence (to look its
+    effects up downstream). The key records that its outcome is unknown, so every retry gets
+    this error too (for the retention), until someone who knows deletes the key
+    (``store.delete(key, scope=scope)``) to let it run again.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, scope: str, record: Record | None, previous_fence: int
+    ) -> None:
+        super().__init__(message, key=key, scope=scope, record=record)
+        self.previous_fence = previous_fence

@@ -15,7 +15,7 @@ touches ``reserve`` / ``wait`` / ``extend`` / ``complete`` / ``release`` for it:
 Public API (what callers may rely on):
 
 ``ExecutionPolicy(store, *, lease_ttl=30, retention=86400, in_flight="wait",
-wait_timeout=None, on_failure="release")``
+wait_timeout=None, on_failure="release", on_takeover="run", max_response_bytes=None)``
     The choices that differ between consumers. ``in_flight``: ``"wait"`` for a running
     original (up to ``wait_timeout`` seconds, ``None``: without limit) or ``"reject"`` at once.
     ``on_failure``: ``"release"`` the key (a retry runs again), ``"hold"`` it until the lease
@@ -23,20 +23,32 @@ wait_timeout=None, on_failure="release")``
     that records what it returns as the outcome (SEP-3182: errors replay too; ``None``
     releases). The callable is only given ``Exception``\\ s: a cancellation or another
     ``BaseException`` releases under that policy, since no outcome was produced.
+    ``on_takeover``: on taking over a key whose holder's lease lapsed without an outcome,
+    ``"run"`` the work (``Execution.takeover`` says so) or ``"refuse"`` (see ``begin``).
+    ``max_response_bytes``: outcomes larger are treated as too large for the store.
 
 ``await policy.begin(key, fingerprint, *, scope="") -> Execution | Replay``
     Reserve the key: a ``Replay`` of the recorded outcome, or an ``Execution`` this caller
     owns (its lease is kept alive from this moment). Raises ``ConflictError`` (other
     fingerprint), ``InProgressError`` (held by another caller and the policy is not to wait,
-    or the wait timed out), or the store's error. Cancel-safe: a ``reserve`` that completes
-    after the caller was cancelled is released before the cancellation propagates (so the
-    cancellation takes as long as that reserve, which the store's timeouts bound; a second
-    cancellation stops waiting for it, and the release still happens), and no lease is left
-    that nobody owns. An ``Execution`` keeps its key alive until it is settled, released or
-    failed: enter its ``async with`` block (or hand it to whoever settles it) right away.
+    or the wait timed out), ``LeaseLostError`` (the store's reply granting the lease came
+    after the lease could have lapsed, by this process's monotonic clock: nothing started,
+    the key was released), ``OutcomeUnknownError`` (a takeover under ``"refuse"``: nothing
+    runs, and the key records that its outcome is unknown, so retries get this error too),
+    the error of a key whose work ran but left no recordable outcome (``OutcomeTooLargeError``,
+    ``UnrecordableResultError``: never a second run), or the store's error. Cancel-safe: a
+    ``reserve`` that completes after the caller was cancelled is released before the
+    cancellation propagates (so the cancellation takes as long as that reserve, which the
+    store's timeouts bound; a second cancellation stops waiting for it, and the release still
+    happens), and no lease is left that nobody owns. An ``Execution`` keeps its key alive
+    until it is settled, released or failed: enter its ``async with`` block (or hand it to
+    whoever settles it) right away.
 
 ``await policy.run(key, fingerprint, work, *, scope="") -> Result``
-    ``begin`` plus the simplest execution: ``work()`` returns the bytes to record.
+    ``begin`` plus the simplest execution: ``work()`` returns an awaitable of the bytes to
+    record, run with ``current_execution()`` set. A plain ``def`` is refused before
+    reserving; work that returns no awaitable or no bytes ran, so the key records that and
+    this call and its retries raise ``UnrecordableResultError`` (a ``TypeError``).
 
 ``Execution``: one owned execution of the work (a lease, kept alive by a ``LeaseKeeper``).
     It is not bound to the task that began it: a consumer may stop waiting for the work (a
@@ -46,9 +58,11 @@ wait_timeout=None, on_failure="release")``
     - ``await settle(response) -> bool``: record ``response`` as the outcome, now, even while
       the work goes on (early settlement: an HTTP response is final when its last body
       message is sent, background tasks may still run). ``True`` when stored; ``False`` when
-      the lease was lost to a takeover or the response is too large for the store (then the
-      key is released). Store errors propagate. Shielded: a cancellation of the caller
-      cannot cut it short (the cancellation still propagates).
+      the lease was lost to a takeover or the response is too large (then the key records
+      its size, and retries get ``OutcomeTooLargeError``). Store errors propagate. Shielded:
+      a cancellation of the caller cannot cut it short (the cancellation still propagates).
+    - ``await settle_unrecordable(why) -> UnrecordableResultError``: the work ran but its
+      result cannot be recorded; record that instead and return the error to raise.
     - ``await release()``: give the key up without recording (a retry runs again). Quiet:
       a store error is logged, not raised. Shielded.
     - ``await fail(error)``: apply the policy's ``on_failure`` to ``error``. Shielded, and
@@ -57,38 +71,43 @@ wait_timeout=None, on_failure="release")``
       ``fail``; exiting normally without settling releases the key (nothing recorded). Once
       settled (or released), later exceptions are the consumer's, not the request's: they
       propagate but change nothing in the store.
-    - ``settled`` (an outcome was recorded or its recording started), ``finished`` (settled,
-      released or held: the key is no longer kept alive), ``lease`` (the latest lease),
-      ``fence``, ``key``, ``scope``, ``lapsed`` (a heartbeat found the lease lapsed).
+    - ``settled``, ``finished`` (settled, released or held), ``lease`` (the latest),
+      ``fence``, ``key``, ``scope``, ``lapsed`` (a heartbeat found the lease lapsed),
+      ``takeover`` and ``previous_fence`` (the holder taken over from, or ``None``).
 
 ``Replay``: ``response`` (the recorded bytes), ``fence``, ``record``.
 
-``Result``: what ``run`` returns: ``value``, ``replayed``, ``fence``.
+``Result``: what ``run`` returns: ``value``, ``replayed``, ``fence``, ``takeover``,
+``previous_fence``.
 
-``LeaseKeeper(store, lease, lease_ttl)``: the heartbeat, for a consumer that holds a lease
-    of its own. Extends the lease about every third of ``lease_ttl`` from construction until
-    ``await stop()`` (which returns the latest lease) or until an extend finds it lost
-    (``lapsed``).
+``current_execution()``: the ``Execution`` whose work runs in this context, or ``None``.
+
+``LeaseKeeper``: the heartbeat, for a consumer that holds a lease of its own (see
+``idemstore.lease_keeping``). Markers: ``idemstore.outcome_markers``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
-from idemstore import telemetry
-from idemstore.eager_tasks import start_task
+from idemstore import outcome_markers, telemetry
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
     InProgressError,
+    LeaseLostError,
     ResponseTooLargeError,
+    UnrecordableResultError,
 )
+from idemstore.lease_keeping import LeaseKeeper, release_quietly, reserve_cancel_safe, shielded
 from idemstore.protocol import Outcome, answers_inline
 from idemstore.records import check_duration, check_response
+from idemstore.running_work import current_execution, refuse_plain_function, running
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
@@ -104,6 +123,8 @@ __all__ = [
     "LeaseKeeper",
     "Replay",
     "Result",
+    "TakeoverPolicy",
+    "current_execution",
 ]
 
 logger = logging.getLogger("idemstore.execution")
@@ -113,18 +134,25 @@ T = TypeVar("T")
 FailurePolicy: TypeAlias = Literal["release", "hold"] | Callable[[Exception], bytes | None]
 """What ``on_failure`` accepts (see ``ExecutionPolicy``)."""
 
+TakeoverPolicy: TypeAlias = Literal["run", "refuse"]
+"""What ``on_takeover`` accepts (see ``ExecutionPolicy``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Result:
     """What ``ExecutionPolicy.run`` (and ``Idempotency.run``) returns.
 
     ``replayed`` is true when ``value`` came from the store rather than from running the work;
-    ``fence`` is the fence of the execution that produced it.
+    ``fence`` is the fence of the execution that produced it. ``takeover`` is true when this
+    call ran the work after taking the key over from a holder whose lease lapsed without an
+    outcome (the work may have run twice: ``previous_fence`` is that holder's fence).
     """
 
     value: bytes
     replayed: bool
     fence: int
+    takeover: bool = False
+    previous_fence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,80 +162,6 @@ class Replay:
     response: bytes
     fence: int
     record: Record
-
-
-class LeaseKeeper:
-    """Extends a lease about every third of its length until stopped or until it lapsed.
-
-    A lapsed lease is not necessarily lost: if nobody took the key over, ``complete`` still
-    succeeds, and if someone did, ``complete`` and ``release`` are fenced out. So callers always
-    try them; ``lapsed`` is only for logging.
-    """
-
-    __slots__ = ("_loop", "_stopping", "_store", "_task", "_timer", "_ttl", "lapsed", "lease")
-
-    def __init__(self, store: IdempotencyStore, lease: Lease, lease_ttl: float) -> None:
-        self._store = store
-        self._ttl = lease_ttl
-        self.lease = lease
-        self.lapsed = False
-        self._stopping = False
-        self._loop = asyncio.get_running_loop()
-        # A timer, not a sleeping task: most work ends before the first beat is due, and
-        # then stopping costs no task at all (this runs once per execution, on the hot path).
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(lease_ttl / 3, self._due)
-
-    @property
-    def idle(self) -> bool:
-        """Whether no ``extend`` is in flight: ``stop()`` then returns without suspending."""
-        return self._task is None
-
-    @property
-    def running(self) -> bool:
-        """Whether the heartbeat still runs (not stopped, and the lease not found lost)."""
-        return self._timer is not None or self._task is not None
-
-    def _due(self) -> None:
-        self._timer = None
-        if not self._stopping:
-            self._task = self._loop.create_task(
-                self._beat(), name=f"idemstore-heartbeat:{self.lease.key}"
-            )
-
-    async def _beat(self) -> None:
-        try:
-            extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
-        except Exception:
-            # A store hiccup: keep the lease we have and try on the next beat; if it lapsed
-            # meanwhile, complete() is fenced out and says so.
-            logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
-            extended = self.lease
-        finally:
-            self._task = None
-        if extended is None:
-            self.lapsed = True
-            return
-        self.lease = extended
-        # The flag, not only cancel(), ends the beats: a driver may swallow a cancellation
-        # that lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
-        # CPython gh-86296), and no beat may follow that call.
-        if not self._stopping:
-            self._timer = self._loop.call_later(self._ttl / 3, self._due)
-
-    async def stop(self) -> Lease:
-        """Stop extending; return the latest lease (the one to complete or release)."""
-        self._stopping = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        task = self._task
-        if task is not None:
-            task.cancel()
-            # asyncio.wait, not await: the heartbeat's own CancelledError must not be
-            # confused with (and swallow) a cancellation of the caller arriving meanwhile.
-            await asyncio.wait([task])
-        return self.lease
 
 
 class ExecutionPolicy:
@@ -228,6 +182,14 @@ class ExecutionPolicy:
             record as the outcome (errors replay too) or ``None`` to release. A cancellation
             is a failure: ``"release"`` and ``"hold"`` apply to it; a callable is not asked
             (nothing was produced to record) and the key is released.
+        on_takeover: what to do on taking the key over from a holder whose lease lapsed
+            without an outcome (it may have done the work, or not): ``"run"`` the work again
+            (the ``Execution`` says ``takeover``), or ``"refuse"``: run nothing, record that
+            the outcome is unknown and raise ``OutcomeUnknownError`` (to this caller and
+            every retry, until the key is deleted or its retention ends).
+        max_response_bytes: the largest outcome recorded (``None``: the store's own limit
+            only). A larger one is handled like one the store refuses as too large: the
+            key records its size instead, and retries get ``OutcomeTooLargeError``.
         consumer: the consumer's name in ``idemstore.consumer.calls`` and its span
             (``idemstore {consumer}``) once ``idemstore.instrument()`` was called.
     """
@@ -236,7 +198,9 @@ class ExecutionPolicy:
         "consumer",
         "in_flight",
         "lease_ttl",
+        "max_response_bytes",
         "on_failure",
+        "on_takeover",
         "retention",
         "store",
         "wait_timeout",
@@ -251,10 +215,22 @@ class ExecutionPolicy:
         in_flight: Literal["wait", "reject"] = "wait",
         wait_timeout: float | None = None,
         on_failure: FailurePolicy = "release",
+        on_takeover: TakeoverPolicy = "run",
+        max_response_bytes: int | None = None,
         consumer: str = "runner",
     ) -> None:
         if in_flight not in ("wait", "reject"):
             raise ConfigurationError(f"in_flight must be 'wait' or 'reject', not {in_flight!r}")
+        if on_takeover not in ("run", "refuse"):
+            raise ConfigurationError(f"on_takeover must be 'run' or 'refuse', not {on_takeover!r}")
+        if max_response_bytes is not None and (
+            isinstance(max_response_bytes, bool)
+            or not isinstance(max_response_bytes, int)
+            or max_response_bytes < 1
+        ):
+            raise ConfigurationError(
+                f"max_response_bytes must be a positive int or None, not {max_response_bytes!r}"
+            )
         if on_failure not in ("release", "hold") and not callable(on_failure):
             raise ConfigurationError(
                 "on_failure must be 'release', 'hold' or a callable that encodes the error "
@@ -268,13 +244,19 @@ class ExecutionPolicy:
             None if wait_timeout is None else check_duration("wait_timeout", wait_timeout)
         )
         self.on_failure = on_failure
+        self.on_takeover = on_takeover
+        self.max_response_bytes = max_response_bytes
         # Names this consumer in idemstore.consumer.calls and its spans (instrument()).
         self.consumer = consumer
 
     async def begin(self, key: str, fingerprint: str, *, scope: str = "") -> Execution | Replay:
         """Own the key (an ``Execution``) or get its recorded outcome (a ``Replay``).
 
-        Raises ``ConflictError``, ``InProgressError``, or what the store raises.
+        Raises ``ConflictError``, ``InProgressError``, ``LeaseLostError`` (the lease lapsed
+        before the reply granting it arrived: nothing ran, the key was given up),
+        ``OutcomeUnknownError`` (a takeover under ``on_takeover="refuse"``, or a key that
+        recorded one), ``OutcomeTooLargeError`` / ``UnrecordableResultError`` (the key's work
+        ran but its result could not be recorded), or what the store raises.
         """
         instruments = telemetry.current()
         if instruments is None:
@@ -287,16 +269,25 @@ class ExecutionPolicy:
         loop = asyncio.get_running_loop()
         deadline = None if self.wait_timeout is None else loop.time() + self.wait_timeout
         while True:
+            asked = loop.time()
             reservation = await self._reserve(key, fingerprint, scope)
             outcome = reservation.outcome
             if outcome is Outcome.ACQUIRED:
-                assert reservation.lease is not None
-                return Execution(self, reservation.lease)
+                # The lease runs from a moment after the request left, by the engine's clock;
+                # so by ours (monotonic, no skew with the engine's) it cannot end before
+                # asked + lease_ttl. Past that, a reply came too late to start the work on.
+                left = asked + self.lease_ttl - loop.time()
+                if left <= 0 or (reservation.takeover and self.on_takeover == "refuse"):
+                    raise await shielded(self._refuse(reservation, left))
+                lease = reservation.lease
+                assert lease is not None
+                return Execution(self, lease, takeover=reservation.takeover, first_beat=left / 3)
             record = reservation.record
             assert record is not None
             if outcome is Outcome.COMPLETED:
-                assert record.response is not None
-                return Replay(record.response, record.fence, record)
+                # A marker (the work ran, its outcome could not be recorded) raises its error.
+                response = outcome_markers.replayed_response(record)
+                return Replay(response, record.fence, record)
             if outcome is Outcome.MISMATCH:
                 raise ConflictError(
                     f"idempotency key {key!r} was already used with different arguments",
@@ -318,35 +309,34 @@ class ExecutionPolicy:
                 key, scope=scope, timeout=self.lease_ttl if remaining is None else remaining
             )
 
+    async def _refuse(self, reservation: Reservation, left: float) -> Exception:
+        """Start no work on an acquired lease: give up one that may have lapsed, record
+        a refused takeover's unknown outcome. Returns the error that says which."""
+        lease = reservation.lease
+        assert lease is not None
+        if left <= 0:
+            logger.warning(
+                "reply to reserve key %r came after its lease of %gs could have lapsed;"
+                " released without running",
+                lease.key,
+                self.lease_ttl,
+            )
+            await release_quietly(self.store, lease)
+            return LeaseLostError(
+                f"the lease on idempotency key {lease.key!r} could have lapsed before the"
+                f" store's reply granting it arrived (lease_ttl={self.lease_ttl:g}s): the work"
+                " was not started and the key was given up; retry",
+                key=lease.key,
+                scope=lease.scope,
+                record=None,
+            )
+        return await outcome_markers.record_outcome_unknown(self.store, lease)
+
     async def _reserve(self, key: str, fingerprint: str, scope: str) -> Reservation:
-        store = self.store
-        reserving = store.reserve(
+        reserving = self.store.reserve(
             key, fingerprint, scope=scope, lease_ttl=self.lease_ttl, retention=self.retention
         )
-        if answers_inline(store):
-            # Nothing in it suspends, so no cancellation can land between the reserve taking
-            # the key and this caller holding its lease: no task to protect it.
-            return await reserving
-        task = start_task(reserving)
-        if task.done():  # an eager task (Python 3.12+) that finished without suspending
-            return task.result()
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # The caller is gone, but its reserve may still land (it is on the wire): a lease
-            # it acquires belongs to nobody and would lock the key for lease_ttl. Wait for the
-            # reserve and give such a lease up before passing the cancellation on.
-            await _shielded(self._release_if_acquired(task))
-            raise
-
-    async def _release_if_acquired(self, reserving: asyncio.Future[Reservation]) -> None:
-        await asyncio.wait([reserving])
-        if reserving.cancelled() or reserving.exception() is not None:
-            return
-        lease = reserving.result().lease
-        if lease is not None:
-            logger.info("released key %r: its caller was cancelled while reserving", lease.key)
-            await _release_quietly(self.store, lease)
+        return await reserve_cancel_safe(self.store, reserving)
 
     async def run(
         self,
@@ -358,19 +348,39 @@ class ExecutionPolicy:
     ) -> Result:
         """Run ``work`` once for the key and record what it returns, or replay the record.
 
-        Whatever ``work`` raises propagates after ``on_failure`` is applied; a result that is
-        not bytes is a ``TypeError`` (a failure like any other).
+        Whatever ``work`` raises propagates after ``on_failure`` is applied. A plain ``def``
+        function is refused with ``TypeError`` before anything is reserved. Work that turns
+        out, once called, to return no awaitable, or an awaitable of something that is not
+        bytes, ran but cannot be recorded: the key records that, and this call and every
+        retry raise ``UnrecordableResultError`` (a ``TypeError``) rather than run it again.
         """
+        refuse_plain_function(work)
         claim = await self.begin(key, fingerprint, scope=scope)
         if isinstance(claim, Replay):
             return Result(claim.response, replayed=True, fence=claim.fence)
         async with claim:
-            value = await work()
+            with running(claim):
+                pending = work()
+                if not inspect.isawaitable(pending):
+                    raise await claim.settle_unrecordable(
+                        f"work returned {type(pending).__name__}, not an awaitable: pass an"
+                        " `async def` function or a zero-argument callable returning an"
+                        " awaitable (such as `lambda: charge(args)` with an async charge)"
+                    )
+                value = await pending
             if not isinstance(value, bytes | bytearray | memoryview):
-                raise TypeError(f"work must return bytes, not {type(value).__name__}")
+                raise await claim.settle_unrecordable(
+                    f"work must return bytes, not {type(value).__name__}"
+                )
             value = bytes(value)
             await claim.settle(value)
-        return Result(value, replayed=False, fence=claim.fence)
+        return Result(
+            value,
+            replayed=False,
+            fence=claim.fence,
+            takeover=claim.takeover,
+            previous_fence=claim.previous_fence,
+        )
 
 
 _State = Literal["running", "settling", "settled", "released", "held"]
@@ -386,17 +396,41 @@ class Execution:
     async context manager it applies ``fail`` to an exception (a cancellation included) that
     leaves the block unsettled, and ``release`` to a block left normally without a
     settlement. Exceptions after settlement propagate but change nothing in the store.
+
+    ``takeover`` is true when the key was taken over from a holder whose lease lapsed without
+    an outcome (that holder may have done the work: ``previous_fence`` is its fence, ``None``
+    on a first execution).
     """
 
-    __slots__ = ("_keeper", "_policy", "_state", "fence", "key", "observer", "scope")
+    __slots__ = (
+        "_keeper",
+        "_policy",
+        "_state",
+        "fence",
+        "key",
+        "observer",
+        "previous_fence",
+        "scope",
+        "takeover",
+    )
 
-    def __init__(self, policy: ExecutionPolicy, lease: Lease) -> None:
+    def __init__(
+        self,
+        policy: ExecutionPolicy,
+        lease: Lease,
+        *,
+        takeover: bool = False,
+        first_beat: float | None = None,
+    ) -> None:
         self._policy = policy
-        self._keeper = LeaseKeeper(policy.store, lease, policy.lease_ttl)
+        self._keeper = LeaseKeeper(policy.store, lease, policy.lease_ttl, first_beat=first_beat)
         self._state: _State = "running"
         self.key = lease.key
         self.scope = lease.scope
         self.fence = lease.fence
+        self.takeover = takeover
+        # A takeover raises the fence by one (the store contract).
+        self.previous_fence = lease.fence - 1 if takeover else None
         # Set by idemstore.telemetry after instrument(): the consumer span, ended on finishing.
         self.observer: ExecutionObserver | None = None
 
@@ -434,25 +468,51 @@ class Execution:
         """Record ``response`` as the outcome now; retries replay it from then on.
 
         Returns ``True`` when stored, ``False`` when the lease was lost to a takeover (logged)
-        or the response is too large for the store (logged; the key is released). Store
-        errors propagate. A cancellation of the caller cannot cut it short.
+        or the response is too large for the store or the policy's ``max_response_bytes``
+        (logged; the key records the size instead, and retries get ``OutcomeTooLargeError``
+        rather than run the work again). Store errors propagate. A cancellation of the
+        caller cannot cut it short.
         """
         response = check_response(response)
         self._claim("settling")
         return await self._bookkeeping("settled", self._settle(response))
 
-    async def _settle(self, response: bytes) -> bool:
-        lease = await self._keeper.stop()
+    async def settle_unrecordable(self, why: str) -> UnrecordableResultError:
+        """The work ran but its result cannot be recorded (``why`` says what and why):
+        record that in its place, so that retries get ``UnrecordableResultError`` rather than
+        a second run. Returns that error for this caller to raise
+        (``raise await execution.settle_unrecordable(...)``). Finishes the execution like
+        ``settle``; quiet like ``release`` (a store error is logged, and the key stays held
+        until its lease lapses)."""
+        self._claim("settling")
+        logger.warning("result of key %r cannot be recorded: %s", self.key, why)
         try:
-            stored = await self._policy.store.complete(lease, response)
-        except ResponseTooLargeError:
-            # The work ran and its caller gets the value; a key left locked would only turn
-            # every retry into a wait for the lease to lapse, so give it up at once.
-            logger.warning(
-                "result for key %r is too large for the store; returned but not recorded",
-                lease.key,
+            await self._bookkeeping(
+                "settled", self._settle(outcome_markers.unrecordable(why), is_marker=True)
             )
-            await _release_quietly(self._policy.store, lease)
+        except Exception:
+            logger.warning("could not record that key %r is unrecordable", self.key, exc_info=True)
+        return outcome_markers.unrecordable_error(self.key, self.scope, self.fence, why)
+
+    async def _settle(self, response: bytes, *, is_marker: bool = False) -> bool:
+        """Record ``response``: escaped, so no response is taken for a marker, unless it is
+        ``is_marker`` (one this module made)."""
+        lease = await self._keeper.stop()
+        store = self._policy.store
+        limit = self._policy.max_response_bytes
+        try:
+            if limit is not None and len(response) > limit and not is_marker:
+                raise ResponseTooLargeError(
+                    f"the response is {len(response)} bytes; max_response_bytes is {limit}",
+                    size=len(response),
+                    limit=limit,
+                )
+            recorded = response if is_marker else outcome_markers.escape(response)
+            stored = await store.complete(lease, recorded)
+        except ResponseTooLargeError as exc:
+            if is_marker:
+                raise
+            await outcome_markers.record_too_large(store, lease, len(response), exc)
             return False
         finally:
             self._state = "settled"
@@ -477,7 +537,7 @@ class Execution:
 
     async def _release(self) -> None:
         lease = await self._keeper.stop()
-        await _release_quietly(self._policy.store, lease)
+        await release_quietly(self._policy.store, lease)
 
     async def fail(self, error: BaseException) -> None:
         """Apply the policy's ``on_failure`` to ``error``; quiet like ``release``."""
@@ -515,7 +575,7 @@ class Execution:
             # Stopping the heartbeat and the store's call both finish without suspending:
             # nothing can cut them short, so no task is needed to protect them.
             return bookkeeping
-        return _shielded(bookkeeping)
+        return shielded(bookkeeping)
 
     async def __aenter__(self) -> Self:
         return self
@@ -532,27 +592,3 @@ class Execution:
             await self.fail(exc)
         else:
             await self.release()
-
-
-_SHIELDED: set[asyncio.Task[Any]] = set()
-
-
-async def _shielded(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to its end even if the caller is cancelled while awaiting it.
-
-    The bookkeeping around a run (complete, release) must not be cut short by a cancellation:
-    a half-done release leaves a key locked, a skipped complete lets the work run twice.
-    """
-    task = start_task(coroutine)
-    if task.done():  # an eager task (Python 3.12+) that finished without suspending
-        return task.result()
-    _SHIELDED.add(task)  # asyncio keeps only weak references to tasks
-    task.add_done_callback(_SHIELDED.discard)
-    return await asyncio.shield(task)
-
-
-async def _release_quietly(store: IdempotencyStore, lease: Lease) -> None:
-    try:
-        await store.release(lease)
-    except Exception:
-        logger.warning("could not release key %r", lease.key, exc_info=True)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
-from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
-from idemstore.execution import ExecutionPolicy, Result
+from idemstore.execution import ExecutionPolicy, Replay, Result, TakeoverPolicy
 from idemstore.hashing import fingerprint as canonical_fingerprint
+from idemstore.running_work import running
+from idemstore.serializers import JSONSerializer, Serializer, return_type
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -42,9 +43,18 @@ class Idempotency:
         on_failure: ``"release"`` the key when the work raises (a retry runs it again) or
             ``"hold"`` it until the lease lapses (never risk a second run in that window).
             A cancellation of the caller while the work runs is a failure too.
+        on_takeover: when a key's holder lost its lease without recording an outcome (it
+            may have done the work and died), ``"run"`` the work again (``Result.takeover``
+            and ``current_execution().takeover`` say so) or ``"refuse"``: raise
+            ``OutcomeUnknownError`` to this caller and every retry, and run nothing.
+        max_response_bytes: the largest result recorded (``None``: the store's limit). A
+            larger one is returned to its caller; the key records its size, and retries get
+            ``OutcomeTooLargeError`` rather than a second run.
+        serializer: how ``idempotent`` records results and rebuilds them for replays
+            (``JSONSerializer()`` by default: JSON values, dataclasses, pydantic models).
     """
 
-    __slots__ = ("_policy",)
+    __slots__ = ("_policy", "serializer")
 
     def __init__(
         self,
@@ -55,6 +65,9 @@ class Idempotency:
         in_flight: Literal["wait", "reject"] = "wait",
         wait_timeout: float | None = None,
         on_failure: Literal["release", "hold"] = "release",
+        on_takeover: TakeoverPolicy = "run",
+        max_response_bytes: int | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
         if on_failure not in ("release", "hold"):
             raise ConfigurationError(f"on_failure must be 'release' or 'hold', not {on_failure!r}")
@@ -65,7 +78,10 @@ class Idempotency:
             in_flight=in_flight,
             wait_timeout=wait_timeout,
             on_failure=on_failure,
+            on_takeover=on_takeover,
+            max_response_bytes=max_response_bytes,
         )
+        self.serializer: Serializer = _checked(serializer)
 
     @property
     def policy(self) -> ExecutionPolicy:
@@ -96,6 +112,14 @@ class Idempotency:
     def on_failure(self) -> Literal["release", "hold"]:
         return self._policy.on_failure  # type: ignore[return-value]
 
+    @property
+    def on_takeover(self) -> TakeoverPolicy:
+        return self._policy.on_takeover
+
+    @property
+    def max_response_bytes(self) -> int | None:
+        return self._policy.max_response_bytes
+
     async def run(
         self,
         key: str,
@@ -106,11 +130,21 @@ class Idempotency:
     ) -> Result:
         """Run ``work`` unless this key already ran (then replay it) or is running.
 
+        ``work`` is an ``async def`` function, or a zero-argument callable that returns an
+        awaitable (``lambda: charge(args)`` with an async ``charge``), of the bytes to record.
+        A plain ``def`` function is refused with ``TypeError`` before anything is reserved
+        or run. A callable that turns out, once called, to return no awaitable (or work whose
+        result is not bytes) did run: the key records that, and this call and every retry
+        raise ``UnrecordableResultError`` (a ``TypeError``) instead of running it again.
+
         Raises ``ConflictError`` when the key was used with another fingerprint and
-        ``InProgressError`` when another caller holds it and the policy is not to wait.
-        Whatever ``work`` raises propagates, after the failure policy is applied; a
-        cancellation of the caller, at any point, is a failure too (and a ``reserve`` still
-        in flight when it lands is released, so no lease is left that nobody owns).
+        ``InProgressError`` when another caller holds it and the policy is not to wait;
+        ``LeaseLostError``, ``OutcomeUnknownError``, ``OutcomeTooLargeError`` as
+        ``ExecutionPolicy.begin`` says. Whatever ``work`` raises propagates, after the
+        failure policy is applied; a cancellation of the caller, at any point, is a failure
+        too (and a ``reserve`` still in flight when it lands is released, so no lease is
+        left that nobody owns). ``idemstore.current_execution()`` tells the work about its
+        execution (``takeover``, ``previous_fence``, ``fence``).
         """
         return await self._policy.run(key, fingerprint, work, scope=scope)
 
@@ -120,25 +154,44 @@ class Idempotency:
         *,
         scope: str | Callable[..., str] = "",
         require_key: bool = False,
+        serializer: Serializer | None = None,
     ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
         """Decorate an async function so each key runs it once and retries get its result.
 
         ``key`` names the argument that holds the idempotency key, or is a callable given the
         function's arguments that returns it; ``scope`` likewise (a constant string by
         default). The fingerprint covers the function's qualified name and all its bound
-        arguments (canonical JSON), and results are stored as JSON, so both must be JSON
-        values.
+        arguments (canonical JSON), so those must be JSON values. Decorating a plain ``def``
+        function is a ``TypeError``: use ``async def``.
+
+        The result is recorded by ``serializer`` (the runner's by default, ``JSONSerializer``
+        unless it was given one): JSON values, dataclasses and pydantic models. Every call,
+        the first and its replays alike, returns what the serializer rebuilds from the
+        recorded bytes, given the function's return annotation (``JSONSerializer``: the same
+        dataclass or model type when the annotation is one, else the JSON value: a tuple
+        comes back as a list), so a first call and its retries return equal values. A
+        result the serializer refuses is a mistake found after the work ran: the key records
+        that, and this call and every retry raise ``UnrecordableResultError`` (a
+        ``TypeError`` naming the type) instead of running the function again.
 
         A key that is ``None`` means "no key": the call runs without deduplication (as a
         request without an ``Idempotency-Key`` does), unless ``require_key`` is true, which
         raises ``InvalidKeyError`` instead. Any other key is used as ``str(key)``.
         """
+        chosen = self.serializer if serializer is None else _checked(serializer)
+        policy = self._policy
 
         def decorate(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+            if not inspect.iscoroutinefunction(func):
+                raise TypeError(
+                    f"@idempotent needs an `async def` function; {_name(func)} is not one"
+                    " (a plain function would no longer run when its caller calls it)"
+                )
             signature = inspect.signature(func)
             if isinstance(key, str) and key not in signature.parameters:
                 raise ConfigurationError(f"{func.__qualname__} has no argument named {key!r}")
             name = f"{func.__module__}.{func.__qualname__}"
+            recorder = _Recorder(policy, chosen, name, func)
 
             @functools.wraps(func)
             async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -158,13 +211,69 @@ class Idempotency:
                     return await func(*args, **kwargs)
                 the_scope = scope(*args, **kwargs) if callable(scope) else scope
                 print_ = canonical_fingerprint({"function": name, "arguments": arguments})
-
-                async def work() -> bytes:
-                    return json.dumps(await func(*args, **kwargs)).encode()
-
-                result = await self.run(str(the_key), print_, work, scope=the_scope)
-                return json.loads(result.value)  # type: ignore[no-any-return]
+                call = functools.partial(func, *args, **kwargs)
+                return await recorder.run(str(the_key), print_, the_scope, call)  # type: ignore[no-any-return]
 
             return wrapper
 
         return decorate
+
+
+class _Recorder:
+    """Runs a decorated function's calls, recording results through its serializer."""
+
+    __slots__ = ("_func", "_returns", "name", "policy", "serializer")
+
+    def __init__(
+        self, policy: ExecutionPolicy, serializer: Serializer, name: str, func: object
+    ) -> None:
+        self.policy = policy
+        self.serializer = serializer
+        self.name = name
+        self._func = func
+        self._returns: list[Any] = []
+
+    @property
+    def returns(self) -> Any:
+        """The return annotation, resolved at the first call (forward references may not
+        resolve at decoration time)."""
+        if not self._returns:
+            self._returns.append(return_type(self._func))
+        return self._returns[0]
+
+    async def run(
+        self, key: str, fingerprint: str, scope: str, call: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Replay the key, or run ``call`` and record its result."""
+        claim = await self.policy.begin(key, fingerprint, scope=scope)
+        if isinstance(claim, Replay):
+            return self.serializer.loads(claim.response, self.returns)
+        async with claim:
+            with running(claim):
+                value = await call()
+            try:
+                data = self.serializer.dumps(value)
+            except Exception as exc:
+                # The function ran: a retry must get this error, not run it again.
+                why = f"{self.name} returned {type(value).__qualname__}, not recordable: {exc}"
+                raise await claim.settle_unrecordable(why) from exc
+            await claim.settle(data)
+        # What a replay will return, so the first call and its retries agree.
+        return self.serializer.loads(data, self.returns)
+
+
+def _checked(serializer: Serializer | None) -> Serializer:
+    if serializer is None:
+        return JSONSerializer()
+    if not callable(getattr(serializer, "dumps", None)) or not callable(
+        getattr(serializer, "loads", None)
+    ):
+        raise ConfigurationError(
+            f"serializer must have dumps(value) -> bytes and loads(data, returns) methods, not"
+            f" {serializer!r}"
+        )
+    return serializer
+
+
+def _name(func: object) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)

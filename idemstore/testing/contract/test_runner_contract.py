@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -212,16 +213,27 @@ async def test_lost_lease_returns_the_value_without_storing_it(
     assert "was lost" in caplog.text
 
 
-async def test_work_must_return_bytes(store: IdempotencyStore) -> None:
+async def test_work_must_return_bytes_and_a_retry_never_runs_it_again(
+    store: IdempotencyStore,
+) -> None:
+    from idemstore import UnrecordableResultError
+
     idem = Idempotency(store)
     key = new_key()
+    runs = 0
 
     async def wrong() -> bytes:
+        nonlocal runs
+        runs += 1
         return "text"  # type: ignore[return-value]
 
-    with pytest.raises(TypeError):
-        await idem.run(key, "fp", wrong)
-    assert await store.get(key) is None
+    # The work ran (its side effects happened): the key records that its result could not
+    # be recorded, and retries get that error rather than a second run.
+    for _ in range(2):
+        with pytest.raises(UnrecordableResultError, match="bytes") as caught:
+            await idem.run(key, "fp", wrong)
+        assert isinstance(caught.value, TypeError)
+    assert runs == 1
 
 
 async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> None:
@@ -243,31 +255,38 @@ async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> 
     assert await store.get(order, scope="shop") is not None
 
 
-async def test_a_result_too_large_to_store_is_returned_and_the_key_released(
+async def test_a_result_too_large_to_store_is_returned_and_retries_get_its_size(
     store: IdempotencyStore,
 ) -> None:
-    from idemstore import ResponseTooLargeError
+    from idemstore import OutcomeTooLargeError, ResponseTooLargeError
 
     class RefusingStore:
-        """The store under test, except that it refuses every response as too large."""
+        """The store under test, except that it refuses responses over 1000 bytes."""
 
         def __getattr__(self, name: str) -> object:
             return getattr(store, name)
 
-        async def complete(self, lease: object, response: bytes, **kw: object) -> bool:
-            raise ResponseTooLargeError("over the item limit")
+        async def complete(self, lease: Any, response: bytes, **kw: Any) -> bool:
+            if len(response) > 1000:
+                raise ResponseTooLargeError("over the item limit")
+            return await store.complete(lease, response, **kw)
 
     idem = Idempotency(RefusingStore())  # type: ignore[arg-type]
     key = new_key()
+    runs = 0
 
     async def big() -> bytes:
-        return b"x" * 1000
+        nonlocal runs
+        runs += 1
+        return b"x" * 5000
 
     result = await idem.run(key, "fp", big)
-    assert result.value == b"x" * 1000 and not result.replayed
-    assert await store.get(key) is None
-    again = await store.reserve(key, "fp", lease_ttl=5, retention=5)
-    assert again.outcome is Outcome.ACQUIRED
+    assert result.value == b"x" * 5000 and not result.replayed
+    # The key remembers the work ran: a retry is told why there is nothing to replay.
+    with pytest.raises(OutcomeTooLargeError) as retry:
+        await idem.run(key, "fp", big)
+    assert (retry.value.size, retry.value.key) == (5000, key)
+    assert runs == 1
 
 
 async def test_a_lapsed_heartbeat_still_completes_when_nobody_took_over(

@@ -1,0 +1,176 @@
+"""Keeping a lease alive while work runs, and giving it up whatever happens to the caller.
+
+Part of the execution path (``idemstore.execution``, which re-exports ``LeaseKeeper``): the
+heartbeat, and the two pieces of bookkeeping that a cancellation must never cut short.
+
+``LeaseKeeper(store, lease, lease_ttl, *, first_beat=None)``: the heartbeat, for a consumer
+that holds a lease of its own. Extends the lease about every third of ``lease_ttl`` from
+construction (the first time after ``first_beat`` seconds when that is sooner) until ``await
+stop()`` (which returns the latest lease) or until an extend finds it lost (``lapsed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from idemstore.eager_tasks import start_task
+from idemstore.protocol import answers_inline
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from idemstore.protocol import IdempotencyStore, Lease, Reservation
+
+__all__ = ["LeaseKeeper", "release_quietly", "reserve_cancel_safe", "shielded"]
+
+# The execution path's logger: these records are the execution's story.
+logger = logging.getLogger("idemstore.execution")
+
+T = TypeVar("T")
+
+
+class LeaseKeeper:
+    """Extends a lease about every third of its length until stopped or until it lapsed.
+
+    ``first_beat`` (seconds) brings the first extension forward, for a lease that was granted
+    some time ago.
+
+    A lapsed lease is not necessarily lost: if nobody took the key over, ``complete`` still
+    succeeds, and if someone did, ``complete`` and ``release`` are fenced out. So callers always
+    try them; ``lapsed`` is only for logging.
+    """
+
+    __slots__ = ("_loop", "_stopping", "_store", "_task", "_timer", "_ttl", "lapsed", "lease")
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        lease: Lease,
+        lease_ttl: float,
+        *,
+        first_beat: float | None = None,
+    ) -> None:
+        self._store = store
+        self._ttl = lease_ttl
+        self.lease = lease
+        self.lapsed = False
+        self._stopping = False
+        self._loop = asyncio.get_running_loop()
+        # A timer, not a sleeping task: most work ends before the first beat is due, and
+        # then stopping costs no task at all (this runs once per execution, on the hot path).
+        self._task: asyncio.Task[None] | None = None
+        # first_beat: sooner than a third of the lease when part of it is already gone (the
+        # reserve's reply was slow to come).
+        delay = lease_ttl / 3 if first_beat is None else min(first_beat, lease_ttl / 3)
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(delay, self._due)
+
+    @property
+    def idle(self) -> bool:
+        """Whether no ``extend`` is in flight: ``stop()`` then returns without suspending."""
+        return self._task is None
+
+    @property
+    def running(self) -> bool:
+        """Whether the heartbeat still runs (not stopped, and the lease not found lost)."""
+        return self._timer is not None or self._task is not None
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopping:
+            self._task = self._loop.create_task(
+                self._beat(), name=f"idemstore-heartbeat:{self.lease.key}"
+            )
+
+    async def _beat(self) -> None:
+        try:
+            extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
+        except Exception:
+            # A store hiccup: keep the lease we have and try on the next beat; if it lapsed
+            # meanwhile, complete() is fenced out and says so.
+            logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
+            extended = self.lease
+        finally:
+            self._task = None
+        if extended is None:
+            self.lapsed = True
+            return
+        self.lease = extended
+        # The flag, not only cancel(), ends the beats: a driver may swallow a cancellation
+        # that lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
+        # CPython gh-86296), and no beat may follow that call.
+        if not self._stopping:
+            self._timer = self._loop.call_later(self._ttl / 3, self._due)
+
+    async def stop(self) -> Lease:
+        """Stop extending; return the latest lease (the one to complete or release)."""
+        self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is not None:
+            task.cancel()
+            # asyncio.wait, not await: the heartbeat's own CancelledError must not be
+            # confused with (and swallow) a cancellation of the caller arriving meanwhile.
+            await asyncio.wait([task])
+        return self.lease
+
+
+_SHIELDED: set[asyncio.Task[Any]] = set()
+
+
+async def shielded(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end even if the caller is cancelled while awaiting it.
+
+    The bookkeeping around a run (complete, release) must not be cut short by a cancellation:
+    a half-done release leaves a key locked, a skipped complete lets the work run twice.
+    """
+    task = start_task(coroutine)
+    if task.done():  # an eager task (Python 3.12+) that finished without suspending
+        return task.result()
+    _SHIELDED.add(task)  # asyncio keeps only weak references to tasks
+    task.add_done_callback(_SHIELDED.discard)
+    return await asyncio.shield(task)
+
+
+async def release_quietly(store: IdempotencyStore, lease: Lease) -> None:
+    try:
+        await store.release(lease)
+    except Exception:
+        logger.warning("could not release key %r", lease.key, exc_info=True)
+
+
+async def reserve_cancel_safe(
+    store: IdempotencyStore, reserving: Coroutine[Any, Any, Reservation]
+) -> Reservation:
+    """Await ``store``'s ``reserving`` call; if the caller is cancelled meanwhile, a lease the
+    reserve still acquires is released before the cancellation propagates."""
+    if answers_inline(store):
+        # Nothing in it suspends, so no cancellation can land between the reserve taking
+        # the key and this caller holding its lease: no task to protect it.
+        return await reserving
+    task = start_task(reserving)
+    if task.done():  # an eager task (Python 3.12+) that finished without suspending
+        return task.result()
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # The caller is gone, but its reserve may still land (it is on the wire): a lease
+        # it acquires belongs to nobody and would lock the key for lease_ttl. Wait for the
+        # reserve and give such a lease up before passing the cancellation on.
+        await shielded(_release_if_acquired(store, task))
+        raise
+
+
+async def _release_if_acquired(
+    store: IdempotencyStore, reserving: asyncio.Future[Reservation]
+) -> None:
+    await asyncio.wait([reserving])
+    if reserving.cancelled() or reserving.exception() is not None:
+        return
+    lease = reserving.result().lease
+    if lease is not None:
+        logger.info("released key %r: its caller was cancelled while reserving", lease.key)
+        await release_quietly(store, lease)
