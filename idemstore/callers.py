@@ -8,8 +8,9 @@ proxy) decides that boundary here, the same way:
 - **Which parts of a request are the boundary**: ``CallerSources``, a list of sources such as
   ``header:authorization``, ``cookie:*`` (every cookie), ``cookie:session``, ``query:*`` (every
   query parameter), ``query:api_key``, or a header a front proxy sets from a client certificate
-  (``header:x-client-cert``). The default is ``DEFAULT_SOURCES``: the ``Authorization`` header,
-  the cookies and the query string.
+  (``header:x-client-cert``). The default for MCP endpoints is ``DEFAULT_SOURCES``: the
+  ``Authorization`` header, the cookies and the query string; for HTTP APIs
+  ``HTTP_API_SOURCES`` leaves the query string out (it is request data there).
 - **How they are normalized**, so that one caller is one caller: runs of spaces and tabs are
   one space and the ends are trimmed; in ``Authorization`` and ``Proxy-Authorization`` the
   scheme is case-insensitive (``Bearer alice``, ``bearer alice`` and ``Bearer  alice`` are one
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SOURCES",
+    "HTTP_API_SOURCES",
     "CallerSources",
     "Source",
     "asgi_headers",
@@ -52,7 +54,13 @@ __all__ = [
 ]
 
 DEFAULT_SOURCES = ("header:authorization", "cookie:*", "query:*")
-"""The request parts that name a caller unless configured otherwise."""
+"""The request parts that name the caller of an MCP endpoint unless configured otherwise
+(the gateway, the MCP server adapters): an MCP POST carries its data in the body, so its query
+string can only be credentials (``?api_key=``)."""
+
+HTTP_API_SOURCES = ("header:authorization", "cookie:*")
+"""The default for the HTTP middleware: an API request's query string is data (part of its
+fingerprint), not who is calling."""
 
 SourceKind = Literal["header", "cookie", "query"]
 

@@ -22,17 +22,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from email.message import Message
 from email.utils import collapse_rfc2231_value
 from typing import Any
 from urllib.parse import parse_qsl
 
-from idemstore.callers import CallerSources, asgi_headers
+from idemstore.callers import HTTP_API_SOURCES, CallerSources, asgi_headers
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import fingerprint
 
-__all__ = ["default_scope", "header_values", "parse_idempotency_key", "request_fingerprint"]
+__all__ = [
+    "default_scope",
+    "header_values",
+    "parse_idempotency_key",
+    "request_fingerprint",
+    "scope_by",
+]
 
 Scope = MutableMapping[str, Any]
 
@@ -79,25 +85,29 @@ def header_values(scope: Scope, name: bytes) -> list[bytes]:
     return [value for key, value in scope.get("headers", ()) if key.lower() == name]
 
 
-_CALLERS = CallerSources()
-
-
-def default_scope(scope: Scope) -> str | None:
-    """The default caller boundary: who is calling, or ``None`` when nobody can tell.
-
-    An authenticated ``scope["user"]`` (Starlette's ``AuthenticationMiddleware``) by its
-    identity; else the request's credentials as ``idemstore.callers`` reads them (the
-    ``Authorization`` header, the cookies and the query string, normalized and hashed), so a
-    record is only ever matched by a request bearing the same credentials.
+def scope_by(sources: CallerSources) -> Callable[[Scope], str | None]:
+    """A ``scope`` function for the middleware: an authenticated ``scope["user"]``
+    (Starlette's ``AuthenticationMiddleware``) by its identity, else the request's ``sources``
+    as ``idemstore.callers`` reads them (normalized, hashed), else ``None`` (nobody can tell).
     """
-    user = scope.get("user")
-    if user is not None and getattr(user, "is_authenticated", False):
-        identity = getattr(user, "identity", "") or getattr(user, "display_name", "")
-        if identity:
-            return f"user:{identity}"
-    query = scope.get("query_string", b"").decode("latin-1")
-    caller = _CALLERS.caller(asgi_headers(scope), query)
-    return None if caller is None else f"caller-sha256:{caller}"
+
+    def caller_of(scope: Scope) -> str | None:
+        user = scope.get("user")
+        if user is not None and getattr(user, "is_authenticated", False):
+            identity = getattr(user, "identity", "") or getattr(user, "display_name", "")
+            if identity:
+                return f"user:{identity}"
+        query = scope.get("query_string", b"").decode("latin-1")
+        caller = sources.caller(asgi_headers(scope), query)
+        return None if caller is None else f"caller-sha256:{caller}"
+
+    return caller_of
+
+
+default_scope = scope_by(CallerSources(HTTP_API_SOURCES))
+"""The default caller boundary (``scope_by``): the authenticated user, else the
+``Authorization`` header and the cookies, so a record is only ever matched by a request
+bearing the same credentials."""
 
 
 def request_fingerprint(scope: Scope, body: bytes) -> str:
