@@ -14,6 +14,7 @@ from typing import Any
 
 from idemstore.backends.memory import MemoryStore
 from idemstore.eager_tasks import EAGER
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from idemstore.mcp.tool_calls import ServerResponse, ToolCall, ToolCallCore
 
 
@@ -61,7 +62,8 @@ async def test_a_retry_replays_and_a_finished_call_leaves_nothing_behind() -> No
     assert json.loads(await first)["result"] == {"n": 1}
     retry = core.start(prepared(core, 2), server.exchange, reply)
     replayed = json.loads(await retry)
-    assert replayed["id"] == 2 and replayed["result"] == {"n": 1}
+    assert replayed["id"] == 2
+    assert replayed["result"] == {"_meta": {REPLAYED_META_KEY: True}, "n": 1}
     assert len(server.forwarded) == 1
     assert [json.loads(line)["id"] for line in answers] == [1, 2]
     assert not core.busy and not core.tasks

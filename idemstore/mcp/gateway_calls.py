@@ -32,7 +32,6 @@ from idemstore.mcp.tool_calls import (
     ServerGone,
     ServerResponse,
     ToolCallCore,
-    dumps,
     error_line,
     id_key,
 )
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 
     from idemstore.protocol import IdempotencyStore
 
-    Execute = Callable[[bytes], Awaitable[dict[str, Any] | None]]
+    Execute = Callable[[bytes], Awaitable[ServerResponse | None]]
     Refuse = Callable[[Response], None]
     Verify = Callable[[], Awaitable[Response | None]]
     SendUpstream = Callable[
@@ -82,11 +81,12 @@ def rendered(headers: Mapping[str, str], data: bytes) -> Response:
 class UpstreamAnswer:
     """The upstream's answer to one forwarded ``tools/call``, relayed to the client as it comes.
 
-    ``until_final()`` reads up to the final response and returns it decoded (``None`` when the
-    answer has none: a non-2xx status, a stream cut before it, a body that is not the
-    response). The bytes that carry the final response are held back until ``finish()``: the
-    core records the outcome first, so a client that retries the moment it has its answer
-    gets the replay, not "in progress". ``finish()`` then relays them and reads the rest.
+    ``until_final()`` reads up to the final response and returns it decoded, with the
+    upstream's own bytes of it (``None`` when the answer has none: a non-2xx status, a stream
+    cut before it, a body that is not the response). The bytes that carry the final response
+    are held back until ``finish()``: the core records the outcome first, so a client that
+    retries the moment it has its answer gets the replay, not "in progress". ``finish()`` then
+    relays them and reads the rest.
     ``response()`` is the client's copy: the same status, headers and bytes.
     """
 
@@ -100,18 +100,18 @@ class UpstreamAnswer:
         media = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
         self.streaming = media == "text/event-stream"
 
-    def _matches(self, message: object) -> dict[str, Any] | None:
+    def _matches(self, message: object, data: bytes) -> ServerResponse | None:
         if (
             isinstance(message, dict)
             and "method" not in message
             and message.get("id") == self.request_id
             and ("result" in message or "error" in message)
         ):
-            return message
+            return ServerResponse(message, data)  # the bytes are what the core records
         return None
 
-    async def until_final(self) -> dict[str, Any] | None:
-        """Relay the answer up to its final response; that response, decoded."""
+    async def until_final(self) -> ServerResponse | None:
+        """Relay the answer up to its final response; that response, decoded and as sent."""
         try:
             if not 200 <= self.upstream.status_code < 300:
                 async for chunk in self.upstream.aiter_raw():
@@ -121,7 +121,7 @@ class UpstreamAnswer:
                 body = await self.upstream.aread()
                 self._held.append(body)
                 try:
-                    return self._matches(json.loads(body))
+                    return self._matches(json.loads(body), body)
                 except (ValueError, RecursionError):
                     return None
             reader = SSEReader(_MAX_EVENT_BYTES)
@@ -129,7 +129,8 @@ class UpstreamAnswer:
             async for chunk in self._rest:
                 found = None
                 for event in reader.feed(chunk):
-                    found = found or self._matches(event.message())
+                    data = (event.data or "").encode("utf-8", "surrogatepass")
+                    found = found or self._matches(event.message(), data)
                 if found is not None:
                     self._held.append(chunk)
                     return found
@@ -334,7 +335,7 @@ class ToolCalls:
                 final = await execute(forward)
                 if final is None:
                     raise ServerGone("the upstream gave no final response")
-                return ServerResponse(final, dumps(final) + b"\n")
+                return final  # the upstream's own bytes: the record replays them exactly
 
             async def admit_replay() -> bool:
                 assert verify is not None
@@ -379,7 +380,7 @@ class ToolCalls:
             if not live.done():
                 live.set_result(response)
 
-        async def execute(body: bytes) -> dict[str, Any] | None:
+        async def execute(body: bytes) -> ServerResponse | None:
             forwarded = request_headers(headers.items(), rewritten=True)
             try:
                 upstream = await self._send("POST", path, forwarded, body)

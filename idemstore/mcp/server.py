@@ -35,14 +35,15 @@ from idemstore.errors import (
 )
 from idemstore.execution import ExecutionPolicy
 from idemstore.hashing import fingerprint
-from idemstore.mcp import sep3182
+from idemstore.mcp import outcomes, sep3182
+from idemstore.mcp.outcome_policy import decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
 from idemstore.records import MAX_KEY_LENGTH, check_identity
 
 try:
     import mcp_types
-    from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
+    from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError
     from fastmcp.server.dependencies import fastmcp_request_ctx
     from fastmcp.server.dependencies import get_access_token as _fastmcp_access_token
     from fastmcp.server.middleware import Middleware
@@ -51,7 +52,6 @@ try:
     from mcp.server.request_state import authenticated_principal
     from mcp.shared.exceptions import MCPError
     from mcp_types import SERVER_INFO_META_KEY
-    from mcp_types.methods import is_input_required
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(
@@ -127,7 +127,8 @@ def _error_outcome(exc: MCPError) -> ToolOutcome:
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.data is not None:
         body["data"] = error.data
-    return ToolOutcome("error", body, record=error.code not in sep3182.REFUSAL_CODES, original=exc)
+    record = decide({"error": body}, "sep") == "record"  # never a refusal, nor -32800
+    return ToolOutcome("error", body, record=record, original=exc)
 
 
 def _raise_outcome(kind: str, exc: BaseException) -> ToolOutcome:
@@ -422,7 +423,7 @@ class ServerIdempotency:
             except Exception as exc:
                 return _raise_outcome("exception", exc)
             wire = _dump(result)
-            if is_input_required(wire):
+            if decide({"result": wire}, "sep") == "release":  # an MRTR input_required ask
                 return ToolOutcome("result", wire, record=False, original=result)
             self._learn_stamp(wire)
             return ToolOutcome("result", era_neutral(wire), original=result)
@@ -444,7 +445,7 @@ def _deliver_lowlevel(outcome: ToolOutcome, version: str, stamp: object) -> Hand
         return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
     body = outcome.body
     if outcome.kind == "result":
-        return render_result(body, version, stamp)
+        return render_result(outcomes.replay_marked(body), version, stamp)
     if outcome.kind == "error":
         raise _wire_error(body)
     raise ReplayedToolError(body.get("message", ""))
@@ -581,6 +582,7 @@ def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
         return original  # type: ignore[return-value]
     body = outcome.body
     if outcome.kind == "result":
+        body = outcomes.replay_marked(body)
         wire = mcp_types.CallToolResult.model_validate(body)
         structured = body.get("structuredContent")
         if structured is None or isinstance(structured, dict):
@@ -597,6 +599,6 @@ def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
     if body.get("class") == "not_found":
         raise NotFoundError(message)
     if body.get("class") == "tool_error":
-        # FastMCP turns a ToolError into the isError result the client saw the first time.
-        raise ToolError(message)
+        # The isError result FastMCP made of the (already masked) ToolError, marked.
+        return ToolResult(content=message, is_error=True, meta=outcomes.replay_marked({})["_meta"])
     raise ReplayedToolError(message)

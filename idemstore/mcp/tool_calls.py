@@ -61,7 +61,8 @@ from idemstore.errors import (
 )
 from idemstore.execution import ExecutionPolicy, Replay
 from idemstore.hashing import fingerprint
-from idemstore.mcp import sep3182
+from idemstore.mcp import json_splice, sep3182
+from idemstore.mcp.outcome_policy import KeyKind, decide
 from idemstore.records import check_duration, check_identity
 
 if TYPE_CHECKING:
@@ -88,8 +89,6 @@ logger = logging.getLogger("idemstore.mcp.tool_calls")
 
 META_KEY_FIELD = "idempotency-key"
 """mcp-idempotent's explicit key: ``params._meta["idempotency-key"]``."""
-
-KeyKind = Literal["sep", "meta", "derived"]
 
 _META_FIELD = f"_meta.{META_KEY_FIELD}"
 _SELECTED_CACHE = 1024  # tool names whose selection by the globs is remembered
@@ -186,9 +185,13 @@ def error_line(request_id: object, error: dict[str, Any]) -> bytes:
 
 
 def _replay_line(request_id: object, stored: bytes) -> bytes:
-    # ``stored`` is the object {"result": ...} or {"error": ...}: splice the retry's own id in
-    # front of its members instead of decoding and re-encoding a possibly large result.
-    return b'{"jsonrpc":"2.0","id":' + dumps(request_id) + b"," + stored[1:] + b"\n"
+    # The retry's own id and the replay marker spliced into the recorded bytes (json_splice).
+    try:
+        return json_splice.replay_line(dumps(request_id), stored, sep3182.REPLAYED_META_KEY)
+    except ValueError as exc:
+        logger.error("a recorded outcome is unreadable: %s", exc)
+        why = "the recorded outcome of this idempotency key is unreadable"
+        return error_line(request_id, sep3182.error(sep3182.INTERNAL_ERROR, why))
 
 
 _STRICT = json.JSONEncoder(allow_nan=False)
@@ -210,19 +213,15 @@ def _server_exited(request_id: object) -> bytes:
     return error_line(request_id, sep3182.error(sep3182.INTERNAL_ERROR, why, sep3182.SERVER_EXITED))
 
 
-def _outcome(message: dict[str, Any], kind: KeyKind) -> bytes | None:
+def _outcome(response: ServerResponse, kind: KeyKind) -> bytes | None:
     """The bytes to record for a server response, or ``None`` when the key must be released."""
-    if "error" in message:
-        # SEP-3182 replays errors too; a derived or _meta key lets the next retry run again.
-        error = message["error"]
-        refused = isinstance(error, dict) and error.get("code") in sep3182.REFUSAL_CODES
-        return dumps({"error": error}) if kind == "sep" and not refused else None
-    if "result" not in message:
+    if decide(response.message, kind) == "release":
         return None
-    result = message["result"]
-    if isinstance(result, dict) and result.get("resultType") == "input_required":
-        return None  # the exchange goes on in MRTR continuations; a replay would be stale
-    return dumps({"result": result})
+    try:
+        return json_splice.recorded(response.line)  # the server's bytes: replays stay exact
+    except ValueError as exc:
+        logger.warning("response not recorded, its bytes are not one JSON object: %s", exc)
+        return None
 
 
 class ToolCallCore:
@@ -606,7 +605,7 @@ class ToolCallCore:
                 await execution.release()
             raise
         if not execution.finished:
-            stored = _outcome(response.message, call.kind)
+            stored = _outcome(response, call.kind)
             if stored is None:
                 await execution.release()
             else:
