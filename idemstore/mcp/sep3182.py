@@ -43,10 +43,13 @@ __all__ = [
     "IN_PROGRESS_CODE",
     "KEY_FIELD",
     "METHOD_NOT_FOUND",
+    "OUTCOME_UNKNOWN",
+    "OUTCOME_UNRECORDED",
     "PARSE_ERROR",
     "REFUSAL_CODES",
     "REPLAYED_META_KEY",
     "REQUEST_CANCELLED",
+    "SCHEMA_MISSING",
     "SERVER_EXITED",
     "STORE_UNAVAILABLE",
     "conflict_error",
@@ -78,6 +81,10 @@ IN_PROGRESS = "idempotency_key_in_progress"
 CONFLICT = "idempotency_key_conflict"
 INVALID_KEY = "idempotency_key_invalid"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
+# Beyond the SEP's own (idemstore.refusals): never retryable under the same key.
+OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
+OUTCOME_UNRECORDED = "idempotency_outcome_unrecorded"
+SCHEMA_MISSING = "idempotency_schema_missing"
 SERVER_EXITED = "mcp_server_exited"
 
 # JSON-RPC 2.0 codes.

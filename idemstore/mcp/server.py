@@ -27,19 +27,19 @@ from typing import TYPE_CHECKING, Any
 from idemstore.callers import CallerSources, asgi_headers, caller_scope, fit_scope
 from idemstore.errors import (
     CanonicalizationError,
-    ConflictError,
     IdemstoreError,
-    InProgressError,
     InvalidKeyError,
     MissingDependencyError,
 )
-from idemstore.execution import ExecutionPolicy
+from idemstore.execution import ExecutionPolicy, TakeoverPolicy
 from idemstore.hashing import fingerprint
 from idemstore.mcp import outcomes, sep3182
 from idemstore.mcp.outcome_policy import decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
+from idemstore.mcp.refusal_errors import refusal_error
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
 from idemstore.records import MAX_KEY_LENGTH, check_identity
+from idemstore.refusals import Refusal, refusal_of
 
 try:
     import mcp_types
@@ -173,6 +173,7 @@ class _Sep3182:
         advertise_retention: bool,
         max_key_length: int,
         max_response_bytes: int | None,
+        on_takeover: TakeoverPolicy,
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
         self._policy = ExecutionPolicy(
@@ -180,6 +181,7 @@ class _Sep3182:
             lease_ttl=lease_ttl,
             retention=retention,
             in_flight="reject",
+            on_takeover=on_takeover,
             consumer="mcp_server",
         )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
@@ -293,12 +295,8 @@ class _Sep3182:
         except _NotRecorded:
             assert fresh is not None
             return fresh
-        except InProgressError:
-            raise _wire_error(sep3182.in_progress_error(call.key)) from None
-        except ConflictError:
-            raise _wire_error(sep3182.conflict_error(call.key)) from None
-        except IdemstoreError as exc:
-            if fresh is not None:
+        except Exception as exc:
+            if fresh is not None and isinstance(exc, IdemstoreError):
                 # The tool ran; its caller gets what it produced even though the store failed.
                 logger.warning(
                     "outcome of tool %r under idempotency key %r could not be recorded: %s",
@@ -307,8 +305,14 @@ class _Sep3182:
                     exc,
                 )
                 return fresh
-            logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
-            raise _wire_error(sep3182.store_unavailable_error(call.key)) from exc
+            refusal = refusal_of(exc)
+            if refusal is None:
+                raise
+            if refusal.retryable or refusal is Refusal.SCHEMA_MISSING:
+                logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
+            # Only a key's fault is told (the store's own messages may name its database).
+            why = str(exc) if refusal is Refusal.INVALID_KEY else ""
+            raise _wire_error(refusal_error(refusal, call.key, why)) from None
         if not result.replayed:
             assert fresh is not None
             return fresh
@@ -318,26 +322,6 @@ class _Sep3182:
             logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
             message = f"The record for {KEY_FIELD} {call.key!r} is unreadable"
             raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
-
-
-def _core(
-    store: IdempotencyStore,
-    retention: float,
-    lease_ttl: float,
-    scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None,
-    advertise_retention: bool,
-    max_key_length: int,
-    max_response_bytes: int | None,
-) -> _Sep3182:
-    return _Sep3182(
-        store,
-        retention=retention,
-        lease_ttl=lease_ttl,
-        scope=scope,
-        advertise_retention=advertise_retention,
-        max_key_length=max_key_length,
-        max_response_bytes=max_response_bytes,
-    )
 
 
 # -- the low-level SDK adapter -------------------------------------------------------------------
@@ -361,6 +345,9 @@ class ServerIdempotency:
         advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability.
         max_key_length: longest key accepted (longer ones are invalid params).
         max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.
+        on_takeover: a call whose key was held by a call that died (lease lapsed) without an
+            outcome: ``"run"`` the tool again (default), or ``"refuse"`` it, and every retry,
+            with ``data.type = "idempotency_outcome_unknown"`` (docs/refusals.md).
     """
 
     __slots__ = ("_sep", "_stamp")
@@ -375,19 +362,21 @@ class ServerIdempotency:
         advertise_retention: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
+        on_takeover: TakeoverPolicy = "run",
     ) -> None:
         # The SDK's serverInfo stamp of 2026-era results, learnt from the discover result or
         # a tool result this server produced (a middleware cannot reach the Server): a replay
         # rendered for a 2026 connection carries it too, once known.
         self._stamp: object = None
-        self._sep = _core(
+        self._sep = _Sep3182(
             store,
-            retention,
-            lease_ttl,
-            scope,
-            advertise_retention,
-            max_key_length,
-            max_response_bytes,
+            retention=retention,
+            lease_ttl=lease_ttl,
+            scope=scope,
+            advertise_retention=advertise_retention,
+            max_key_length=max_key_length,
+            max_response_bytes=max_response_bytes,
+            on_takeover=on_takeover,
         )
 
     @property
@@ -480,15 +469,17 @@ class FastMCPIdempotency(Middleware):
         advertise_retention: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
+        on_takeover: TakeoverPolicy = "run",
     ) -> None:
-        self._sep = _core(
+        self._sep = _Sep3182(
             store,
-            retention,
-            lease_ttl,
-            scope,
-            advertise_retention,
-            max_key_length,
-            max_response_bytes,
+            retention=retention,
+            lease_ttl=lease_ttl,
+            scope=scope,
+            advertise_retention=advertise_retention,
+            max_key_length=max_key_length,
+            max_response_bytes=max_response_bytes,
+            on_takeover=on_takeover,
         )
 
     @property
