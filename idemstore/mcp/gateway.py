@@ -45,6 +45,7 @@ from idemstore.mcp.http_relay import (
     response_headers,
     streamed,
 )
+from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.sse_stream import SSEReader, render_event
 
 if TYPE_CHECKING:
@@ -155,10 +156,12 @@ class McpGateway:
     Args:
         store: where ``tools/call`` records live; share it between replicas.
         config: the upstream and how to reach it.
-        scope: the authorization boundary of records (``GatewayScope``).
-        **call_options: deduplication policy, as the stdio proxy takes it (``lease_ttl``,
-            ``retention``, ``in_flight``, ``implicit``, ``tools``, ``exclude_tools``,
-            ``run_id``).
+        scope: who the caller is and what happens to a request that names none
+            (``GatewayScope``).
+        verify_replays: before serving a recorded outcome, check with one ``ping`` carrying
+            the caller's headers that the upstream still accepts its credentials.
+        options: the deduplication policy the stdio proxy takes too (``RelayOptions``), or
+            its fields as keyword arguments (``lease_ttl=...``, ``run_id=...``).
     """
 
     def __init__(
@@ -168,14 +171,19 @@ class McpGateway:
         *,
         scope: GatewayScope | None = None,
         verify_replays: bool = True,
-        **call_options: Any,
+        options: RelayOptions | None = None,
+        **fields: Any,
     ) -> None:
         self.config = config
         self._origin, self._path = config.endpoint()
         self._scope = scope or GatewayScope()
         self._verify_replays = verify_replays
         self._client: httpx.AsyncClient | None = None
-        self._calls = ToolCalls(store, self._send_upstream, **call_options)
+        if options is None:
+            options = RelayOptions(**fields)
+        elif fields:
+            raise ConfigurationError("give RelayOptions or its fields, not both")
+        self._calls = ToolCalls(store, self._send_upstream, options)
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=_METHODS)],
             lifespan=self._lifespan,
