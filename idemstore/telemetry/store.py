@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from opentelemetry.trace import StatusCode
 
 from idemstore.protocol import Status, answers_inline
-from idemstore.telemetry import backend_name
-from idemstore.telemetry.instruments import (
+from idemstore.telemetry.attributes import (
     BACKEND,
     ERROR_TYPE,
     FENCE,
     OPERATION,
     OUTCOME,
     RESERVE_OUTCOME,
+    SWEEP_REMOVED,
     TAKEOVER,
     WAIT_OUTCOME,
+    backend_name,
 )
 
 if TYPE_CHECKING:
@@ -88,8 +89,6 @@ class InstrumentedStore:
                 span.set_attribute(ERROR_TYPE, error)
                 # The type only: an exception's text may quote a key or a response.
                 span.set_status(StatusCode.ERROR, error)
-                if operation == "extend" and isinstance(exc, Exception):
-                    instruments.heartbeat_failures.add(1, {**self._base, ERROR_TYPE: error})
                 raise
             instruments.record_operation(attributes, started)
             describe(result, span)
@@ -197,7 +196,7 @@ class InstrumentedStore:
 
     async def sweep(self, *, limit: int = 1000) -> int:
         def describe(removed: int, span: Span) -> None:
-            span.set_attribute("idemstore.sweep.removed", removed)
+            span.set_attribute(SWEEP_REMOVED, removed)
             if removed:
                 self.instruments.swept.add(removed, self._base)
 

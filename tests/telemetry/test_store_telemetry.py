@@ -134,19 +134,22 @@ async def test_sweep_removals_are_counted(store: IdempotencyStore, telemetry: Te
     assert telemetry.total("idemstore.sweep.removed") == removed
 
 
-async def test_a_failing_extend_counts_as_a_heartbeat_failure(
+async def test_a_failing_extend_outside_a_heartbeat_is_an_operation_error_only(
     store_url: str, telemetry: Telemetry
 ) -> None:
     store = open_store(store_url)
     async with store:
         held = await store.reserve("hb", FINGERPRINT, lease_ttl=30, retention=60)
         assert held.lease is not None
-    # The store is closed: the heartbeat's extend raises instead of answering.
+    # The store is closed: extend raises instead of answering.
     with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises
         await store.extend(held.lease, lease_ttl=30)
-    assert telemetry.total("idemstore.heartbeat.failures") == 1
     errors = [s for s in telemetry.spans("idemstore extend") if "error.type" in s.attributes]
     assert len(errors) == 1
+    duration = "idemstore.store.operation.duration"
+    assert telemetry.total(duration, **{"idemstore.operation": "extend"}) == 1
+    # No heartbeat made that call: idemstore.heartbeat.failures counts the LeaseKeeper's.
+    assert telemetry.total("idemstore.heartbeat.failures") == 0
 
 
 async def test_the_sweeper_counts_removals_even_of_a_store_built_directly(
