@@ -127,7 +127,7 @@ class Instruments:
         self.wait_timeouts = meter.create_counter(
             "idemstore.wait.timeouts",
             unit="{wait}",
-            description="Waits that ended at their timeout with the key still held.",
+            description="Waits that ran out their timeout with the key still in progress.",
         )
         self.swept = meter.create_counter(
             "idemstore.sweep.removed",

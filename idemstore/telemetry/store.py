@@ -7,6 +7,7 @@ specifics) are read from the wrapped store.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -166,17 +167,17 @@ class InstrumentedStore:
         return await self._observe("get", self.wrapped.get(key, scope=scope), describe, key, scope)
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        started = time.perf_counter()
+        # The clock wait measures its timeout on (the loop's, monotonic); whether a lease ran
+        # is the engine's to say, by its clock, never this machine's wall clock.
+        clock = asyncio.get_running_loop().time
+        started = clock()
 
         def describe(record: Record | None, span: Span) -> None:
-            waited = time.perf_counter() - started
-            # wait returns early once the key is settled or its lease lapsed; a record it
-            # returns with a lease still running means the timeout ended it.
+            waited = clock() - started
+            # wait returns early once no live lease holds the key (by the engine's clock);
+            # one that returns the key still in progress after its timeout ran out of time.
             timed_out = (
-                record is not None
-                and record.status is Status.IN_PROGRESS
-                and record.lease_expires_at is not None
-                and record.lease_expires_at > time.time()
+                record is not None and record.status is Status.IN_PROGRESS and waited >= timeout
             )
             outcome = "timeout" if timed_out else "settled"
             span.set_attribute(OUTCOME, outcome)

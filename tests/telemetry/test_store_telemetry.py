@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import idemstore
 from idemstore import ConflictError, Idempotency, InProgressError, Sweeper, open_store
 from idemstore.backends.memory import MemoryStore
-from idemstore.protocol import Outcome
+from idemstore.protocol import Outcome, Status
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore
@@ -121,6 +122,26 @@ async def test_wait_records_its_duration_and_counts_a_timeout(
     assert telemetry.total("idemstore.wait.timeouts") == 1
     assert telemetry.total("idemstore.wait.duration", **{"idemstore.wait.outcome": "settled"}) == 1
     assert telemetry.total("idemstore.wait.duration", **{"idemstore.wait.outcome": "timeout"}) == 1
+
+
+@pytest.mark.parametrize("engine_clock", [1000.0, 1e10], ids=["behind", "ahead"])
+async def test_wait_timeouts_follow_the_engines_lease_clock_not_this_machines(
+    telemetry: Telemetry, engine_clock: float
+) -> None:
+    # The engine's clock (the memory store's, here) is far from this machine's wall clock:
+    # only the store may say whether a lease still runs.
+    now = [engine_clock]
+    store = idemstore.telemetry.instrumented(MemoryStore(clock=lambda: now[0]))
+    held = await store.reserve("w", FINGERPRINT, lease_ttl=30, retention=60)
+    assert held.lease is not None
+    record = await store.wait("w", timeout=0.05)  # still held when the timeout runs out
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert telemetry.total("idemstore.wait.timeouts") == 1
+    now[0] += 31  # the lease lapsed, by the engine's clock: wait returns at once
+    record = await store.wait("w", timeout=5)
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert telemetry.total("idemstore.wait.timeouts") == 1
+    assert telemetry.total("idemstore.wait.duration", **{"idemstore.wait.outcome": "settled"}) == 1
 
 
 async def test_sweep_removals_are_counted(store: IdempotencyStore, telemetry: Telemetry) -> None:
