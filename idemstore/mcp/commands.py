@@ -15,7 +15,7 @@ from idemstore.argument_types import positive_float, positive_int
 from idemstore.errors import ConfigurationError
 from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.relay_options import add_arguments as add_relay_arguments
-from idemstore.urls import open_store
+from idemstore.urls import open_store, redact_url
 
 __all__ = ["add_gateway_parser", "add_proxy_parser"]
 
@@ -89,6 +89,7 @@ async def _gateway(args: argparse.Namespace) -> int:
             verify_replays=not args.no_verify_replays,
             options=RelayOptions.from_args(args),
         )
+        print(gateway.describe(args.listen, redact_url(args.store)), file=sys.stderr, flush=True)
         await serve(gateway, host, port, log_level=args.log_level)
     return 0
 
