@@ -13,6 +13,7 @@ from typing import Any
 
 from idemstore.argument_types import positive_float, positive_int
 from idemstore.errors import ConfigurationError
+from idemstore.mcp.gateway_settings import defer_defaults
 from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.relay_options import add_arguments as add_relay_arguments
 from idemstore.urls import open_store, redact_url
@@ -64,7 +65,9 @@ async def _proxy(args: argparse.Namespace) -> int:
 async def _gateway(args: argparse.Namespace) -> int:
     from idemstore.callers import DEFAULT_SOURCES, CallerSources
     from idemstore.mcp.gateway import GatewayConfig, GatewayScope, McpGateway, parse_listen, serve
+    from idemstore.mcp.gateway_settings import resolve
 
+    resolve(args, os.environ)
     host, port = parse_listen(args.listen)
     logging.basicConfig(
         stream=sys.stderr,
@@ -158,6 +161,13 @@ def add_gateway_parser(commands: Any) -> None:
         metavar="N",
         help="largest POST body read (default 16 MiB; larger gets 413)",
     )
+    gateway.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of settings named like these flags; flags win over "
+        "IDEMSTORE_GATEWAY_* environment variables, which win over the file",
+    )
+    defer_defaults(gateway, required=("listen", "upstream"))
     gateway.set_defaults(handler=_gateway)
 
 
