@@ -66,9 +66,9 @@ async def acquire(store: DynamoDBStore, key: str, lease_ttl: float = LONG) -> Le
 
 
 def raw_item(admin: Any, table: str, store: DynamoDBStore, key: str, scope: str = "") -> Any:
-    from idemstore.backends.dynamodb import _partition_key
+    from idemstore.backends.dynamodb.items import partition_key
 
-    return admin.get_item(TableName=table, Key=_partition_key(scope, key), ConsistentRead=True).get(
+    return admin.get_item(TableName=table, Key=partition_key(scope, key), ConsistentRead=True).get(
         "Item"
     )
 
