@@ -152,7 +152,9 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
-        """Reset every connection, stop listening and end the proxy's thread."""
+        """Reset every connection, stop listening and end the proxy's thread (once)."""
+        if self._loop.is_closed():
+            return
 
         async def shutdown() -> None:
             if self._server is not None:
@@ -204,6 +206,9 @@ class FaultProxy:
 
     def _run(self, call: Callable[[], object]) -> None:
         """Run ``call`` on the proxy's loop and wait for it: faults change between chunks."""
+
+        if not self._thread.is_alive():
+            raise RuntimeError("start the FaultProxy first")
 
         async def run() -> None:
             call()
