@@ -20,7 +20,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
 
 __all__ = ["FaultProxy"]
 
@@ -177,24 +176,14 @@ class FaultProxy:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     async def __aenter__(self) -> Self:
         # In a thread: the caller's event loop keeps running while the proxy's starts.
         return await asyncio.to_thread(self.start)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.stop)
 
     # -- the proxy's own loop -------------------------------------------------------------
