@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -41,23 +42,16 @@ pytestmark = pytest.mark.slow
 EPS = 1e-3
 
 
+@dataclass(frozen=True)
 class Pair:
     """The owner reads ``clock``; the taker reads ``taker_clock``, ``taker_clock.offset``
     (the skew) seconds ahead. Tests move ``clock.now`` by hand."""
 
-    def __init__(
-        self,
-        owner: IdempotencyStore,
-        taker: IdempotencyStore,
-        clock: FakeClock,
-        taker_clock: FakeClock,
-        margin: float,
-    ) -> None:
-        self.owner = owner
-        self.taker = taker
-        self.clock = clock
-        self.taker_clock = taker_clock
-        self.margin = margin
+    owner: IdempotencyStore
+    taker: IdempotencyStore
+    clock: FakeClock
+    taker_clock: FakeClock
+    margin: float
 
 
 # backend id -> (URL fixture, documented margin in seconds, extra store options)
