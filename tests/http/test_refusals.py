@@ -13,6 +13,7 @@ from idemstore.backends.memory import MemoryStore
 from idemstore.errors import ResponseTooLargeError, StoreUnavailableError
 from idemstore.http_problems import PROBLEM_TYPES, REFUSAL_PROBLEMS, refusal_problem
 from idemstore.refusals import Refusal
+from idemstore.testing import FakeClock
 from tests.http.apps import create_app
 from tests.http.conftest import keyed
 
@@ -87,13 +88,13 @@ async def test_an_unmigrated_database_is_500_naming_idemstore_migrate_not_503(
 async def test_a_takeover_refused_is_outcome_unknown_for_every_retry_never_503(
     framework: str,
 ) -> None:
-    now = [1_000_000.0]
-    app = create_app(framework, MemoryStore(clock=lambda: now[0]), on_takeover="refuse")
+    clock = FakeClock(1_000_000.0)
+    app = create_app(framework, MemoryStore(clock=clock), on_takeover="refuse")
     async with client_of(app) as client:
         original = asyncio.create_task(client.post("/slow", headers=keyed("k-taken")))
         await asyncio.wait_for(app.state.started.wait(), 10)
         # The original's lease lapses (as if its process died): the retry takes the key over.
-        now[0] += 31
+        clock.advance(31)
         retry = await client.post("/slow", headers=keyed("k-taken"))
         document = refused(retry, Refusal.OUTCOME_UNKNOWN)
         assert document["idempotencyKey"] == "k-taken"

@@ -18,9 +18,8 @@ import pytest
 
 from idemstore import Status, open_store
 from idemstore.hashing import fingerprint
+from idemstore.testing import FaultProxy
 from tests.mcp.raw import executions, mock_command, proxy_command, unmarked, until_executed
-from tests.reliability.fault_proxy import FaultProxy
-from tests.reliability.test_network_faults import engine_address, via
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -56,8 +55,8 @@ async def test_cancel_while_the_proxy_reserves_leaves_no_orphan_lease(
     else:
         key = "charge:" + fingerprint({"name": "charge", "arguments": arguments})
         scope = f"mcp-proxy/run/{RUN_ID}"
-    with FaultProxy(*engine_address(direct_url)) as faults:
-        slow_url = via(direct_url, faults.port) + "&socket_timeout=10"
+    with FaultProxy.for_url(direct_url) as faults:
+        slow_url = faults.route(direct_url) + "&socket_timeout=10"
         options = ("--store", slow_url, "--key-scope", KEY_SCOPE, "--run-id", RUN_ID)
         # A long lease: an orphan would hold the key (and every retry) for 30 s.
         server = mock_command("--counter", str(counter))

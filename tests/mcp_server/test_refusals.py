@@ -13,6 +13,7 @@ from idemstore.backends.memory import MemoryStore
 from idemstore.mcp import sep3182
 from idemstore.mcp.refusal_errors import REFUSAL_ERRORS, refusal_error
 from idemstore.refusals import Refusal
+from idemstore.testing import FakeClock
 from tests.mcp_server.conftest import call, connect, error_of
 from tests.mcp_server.servers import Tools, build
 
@@ -61,9 +62,9 @@ async def test_an_unmigrated_database_names_idemstore_migrate_not_store_unavaila
 async def test_a_takeover_refused_is_outcome_unknown_for_every_retry(
     adapter: str, era: str
 ) -> None:
-    now = [1_000_000.0]
+    clock = FakeClock(1_000_000.0)
     tools = Tools()
-    server = build(adapter, tools, MemoryStore(clock=lambda: now[0]), on_takeover="refuse")
+    server = build(adapter, tools, MemoryStore(clock=clock), on_takeover="refuse")
     answers: list[Any] = []
     async with connect(server, era) as client:
 
@@ -75,7 +76,7 @@ async def test_a_takeover_refused_is_outcome_unknown_for_every_retry(
             with anyio.fail_after(10):
                 await tools.started.wait()
             # The original's lease lapses (as if its process died): the retry takes it over.
-            now[0] += 31
+            clock.advance(31)
             retry = error_of(await call(client, "slow", {"amount": 1}, key="k-taken"))
             tools.gate.set()
         again = error_of(await call(client, "slow", {"amount": 1}, key="k-taken"))

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import StoreUnavailableError
 from idemstore.mcp.server import CONFLICT, IN_PROGRESS, INVALID_KEY, ServerIdempotency
+from idemstore.testing import FakeClock
 from tests.mcp_server.conftest import Harness, call, connect, error_of, unmarked
 from tests.mcp_server.servers import Tools, build
 
@@ -298,15 +299,15 @@ async def test_string_scope_separates_servers(
 
 
 async def test_outcome_past_retention_runs_again(adapter: str, era: str) -> None:
-    now = [1_000_000.0]
-    store = MemoryStore(clock=lambda: now[0])
+    clock = FakeClock(1_000_000.0)
+    store = MemoryStore(clock=clock)
     tools = Tools()
     async with connect(build(adapter, tools, store, retention=60), era) as client:
         await call(client, "charge", {"amount": 5}, key="k-ret")
-        now[0] += 30
+        clock.advance(30)
         await call(client, "charge", {"amount": 5}, key="k-ret")
         assert tools.count("charge") == 1
-        now[0] += 31
+        clock.advance(31)
         await call(client, "charge", {"amount": 5}, key="k-ret")
     assert tools.count("charge") == 2
 

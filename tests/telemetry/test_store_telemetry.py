@@ -11,6 +11,7 @@ import idemstore
 from idemstore import ConflictError, Idempotency, InProgressError, Sweeper, open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.protocol import Outcome, Status
+from idemstore.testing import FakeClock
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore
@@ -130,14 +131,14 @@ async def test_wait_timeouts_follow_the_engines_lease_clock_not_this_machines(
 ) -> None:
     # The engine's clock (the memory store's, here) is far from this machine's wall clock:
     # only the store may say whether a lease still runs.
-    now = [engine_clock]
-    store = idemstore.telemetry.instrumented(MemoryStore(clock=lambda: now[0]))
+    clock = FakeClock(engine_clock)
+    store = idemstore.telemetry.instrumented(MemoryStore(clock=clock))
     held = await store.reserve("w", FINGERPRINT, lease_ttl=30, retention=60)
     assert held.lease is not None
     record = await store.wait("w", timeout=0.05)  # still held when the timeout runs out
     assert record is not None and record.status is Status.IN_PROGRESS
     assert telemetry.total("idemstore.wait.timeouts") == 1
-    now[0] += 31  # the lease lapsed, by the engine's clock: wait returns at once
+    clock.advance(31)  # the lease lapsed, by the engine's clock: wait returns at once
     record = await store.wait("w", timeout=5)
     assert record is not None and record.status is Status.IN_PROGRESS
     assert telemetry.total("idemstore.wait.timeouts") == 1
@@ -176,13 +177,13 @@ async def test_a_failing_extend_outside_a_heartbeat_is_an_operation_error_only(
 async def test_the_sweeper_counts_removals_even_of_a_store_built_directly(
     telemetry: Telemetry,
 ) -> None:
-    now = [1000.0]
-    store = MemoryStore(clock=lambda: now[0])  # built before any wrapping, clock injected
+    clock = FakeClock(1000.0)
+    store = MemoryStore(clock=clock)  # built before any wrapping, clock injected
     for i in range(4):
         reservation = await store.reserve(f"s{i}", FINGERPRINT, lease_ttl=30, retention=60)
         assert reservation.lease is not None
         await store.complete(reservation.lease, b"x")
-    now[0] += 61
+    clock.advance(61)
     assert await Sweeper(store, limit=3).sweep_once() == 4
     assert telemetry.total("idemstore.sweep.removed", **{"idemstore.backend": "memory"}) == 4
     # Two batches (3, then 1): two sweep operations timed.
