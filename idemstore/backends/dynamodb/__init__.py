@@ -14,7 +14,4 @@ from __future__ import annotations
 from idemstore.backends.dynamodb.items import partition_key
 from idemstore.backends.dynamodb.store import DynamoDBStore
 
-# The name benchmarks/dynamodb_latency.py and older tests import.
-_partition_key = partition_key
-
 __all__ = ["DynamoDBStore", "partition_key"]

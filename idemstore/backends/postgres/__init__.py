@@ -12,7 +12,4 @@ from __future__ import annotations
 from idemstore.backends.postgres.statements import hash64
 from idemstore.backends.postgres.store import PostgresStore
 
-# The name tests/backends/test_postgres.py has always imported.
-_hash64 = hash64
-
 __all__ = ["PostgresStore", "hash64"]
