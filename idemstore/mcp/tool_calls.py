@@ -6,9 +6,9 @@ requests. Everything about ``tools/call`` idempotency is here, so every relay be
 
 1. ``core.note_request(message)`` for every client request: the core remembers the ids of
    ``initialize``, ``server/discover`` and ``tools/list`` so their responses can be read.
-2. ``core.prepare(message, line)`` for a ``tools/call``: ``None`` (relay it untouched: no key,
-   an MRTR continuation, malformed params the server answers), ``bytes`` (answer the client
-   with these bytes at once: an invalid key), or a ``ToolCall`` to run.
+2. ``core.prepare(message, line)`` for a ``tools/call``: a ``Forward`` (relay its bytes: no
+   key, an MRTR continuation, malformed params the server answers), an ``Answer`` (answer the
+   client with its bytes at once: an invalid key), or a ``ToolCall`` to run.
 3. ``core.start(call, exchange)`` runs a ``ToolCall`` through the one execution path
    (``idemstore.execution``) and returns a task whose result is the bytes to send the client
    (``None``: send nothing). ``exchange(forward)`` is the relay's: send ``forward`` (the bytes
