@@ -375,7 +375,7 @@ async def test_the_postgres_floor_pools_as_many_connections_as_the_store(
             await store.ping()
             floor_pool = floor._pool  # type: ignore[attr-defined]
             assert floor_pool.get_max_size() == 3
-            assert store._pool.get_max_size() == 3  # type: ignore[attr-defined]
+            assert store._connection.get_max_size() == 3  # type: ignore[attr-defined]
     finally:
         await floor.close()
 

@@ -9,4 +9,7 @@ driver) only when a URL asks for it. What every backend composes rather than rew
   the time left);
 - ``driver_errors``: a backend declares once how its driver's exceptions map onto the
   idemstore error family.
+- ``envelope``: what every store does around its engine calls (the order of checks, the
+  lifecycle, connecting once, ``stats``, a lost reserve's outcome), as a base class;
+- ``backoff``: the one retry loop and every backoff constant.
 """

@@ -8,30 +8,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from idemstore.backends.arguments import (
-    complete_arguments,
-    lease_arguments,
-    lookup_arguments,
-    reserve_arguments,
-    retention_while_held,
-    wait_arguments,
-)
+from idemstore.backends.arguments import retention_while_held
+from idemstore.backends.envelope import InlineStoreEnvelope, lost_reserve
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_limit,
-    check_response,
-    new_token,
-)
-from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
+from idemstore.records import MAX_KEY_LENGTH, new_token
+from idemstore.stats import StatsTally, StoreStats
 from idemstore.urls import parse_store_url, pop_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
 
 __all__ = ["MemoryStore"]
 
@@ -77,11 +64,11 @@ class _Waiter:
         self._waiters.discard(self.event)
 
 
-class MemoryStore:
+class MemoryStore(InlineStoreEnvelope):
     """An in-process store. Every operation runs without awaiting, so it is atomic among the
     tasks of one event loop. ``clock`` (epoch seconds) can be injected for tests."""
 
-    __slots__ = ("_clock", "_closed", "_entries", "_max_key_length", "_waiters")
+    __slots__ = ("_clock", "_entries", "_waiters")
 
     answers_inline = True
     """No operation but ``wait`` suspends (see ``idemstore.protocol.answers_inline``)."""
@@ -92,12 +79,11 @@ class MemoryStore:
         clock: Callable[[], float] = time.time,
         max_key_length: int = MAX_KEY_LENGTH,
     ) -> None:
+        super().__init__(max_key_length=max_key_length)
         self._clock = clock
         self._entries: dict[tuple[str, str], _Entry] = {}
         # Events of the waits on each key; the sets outlive entries (a reserve replaces one).
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
-        self._max_key_length = max_key_length
-        self._closed = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -141,15 +127,14 @@ class MemoryStore:
             return None
         return entry if entry is not None and entry.lease is lease else None
 
+    def _owns_nothing(self, lease: Lease) -> bool:
+        # A lease this store handed out (the very object: Lease is frozen) needs no checks.
+        return self._issued(lease) is None and super()._owns_nothing(lease)
+
     def _holder(self, lease: Lease) -> _Entry | None:
-        """The entry iff ``lease`` still owns it: same token and fence, in progress, live."""
-        issued = self._issued(lease)
-        if issued is not None:
-            entry: _Entry | None = issued
-        elif not lease_arguments(lease, max_key_length=self._max_key_length):
-            return None
-        else:
-            entry = self._entries.get((lease.scope, lease.key))
+        """The entry iff ``lease`` (a lease that could be real) still owns it: same token
+        and fence, in progress, live."""
+        entry = self._entries.get((lease.scope, lease.key))
         if (
             entry is None
             or entry.released
@@ -165,26 +150,11 @@ class MemoryStore:
         for event in self._waiters.get((scope, key), ()):
             event.set()
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this MemoryStore is closed")
+    # -- the contract: hooks of the envelope, answered in place -----------------------------
 
-    # -- the contract ---------------------------------------------------------------------
-
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
-        if self._closed:
-            self._check_open()
         now = self._clock()
         identity = (scope, key)
         previous = self._entries.get(identity)
@@ -195,13 +165,13 @@ class MemoryStore:
         )
         takeover = False
         if live is not None:
-            if live.fingerprint != fingerprint:
-                return Reservation(Outcome.MISMATCH, record=self._record(scope, key, live))
-            if live.status is _COMPLETED:
-                return Reservation(Outcome.COMPLETED, record=self._record(scope, key, live))
-            assert live.lease_expires_at is not None
-            if live.lease_expires_at > now:
-                return Reservation(Outcome.IN_PROGRESS, record=self._record(scope, key, live))
+            lease_end = live.lease_expires_at
+            if (
+                live.fingerprint != fingerprint
+                or live.status is _COMPLETED
+                or (lease_end is not None and lease_end > now)
+            ):
+                return lost_reserve(self._record(scope, key, live), fingerprint)
             takeover = True
         fence = previous.fence + 1 if previous is not None else 1
         token = new_token()
@@ -223,41 +193,19 @@ class MemoryStore:
         )
         return Reservation(_ACQUIRED, lease, None, takeover)
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        issued = self._issued(lease)
-        if issued is not None:
-            # Our own lease object: only the response and an explicit retention need checks,
-            # and the owner check is the state of the entry that handed it out.
-            body = check_response(response)
-            keep = lease.retention if retention is None else check_duration("retention", retention)
-            if self._closed:
-                self._check_open()
-            now = self._clock()
-            if issued.released or issued.status is not _IN_PROGRESS or issued.expires_at <= now:
-                return False
-            entry, checked = issued, (body, keep)
-        else:
-            maybe = complete_arguments(
-                lease, response, retention, max_key_length=self._max_key_length
-            )
-            self._check_open()
-            holder = None if maybe is None else self._holder(lease)
-            if holder is None or maybe is None:
-                return False
-            entry, checked = holder, maybe
-            now = self._clock()
+    def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
+        entry = self._holder(lease)
+        if entry is None:
+            return False
         entry.status = _COMPLETED
-        entry.response = checked[0]
+        entry.response = response
         entry.lease_expires_at = None
-        entry.expires_at = now + checked[1]
+        entry.expires_at = self._clock() + retention
         if self._waiters:  # most completions have nobody waiting: skip the lookup
             self._wake(lease.scope, lease.key)
         return True
 
-    async def release(self, lease: Lease) -> bool:
-        self._check_open()
+    def _release(self, lease: Lease) -> bool:
         entry = self._holder(lease)
         if entry is None:
             return False
@@ -266,33 +214,26 @@ class MemoryStore:
         self._wake(lease.scope, lease.key)
         return True
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        self._check_open()
+    def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         entry = self._holder(lease)
         if entry is None:
             return None
         assert entry.lease_expires_at is not None
-        if entry.lease_expires_at <= self._clock():
+        now = self._clock()
+        if entry.lease_expires_at <= now:
             # The lease lapsed; nobody took it over, but extending it now would let a holder
             # keep a key others were entitled to take. Report it lost.
             return None
-        now = self._clock()
         deadline = now + lease_ttl
         entry.lease_expires_at = deadline
         entry.expires_at = now + retention_while_held(lease_ttl, entry.retention)
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        self._check_open()
+    def _get(self, key: str, scope: str) -> Record | None:
         live = self._live(scope, key, self._clock())
         return None if live is None else self._record(scope, key, live)
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
-        self._check_open()
-
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         async def read() -> Sighting:
             self._check_open()
             now = self._clock()
@@ -310,17 +251,13 @@ class MemoryStore:
             if not self._waiters.get((scope, key), True):
                 del self._waiters[(scope, key)]
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        self._check_open()
+    def _delete(self, key: str, scope: str) -> bool:
         existed = self._live(scope, key, self._clock()) is not None
         if self._entries.pop((scope, key), None) is not None:
             self._wake(scope, key)
         return existed
 
-    async def sweep(self, *, limit: int = 1000) -> int:
-        check_limit(limit)
-        self._check_open()
+    def _sweep(self, limit: int) -> int:
         now = self._clock()
         expired = [k for k, e in self._entries.items() if e.expires_at <= now][:limit]
         for k in expired:
@@ -328,34 +265,21 @@ class MemoryStore:
             self._wake(*k)
         return len(expired)
 
-    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+    async def _stats(self, limit: int) -> StoreStats:
         """Counted in process, one pass over every record (``limit`` does not apply: the
         records are in this process's memory already)."""
-        self._check_open()
         tally = StatsTally(self._clock())
         for entry in self._entries.values():
             status = "released" if entry.released else entry.status.value
             tally.add(status, entry.created_at, entry.expires_at, entry.lease_expires_at)
         return tally.result(complete=True, method="one pass over the records in this process")
 
-    async def ping(self) -> None:
-        self._check_open()
+    async def _ping(self) -> None:
+        pass
 
-    async def close(self) -> None:
-        self._closed = True
+    async def _shut(self) -> None:
         for scope, key in list(self._waiters):
             self._wake(scope, key)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 def _never(exc: TimeoutError) -> StoreUnavailableError:

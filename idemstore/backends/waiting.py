@@ -23,6 +23,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from idemstore.backends.backoff import POLL
 from idemstore.protocol import Status
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
     from idemstore.protocol import Record
 
 __all__ = [
-    "POLL_FIRST",
-    "POLL_MAX",
     "PUSH_RECHECK",
     "READ_FLOOR",
     "Sighting",
@@ -42,10 +41,8 @@ __all__ = [
     "wait_for_holder",
 ]
 
-# Polling: first look again after 10 ms, doubling up to 250 ms between reads.
-POLL_FIRST = 0.01
-POLL_MAX = 0.25
-# With a working push channel, still look again this often in case a message was lost.
+# Polling pauses between reads: backoff.POLL. With a working push channel, still look again
+# this often in case a message was lost.
 PUSH_RECHECK = 1.0
 # The least time a read inside wait is given, so that wait(timeout=0) ("look once") still gets
 # an answer from a busy engine, and a read right at the deadline is not cut off (that costs its
@@ -133,15 +130,12 @@ async def wait_for_holder(
     try:
         # Subscribed after the first read: read again at once, so a change in between is seen.
         look_now = subscription.pushing
-        delay = POLL_FIRST
+        polls = POLL.pauses()
         while True:
             if not look_now:
                 record = sighting.record
                 assert record is not None and record.lease_expires_at is not None
-                if subscription.pushing:
-                    pause = PUSH_RECHECK
-                else:
-                    pause, delay = delay, min(delay * 2, POLL_MAX)
+                pause = PUSH_RECHECK if subscription.pushing else next(polls)
                 # Also wake when the lease lapses: nobody pushes that.
                 lapse = record.lease_expires_at - sighting.now + 0.001
                 with contextlib.suppress(TimeoutError):

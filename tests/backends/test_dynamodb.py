@@ -381,7 +381,7 @@ async def test_close_during_the_first_connect_fails_the_operation_and_keeps_no_c
         proxy.resume()
         with pytest.raises(RuntimeError, match="closed"):
             await operation
-        assert store._client is None and store._stack is None
+        assert store._connection is None
 
 
 # -- table management (for `idemstore migrate`) ---------------------------------------------

@@ -238,8 +238,8 @@ async def test_a_replay_writes_nothing(postgres_store_url: str, admin: Any) -> N
         await store.complete(await acquire(store, key), b"result")
 
         async def flushed_counters() -> tuple[int, int, int]:
-            assert store._pool is not None
-            await store._pool.fetchval("SELECT pg_stat_force_next_flush()")
+            assert store._connection is not None
+            await store._connection.fetchval("SELECT pg_stat_force_next_flush()")
             return await _write_counters(admin, schema)
 
         before = await flushed_counters()

@@ -462,7 +462,7 @@ async def test_close_during_the_first_cluster_connect_fails_the_operation_and_ke
         proxy.resume()
         with pytest.raises(RuntimeError, match="closed"):
             await operation
-        assert store._client is None
+        assert store._connection is None
 
 
 # -- deadlines out of range -------------------------------------------------------------------

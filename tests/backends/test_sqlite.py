@@ -108,7 +108,7 @@ def test_a_clock_that_is_not_callable_is_refused() -> None:
 
 async def pragma(store: SQLiteStore, name: str) -> object:
     """A pragma as the store's own connection sees it (synchronous is per connection)."""
-    conn = await store._connection()
+    conn = await store._connect()
     rows = list(await conn.execute_fetchall(f"PRAGMA {name}"))
     return rows[0][0]
 
@@ -447,7 +447,7 @@ async def test_sweep_commits_each_bounded_batch_on_its_own(
             await store.reserve(f"old-{i}", "fp", lease_ttl=1, retention=5)
         await store.reserve("young", "fp", lease_ttl=1, retention=LONG)
         clock.advance(6)
-        conn = await store._connection()
+        conn = await store._connect()
         begun: list[str] = []
         await conn.set_trace_callback(
             lambda sql: begun.append(sql) if sql.startswith("BEGIN") else None
@@ -461,7 +461,7 @@ async def test_sweep_commits_each_bounded_batch_on_its_own(
 
 async def on_each_statement(store: SQLiteStore, callback: Callable[[str], object]) -> None:
     """Run ``callback`` on the connection's thread as each statement of ``store`` starts."""
-    for name in ("_conn", "_reader"):
+    for name in ("_connection", "_reader"):
         conn = getattr(store, name, None)
         if conn is not None:
             await conn.set_trace_callback(callback)
@@ -732,7 +732,7 @@ async def test_a_response_past_sqlites_length_limit_is_response_too_large(tmp_pa
     async with SQLiteStore(str(tmp_path / "idem.db")) as store:
         lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
         assert lease is not None
-        conn = await store._connection()
+        conn = await store._connect()
         # The engine's SQLITE_LIMIT_LENGTH, lowered so the test needs no gigabyte response.
         await conn._execute(conn._conn.setlimit, sqlite3.SQLITE_LIMIT_LENGTH, 100_000)
         with pytest.raises(ResponseTooLargeError):
@@ -779,7 +779,7 @@ async def test_a_reserve_cancelled_while_queued_on_the_connection_thread_commits
     async with open_store(sqlite_file_store_url) as store:
         assert isinstance(store, SQLiteStore)
         await store.ping()
-        conn = store._conn
+        conn = store._connection
         assert conn is not None
         gate = threading.Event()
         blocker = asyncio.ensure_future(in_thread(conn, lambda: gate.wait(10)))

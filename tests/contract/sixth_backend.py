@@ -78,11 +78,13 @@ class SnapshotStore:
             return None
         return row
 
-    def _owned(self, lease: Lease, now: float) -> _Snapshot | None:
+    @staticmethod
+    def _forged(lease: Lease) -> bool:
         # A lease no store could have issued (a forged token or fence, a corrupted retention)
-        # owns nothing: the owner check fails, it is not an error.
-        if lease_owns_nothing(lease) or not _is_duration(lease.retention):
-            return None
+        # owns nothing: the owner check fails, it is not an error, open or closed.
+        return lease_owns_nothing(lease) or not _is_duration(lease.retention)
+
+    def _owned(self, lease: Lease, now: float) -> _Snapshot | None:
         row = self._live((lease.scope, lease.key), now)
         if row is None or row.record.status is not Status.IN_PROGRESS:
             return None
@@ -141,6 +143,8 @@ class SnapshotStore:
         response = check_response(response)
         if retention is not None:
             retention = check_duration("retention", retention)
+        if self._forged(lease):
+            return False
         self._open()
         now = time.time()
         row = self._owned(lease, now)
@@ -158,6 +162,8 @@ class SnapshotStore:
         return True
 
     async def release(self, lease: Lease) -> bool:
+        if self._forged(lease):
+            return False
         self._open()
         row = self._owned(lease, time.time())
         if row is None:
@@ -167,6 +173,8 @@ class SnapshotStore:
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if self._forged(lease):
+            return None
         self._open()
         now = time.time()
         row = self._owned(lease, now)
@@ -189,9 +197,10 @@ class SnapshotStore:
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
         check_identity(key, scope)
+        timeout = check_timeout(timeout)
         self._open()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + check_timeout(timeout)
+        deadline = loop.time() + timeout
         while True:
             now = time.time()
             row = self._live((scope, key), now)

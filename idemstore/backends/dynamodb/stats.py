@@ -5,30 +5,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from idemstore.backends.dynamodb.items import names
-from idemstore.records import check_limit
-from idemstore.stats import DEFAULT_LIMIT, StatsTally, StoreStats
+from idemstore.stats import StatsTally
 
 if TYPE_CHECKING:
-    from idemstore.backends.dynamodb.store import DynamoDBStore
+    from collections.abc import Awaitable, Callable
 
-__all__ = ["stats"]
+    from idemstore.stats import StoreStats
+
+    # The store's request function: one operation name and its parameters, the answer back.
+    Call = Callable[..., Awaitable[dict[str, Any]]]
+
+__all__ = ["count"]
 
 PAGE = 1000
 
 
-async def stats(store: DynamoDBStore, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+async def count(call: Call, now: float, limit: int) -> StoreStats:
     """One ``Scan`` of at most ``limit`` items, projected to four attributes. A Scan is billed
     for every item it reads, whole (0.5 read unit per 4 KB, eventually consistent), whatever
     its projection or filter; one projected Scan costs less than a ``Select=COUNT`` Scan per
-    state, each of which would read the table again."""
-    limit = check_limit(limit)
-    # Deadlines count as passed by the same margin every read applies (clock_skew).
-    tally = StatsTally(store._clock() - store._skew)
+    state, each of which would read the table again. ``call`` is the store's one request
+    function; ``now`` the time deadlines are judged by (the store's clock less its skew
+    margin, as every read judges them)."""
+    tally = StatsTally(now)
     placeholders = names("#status", "#created", "#exp", "#lease")
     start: dict[str, Any] | None = None
     complete = False
     while tally.scanned < limit:
-        page = await store._call(
+        page = await call(
             "scan",
             ProjectionExpression="#status, #created, #exp, #lease",
             ExpressionAttributeNames=placeholders,

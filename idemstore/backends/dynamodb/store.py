@@ -10,21 +10,14 @@ is pushed out before it counts as passed. See docs/backends/dynamodb.md.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import re
 import time
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
-from idemstore.backends.arguments import (
-    complete_arguments,
-    lease_arguments,
-    lookup_arguments,
-    reserve_arguments,
-    retention_while_held,
-    wait_arguments,
-)
+from idemstore.backends.arguments import retention_while_held
+from idemstore.backends.backoff import NO_PAUSE, retrying
 from idemstore.backends.dynamodb.client_errors import driver_errors
 from idemstore.backends.dynamodb.items import (
     COMPLETE_UPDATE,
@@ -48,23 +41,19 @@ from idemstore.backends.dynamodb.items import (
     text,
     utf8_len,
 )
-from idemstore.backends.dynamodb.stats import stats as count_records
+from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
+from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import (
-    MAX_FINGERPRINT_LENGTH,
-    MAX_KEY_LENGTH,
-    check_duration,
-    check_limit,
-    new_token,
-)
+from idemstore.records import MAX_FINGERPRINT_LENGTH, MAX_KEY_LENGTH, check_duration, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from types import TracebackType
+
+    from idemstore.stats import StoreStats
 
 __all__ = ["DynamoDBStore"]
 
@@ -74,10 +63,27 @@ _MAX_DEADLINE = 253402300799.0
 # Bytes an item takes besides the identity strings and the response: attribute names, the
 # pk, token, op, numbers (at most 21 bytes each) and the flag, with room to spare.
 _ITEM_OVERHEAD = 512
+# A reserve whose condition failed on an item that was gone (or reservable) by the time it
+# was read tries again, at most this many times in all.
 _RESERVE_ATTEMPTS = 5
 
 
-class DynamoDBStore:
+class _Client(NamedTuple):
+    """The aiobotocore client, and the exit stack that closes it."""
+
+    client: Any
+    stack: contextlib.AsyncExitStack
+
+
+class _Rewritten(Exception):
+    """A reserve's condition failed on an item that changed before it could be read."""
+
+
+def _rewritten(exc: Exception) -> bool:
+    return isinstance(exc, _Rewritten)
+
+
+class DynamoDBStore(StoreEnvelope[_Client]):
     """Records as items of one DynamoDB table, one request per operation.
 
     Build it with ``open_store("dynamodb://TABLE?region=…")`` or ``DynamoDBStore.from_url``.
@@ -86,26 +92,19 @@ class DynamoDBStore:
 
     __slots__ = (
         "_auto_create",
-        "_client",
         "_clock",
-        "_closed",
         "_compress_min_bytes",
         "_config",
-        "_connect_lock",
         "_endpoint_url",
         "_errors",
-        "_max_key_length",
         "_profile",
         "_region",
         "_session",
         "_skew",
-        "_stack",
         "_table",
         "_tables",
         "_url",
     )
-
-    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,
@@ -149,6 +148,7 @@ class DynamoDBStore:
             raise ConfigurationError("max_attempts and max_pool_connections must be at least 1")
         for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
             check_duration(name, seconds)
+        super().__init__(max_key_length=max_key_length)
         self._table = table
         self._region = region
         self._endpoint_url = endpoint_url
@@ -164,7 +164,6 @@ class DynamoDBStore:
             "read_timeout": float(read_timeout),
             "max_pool_connections": max_pool_connections,
         }
-        self._max_key_length = max_key_length
         self._session = session
         self._clock = clock
         self._url = f"dynamodb://{table}"
@@ -173,10 +172,6 @@ class DynamoDBStore:
             where += f" at {redact_url(endpoint_url)}"
         self._errors = driver_errors(where, self._url)
         self._tables = Table(table, self._url, self._errors)
-        self._client: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._connect_lock = asyncio.Lock()
-        self._closed = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -217,54 +212,50 @@ class DynamoDBStore:
 
     # -- connection --------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this DynamoDBStore is closed")
+    async def _open(self) -> _Client:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import AioSession
 
-    async def _connect(self) -> Any:
-        self._check_open()
-        if self._client is not None:
-            return self._client
-        async with self._connect_lock:
-            self._check_open()
-            if self._client is not None:
-                return self._client
-            from aiobotocore.config import AioConfig
-            from aiobotocore.session import AioSession
-
-            session = self._session or AioSession(profile=self._profile)
-            stack = contextlib.AsyncExitStack()
-            try:
-                client = await stack.enter_async_context(
-                    session.create_client(
-                        "dynamodb",
-                        region_name=self._region,
-                        endpoint_url=self._endpoint_url,
-                        config=AioConfig(**self._config),
-                    )
+        session = self._session or AioSession(profile=self._profile)
+        stack = contextlib.AsyncExitStack()
+        try:
+            client = await stack.enter_async_context(
+                session.create_client(
+                    "dynamodb",
+                    region_name=self._region,
+                    endpoint_url=self._endpoint_url,
+                    config=AioConfig(**self._config),
                 )
-            except Exception as exc:
+            )
+        except Exception as exc:
+            await stack.aclose()
+            raise self._errors.translate(exc) from exc
+        if self._auto_create:
+            try:
+                await self._tables.create(client)
+            except BaseException:
                 await stack.aclose()
-                raise self._errors.translate(exc) from exc
-            if self._auto_create:
-                try:
-                    await self._tables.create(client)
-                except BaseException:
-                    await stack.aclose()
-                    raise
-            if self._closed:
-                # close() ran while the client was being built: it would outlive the store.
-                with contextlib.suppress(Exception):
-                    await stack.aclose()
-                self._check_open()
-            self._stack = stack
-            self._client = client
-        return client
+                raise
+        return _Client(client, stack)
+
+    async def _discard(self, connection: _Client) -> None:
+        await connection.stack.aclose()
+
+    async def _disconnect(self, connection: _Client | None) -> None:
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.stack.aclose()
+
+    async def _client(self) -> Any:
+        connection = self._connection
+        if connection is None:
+            connection = await self._connect()
+        return connection.client
 
     async def _call(self, operation: str, **request: Any) -> dict[str, Any]:
         """One request; every driver error mapped (``ConditionalCheckFailedException`` is
         left to the caller, which needs its ``Item``)."""
-        client = await self._connect()
+        client = await self._client()
         try:
             response: dict[str, Any] = await getattr(client, operation)(
                 TableName=self._table, **request
@@ -293,30 +284,25 @@ class DynamoDBStore:
 
     # -- the contract ------------------------------------------------------------------------
 
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
-        for _ in range(_RESERVE_ATTEMPTS):
-            outcome = await self._try_reserve(key, fingerprint, scope, lease_ttl, retention)
-            if outcome is not None:
-                return outcome
-        raise StoreUnavailableError(
-            f"reserve of {key!r} kept failing its condition without a readable record "
-            f"({_RESERVE_ATTEMPTS} attempts): the item is being rewritten concurrently"
-        )
+        try:
+            return await retrying(
+                lambda: self._try_reserve(key, fingerprint, scope, lease_ttl, retention),
+                retry_on=_rewritten,
+                backoff=NO_PAUSE,
+                attempts=_RESERVE_ATTEMPTS,
+            )
+        except _Rewritten:
+            raise StoreUnavailableError(
+                f"reserve of {key!r} kept failing its condition without a readable record "
+                f"({_RESERVE_ATTEMPTS} attempts): the item is being rewritten concurrently"
+            ) from None
 
     async def _try_reserve(
         self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
-    ) -> Reservation | None:
+    ) -> Reservation:
         now = self._clock()
         token = new_token()
         expires_at = min(now + retention_while_held(lease_ttl, retention), _MAX_DEADLINE)
@@ -350,7 +336,7 @@ class DynamoDBStore:
         except Exception as exc:
             existing = await self._failed_item(exc, scope, key)
             if existing is None:
-                return None  # gone between the write and the read: try again
+                raise _Rewritten from exc  # gone between the write and the read: try again
             if existing.get("token", {}).get("S") == token:
                 # The SDK retried a write that had landed: the key is ours.
                 record = decode_record(existing)
@@ -358,13 +344,9 @@ class DynamoDBStore:
                 lease = Lease(scope, key, token, record.fence, record.lease_expires_at, retention)
                 return Reservation(Outcome.ACQUIRED, lease=lease)
             if not self._live(existing, now):
-                return None  # became reservable after our condition was evaluated
-            record = decode_record(existing)
-            if record.fingerprint != fingerprint:
-                return Reservation(Outcome.MISMATCH, record=record)
-            if record.status is Status.COMPLETED:
-                return Reservation(Outcome.COMPLETED, record=record)
-            return Reservation(Outcome.IN_PROGRESS, record=record)
+                # Became reservable after our condition was evaluated: try again.
+                raise _Rewritten from exc
+            return lost_reserve(decode_record(existing), fingerprint)
         old = response.get("Attributes")
         fence = int(old["fence"]["N"]) + 1 if old and "fence" in old else 1
         takeover = bool(
@@ -421,16 +403,7 @@ class DynamoDBStore:
             return confirmed_retry(exc, op)
         return True
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
-        )
-        if checked is None:
-            self._check_open()
-            return False
-        response, keep = checked
+    async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         stored, compressed = encode_response(response, self._compress_min_bytes)
         size = (
             _ITEM_OVERHEAD
@@ -449,7 +422,7 @@ class DynamoDBStore:
                 "reference, or release the lease"
             )
         now = self._clock()
-        expires_at = min(now + keep, _MAX_DEADLINE)
+        expires_at = min(now + retention, _MAX_DEADLINE)
         return await self._holder_write(
             lease,
             COMPLETE_UPDATE,
@@ -465,10 +438,7 @@ class DynamoDBStore:
             now,
         )
 
-    async def release(self, lease: Lease) -> bool:
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            self._check_open()
-            return False
+    async def _release(self, lease: Lease) -> bool:
         return await self._holder_write(
             lease,
             RELEASE_UPDATE,
@@ -478,11 +448,7 @@ class DynamoDBStore:
             self._clock(),
         )
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            self._check_open()
-            return None
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         now = self._clock()
         deadline = min(now + lease_ttl, _MAX_DEADLINE)
         expires_at = min(now + retention_while_held(lease_ttl, lease.retention), _MAX_DEADLINE)
@@ -498,8 +464,7 @@ class DynamoDBStore:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+    async def _get(self, key: str, scope: str) -> Record | None:
         return (await self._read(key, scope)).record
 
     async def _read(self, key: str, scope: str) -> Sighting:
@@ -510,33 +475,30 @@ class DynamoDBStore:
         # A lease counts as lapsed once the skew margin has passed too (as for takeover).
         return Sighting(record, now - self._skew)
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         """DynamoDB cannot push: the shared loop polls with capped backoff, every read bounded
         by the time left (the SDK's timeouts and retries could otherwise hold one far past
         ``timeout``)."""
-        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
         return await wait_for_holder(
             lambda: self._read(key, scope), timeout=timeout, unavailable=self._errors.translate
         )
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+    async def _delete(self, key: str, scope: str) -> bool:
         response = await self._call(
             "delete_item", Key=partition_key(scope, key), ReturnValues="ALL_OLD"
         )
         return self._live(response.get("Attributes"), self._clock())
 
-    async def sweep(self, *, limit: int = 1000) -> int:
+    async def _sweep(self, limit: int) -> int:
         """Delete up to ``limit`` items past retention, found by a ``Scan`` of the table.
 
         With DynamoDB TTL enabled this is never needed (reads already hide expired items):
         it costs a read of the whole table. Each delete is conditioned on the item still
         being expired.
         """
-        limit = check_limit(limit)
         return await self._tables.sweep(self._call, self._horizon(self._clock()), limit)
 
-    async def ping(self) -> None:
+    async def _ping(self) -> None:
         # A data-plane read of an item that never exists: proves endpoint, credentials and
         # table (DescribeTable has a far lower rate limit).
         await self._call(
@@ -546,31 +508,16 @@ class DynamoDBStore:
             ExpressionAttributeNames=names("#pk"),
         )
 
-    async def close(self) -> None:
-        self._closed = True
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            with contextlib.suppress(Exception):
-                await stack.aclose()
+    async def _stats(self, limit: int) -> StoreStats:
+        """One projected ``Scan`` of at most ``limit`` items (see ``dynamodb.stats``)."""
+        # Deadlines count as passed by the same margin every read applies (clock_skew).
+        return await count(self._call, self._clock() - self._skew, limit)
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         # Fail at startup, not on the first request, when the endpoint, the credentials or
-        # the table are wrong (``__aexit__`` will not run then: close here).
-        try:
-            await self._connect()
-            await self.ping()
-        except BaseException:
-            await self.close()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+        # the table are wrong.
+        await self._connect()
+        await self._ping()
 
     # -- the table (for `idemstore migrate`) ------------------------------------------------
 
@@ -582,12 +529,12 @@ class DynamoDBStore:
     async def table_status(self) -> dict[str, Any]:
         """``{"table", "exists", "status", "key_schema_ok", "ttl_enabled", "ttl_attribute",
         "billing_mode"}``; a missing table gives ``exists: False`` (and no error)."""
-        return await self._tables.status(await self._connect())
+        return await self._tables.status(await self._client())
 
     async def create_table(self) -> bool:
         """Create the table (on-demand billing), wait until it is active, enable TTL; False
         when it already existed as needed. Another key schema raises ``SchemaError``."""
-        return await self._tables.create(await self._connect())
+        return await self._tables.create(await self._client())
 
 
 def _pop_optional_str(options: dict[str, Any], name: str) -> str | None:

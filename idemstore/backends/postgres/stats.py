@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from idemstore.backends.postgres.statements import quote_ident
-from idemstore.stats import DEFAULT_LIMIT, StoreStats
+from idemstore.stats import StoreStats
 
 if TYPE_CHECKING:
-    from idemstore.backends.postgres.store import PostgresStore
+    from collections.abc import Sequence
 
-__all__ = ["STATS", "stats"]
+__all__ = ["STATS", "counted"]
 
 # One aggregate pass over the table (COUNT ... FILTER) by the database clock, one instant for
 # the whole statement; the rules of the reads: past retention first, released tombstones are
@@ -33,12 +32,9 @@ SELECT
   FROM {s}.idemstore_records"""
 
 
-async def stats(store: PostgresStore, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
-    """One COUNT ... FILTER query over the table: a sequential scan of it, read-only and
-    lock-free; ``limit`` does not apply."""
-    pool = await store._ensure_ready()
-    with store._errors.translated():
-        row = await pool.fetchrow(STATS.format(s=quote_ident(store._schema)))
+def counted(row: Sequence[Any]) -> StoreStats:
+    """The stats in ``STATS``'s one row: a sequential scan of the table, read-only and
+    lock-free; no limit applies."""
     in_progress, lapsed, completed, expired, oldest, total = row
     return StoreStats(
         in_progress=in_progress,

@@ -18,14 +18,8 @@ from urllib.parse import urlencode, urlunsplit
 
 import asyncpg
 
-from idemstore.backends.arguments import (
-    complete_arguments,
-    lease_arguments,
-    lookup_arguments,
-    reserve_arguments,
-    retention_while_held,
-    wait_arguments,
-)
+from idemstore.backends.arguments import retention_while_held
+from idemstore.backends.envelope import StoreEnvelope
 from idemstore.backends.postgres.client_errors import driver_errors
 from idemstore.backends.postgres.listening import Subscription
 from idemstore.backends.postgres.statements import (
@@ -45,17 +39,18 @@ from idemstore.backends.postgres.statements import (
     quote_ident,
     seconds,
 )
-from idemstore.backends.postgres.stats import stats as count_records
+from idemstore.backends.postgres.stats import STATS, counted
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
+from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from types import TracebackType
+
+    from idemstore.stats import StoreStats
 
 __all__ = ["PostgresStore"]
 
@@ -71,7 +66,7 @@ async def _no_reset(connection: asyncpg.Connection) -> None:
     """
 
 
-class PostgresStore:
+class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     """A store in a PostgreSQL table. Build it with ``open_store("postgresql://...")``.
 
     The schema must be migrated first (``idemstore migrate URL``) unless ``auto_migrate`` is
@@ -81,9 +76,7 @@ class PostgresStore:
     __slots__ = (
         "_auto_migrate",
         "_channel",
-        "_closed",
         "_command_timeout",
-        "_connect_lock",
         "_connect_timeout",
         "_dsn",
         "_errors",
@@ -93,9 +86,7 @@ class PostgresStore:
         "_listener_lock",
         "_listener_retry_at",
         "_max_inactive_lifetime",
-        "_max_key_length",
         "_migration_lock",
-        "_pool",
         "_pool_max_size",
         "_pool_min_size",
         "_ready",
@@ -106,8 +97,6 @@ class PostgresStore:
         "_sweep_batch_size",
         "_waiters",
     )
-
-    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,
@@ -144,6 +133,7 @@ class PostgresStore:
             raise ConfigurationError("statement_cache_size must be 0 (off) or more")
         if sweep_batch_size < 1:
             raise ConfigurationError("sweep_batch_size must be at least 1")
+        super().__init__(max_key_length=max_key_length)
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
         self._errors = driver_errors(self._redacted)
@@ -162,6 +152,7 @@ class PostgresStore:
                 "sweep": SWEEP_BATCH,
                 "applied": APPLIED_MIGRATIONS,
                 "versions": CREATE_VERSIONS_TABLE,
+                "stats": STATS,
             }.items()
         }
         self._pool_min_size = pool_min_size
@@ -174,18 +165,14 @@ class PostgresStore:
         self._listen = listen
         self._listen_dsn = listen_dsn or dsn
         self._sweep_batch_size = sweep_batch_size
-        self._max_key_length = max_key_length
         # One NOTIFY channel per schema; the payload names the key by its lock hash.
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
         self._migration_lock = hash64("idemstore migrate", schema)
-        self._pool: asyncpg.Pool | None = None
         self._ready = False
-        self._connect_lock: asyncio.Lock | None = None
         self._listener: asyncpg.Connection | None = None
         self._listener_lock: asyncio.Lock | None = None
         self._listener_retry_at = 0.0
         self._waiters: dict[int, set[asyncio.Event]] = {}
-        self._closed = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -218,40 +205,34 @@ class PostgresStore:
 
     # -- connections ----------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this PostgresStore is closed")
+    async def _open(self) -> asyncpg.Pool:
+        """The pool (the schema is checked by ``_ensure_ready``)."""
+        try:
+            pool: asyncpg.Pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=self._pool_min_size,
+                max_size=self._pool_max_size,
+                command_timeout=self._command_timeout,
+                timeout=self._connect_timeout,
+                statement_cache_size=self._statement_cache_size,
+                max_inactive_connection_lifetime=self._max_inactive_lifetime,
+                reset=_no_reset,
+            )
+        except self._errors.catches as exc:
+            raise self._errors.translate(exc) from exc
+        return pool
 
-    async def _connect(self) -> asyncpg.Pool:
-        """The pool, created on first use (without checking the schema)."""
-        self._check_open()
-        if self._pool is not None:
-            return self._pool
-        if self._connect_lock is None:
-            self._connect_lock = asyncio.Lock()
-        async with self._connect_lock:
-            if self._pool is None:
-                try:
-                    self._pool = await asyncpg.create_pool(
-                        self._dsn,
-                        min_size=self._pool_min_size,
-                        max_size=self._pool_max_size,
-                        command_timeout=self._command_timeout,
-                        timeout=self._connect_timeout,
-                        statement_cache_size=self._statement_cache_size,
-                        max_inactive_connection_lifetime=self._max_inactive_lifetime,
-                        reset=_no_reset,
-                    )
-                except self._errors.catches as exc:
-                    raise self._errors.translate(exc) from exc
-            return self._pool
+    async def _discard(self, connection: asyncpg.Pool) -> None:
+        try:
+            await asyncio.wait_for(connection.close(), self._command_timeout)
+        except self._errors.catches:
+            connection.terminate()
 
     async def _ensure_ready(self) -> asyncpg.Pool:
         """The pool, once the schema is known to be migrated (or migrated now if allowed)."""
         pool = await self._connect()
         if self._ready:
             return pool
-        assert self._connect_lock is not None
         async with self._connect_lock:
             if not self._ready:
                 await self._check_schema()
@@ -358,18 +339,9 @@ class PostgresStore:
             lease_expires_at=row["lease_expires_at"],
         )
 
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
         token = new_token()
         row = await self._fetchrow(
             "reserve",
@@ -388,30 +360,21 @@ class PostgresStore:
             return Reservation(outcome, lease=lease, takeover=row["takeover"])
         return Reservation(outcome, record=self._record(scope, key, row))
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
-        )
-        if checked is None:
-            return False
+    async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         done: bool = await self._fetchval(
             "complete",
             lease.scope,
             lease.key,
             lease.token,
             lease.fence,
-            checked[0],
-            seconds(checked[1]),
+            response,
+            seconds(retention),
             self._channel,
             self._lock_key(lease.scope, lease.key),
         )
         return done
 
-    async def release(self, lease: Lease) -> bool:
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            return False
+    async def _release(self, lease: Lease) -> bool:
         done: bool = await self._fetchval(
             "release",
             lease.scope,
@@ -423,10 +386,7 @@ class PostgresStore:
         )
         return done
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            return None
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         deadline = await self._fetchval(
             "extend",
             lease.scope,
@@ -440,15 +400,13 @@ class PostgresStore:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+    async def _get(self, key: str, scope: str) -> Record | None:
         row = await self._fetchrow("get", scope, key)
         return None if row is None else self._record(scope, key, row)
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         """Woken by NOTIFY through the store's listener connection; polls while it is down.
         Every read, and opening the listener, is bounded by what is left of ``timeout``."""
-        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
         lock_key = self._lock_key(scope, key)
 
         async def read() -> Sighting:
@@ -473,15 +431,13 @@ class PostgresStore:
             read, timeout=timeout, unavailable=self._errors.translate, subscribe=subscribe
         )
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+    async def _delete(self, key: str, scope: str) -> bool:
         existed: bool = await self._fetchval(
             "delete", scope, key, self._channel, self._lock_key(scope, key)
         )
         return existed
 
-    async def sweep(self, *, limit: int = 1000) -> int:
-        check_limit(limit)
+    async def _sweep(self, limit: int) -> int:
         removed = 0
         while removed < limit:
             batch = min(self._sweep_batch_size, limit - removed)
@@ -491,10 +447,14 @@ class PostgresStore:
                 break
         return removed
 
-    async def ping(self) -> None:
+    async def _ping(self) -> None:
         pool = await self._ensure_ready()
         with self._errors.translated():
             await pool.fetchval("SELECT 1")
+
+    async def _stats(self, limit: int) -> StoreStats:
+        """One COUNT ... FILTER query (``postgres.stats.STATS``); ``limit`` does not apply."""
+        return counted(await self._fetchrow("stats"))
 
     # -- LISTEN/NOTIFY --------------------------------------------------------------------------
 
@@ -562,33 +522,17 @@ class PostgresStore:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    async def _disconnect(self, connection: asyncpg.Pool | None) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.terminate()
         for events in self._waiters.values():
             for event in events:
                 event.set()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), self._command_timeout)
-            except self._errors.catches:
-                pool.terminate()
+        if connection is not None:
+            await self._discard(connection)
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         # Connect, but leave the schema check to the first operation: `async with` must also
         # work for the migration runner on a database that has no schema yet.
         await self._connect()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

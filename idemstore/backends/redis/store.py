@@ -23,14 +23,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import NoScriptError
 
-from idemstore.backends.arguments import (
-    complete_arguments,
-    lease_arguments,
-    lookup_arguments,
-    reserve_arguments,
-    retention_while_held,
-    wait_arguments,
-)
+from idemstore.backends.arguments import retention_while_held
+from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
+from idemstore.backends.envelope import StoreEnvelope
 from idemstore.backends.redis.client_errors import redis_errors
 from idemstore.backends.redis.codec import (
     GLOB_SPECIAL,
@@ -50,16 +45,18 @@ from idemstore.backends.redis.notifier import (
 from idemstore.backends.redis.replication import run_replicated, sentinel_client
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
-from idemstore.backends.redis.stats import stats as count_records
+from idemstore.backends.redis.stats import BATCH, FIELDS, METHOD, tally_rows
 from idemstore.backends.redis.url_options import DEFAULT_PREFIX, parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
-from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
+from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
+from idemstore.stats import StatsTally
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
-    from types import TracebackType
+
+    from idemstore.stats import StoreStats
 
 __all__ = ["RedisStore"]
 
@@ -72,10 +69,15 @@ _MAX_GRACE = 100 * 365 * 86400.0
 _ACQUIRED = Outcome.ACQUIRED
 _FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
 
+
+def _timed_out(exc: Exception) -> bool:
+    return isinstance(exc, TimeoutError)
+
+
 # -- the store ------------------------------------------------------------------------------
 
 
-class RedisStore:
+class RedisStore(StoreEnvelope[Any]):
     """A store in Redis or Redis Cluster. Build it with ``open_store(url)`` or ``from_url``.
 
     Options (URL query parameters or keyword arguments): ``prefix`` (``idem:``), ``db``,
@@ -92,16 +94,11 @@ class RedisStore:
 
     __slots__ = (
         "_attempt_timeout",
-        "_backoff",
-        "_client",
         "_client_options",
-        "_closed",
         "_cluster",
-        "_connect_lock",
         "_errors",
         "_grace_ms",
         "_max_connections",
-        "_max_key_length",
         "_nodes",
         "_notifier",
         "_operation_timeout",
@@ -117,8 +114,6 @@ class RedisStore:
         "_wait_replicas_ms",
         "_where",
     )
-
-    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,
@@ -182,13 +177,13 @@ class RedisStore:
             raise ConfigurationError(
                 f"expiry_grace must be 0 to {_MAX_GRACE:.0f} seconds, not {expiry_grace!r}"
             )
+        super().__init__(max_key_length=max_key_length)
         self._nodes = list(nodes)
         self._cluster = cluster
         self._prefix = prefix
         self._operation_timeout = operation_timeout
         self._queue_timeout = operation_timeout or socket_timeout
         self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000)).encode()
-        self._max_key_length = max_key_length
         self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
         # Each attempt of a command is bounded here (see _call), not by redis-py's
         # socket_timeout: with one set, redis-py runs every send under asyncio.wait_for (a task
@@ -196,7 +191,6 @@ class RedisStore:
         # cost the hot path more than the script's whole server time.
         self._attempt_timeout = socket_timeout
         self._retries = retries
-        self._backoff = ExponentialBackoff(cap=0.5, base=0.02)
         options: dict[str, Any] = {
             "username": username,
             "password": password,
@@ -206,7 +200,9 @@ class RedisStore:
             "decode_responses": False,
             # redis-py retries connection errors (and connect timeouts) itself; a reply that
             # does not come in time is retried by _call.
-            "retry": Retry(self._backoff, retries),
+            "retry": Retry(
+                ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2), retries
+            ),
         }
         if tls:
             options["ssl"] = True
@@ -226,12 +222,9 @@ class RedisStore:
         self._sentinel: Any = None
         self._wait_replicas = wait_replicas
         self._wait_replicas_ms = math.ceil(wait_replicas_timeout * 1000)
-        self._client: Any = None
-        self._connect_lock = asyncio.Lock()
         self._notifier = Notifier(self._open_pubsub)
         self._scripts: dict[str, Script] = SCRIPTS
         self._errors = redis_errors(self._where)
-        self._closed = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -241,10 +234,6 @@ class RedisStore:
         return store
 
     # -- connections ----------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this RedisStore is closed")
 
     def _new_client(self) -> Any:
         if self._cluster:
@@ -270,46 +259,36 @@ class RedisStore:
             **self._client_options,
         )
 
-    async def _ready(self) -> Any:
-        self._check_open()
-        if self._client is not None:
-            return self._client
-        async with self._connect_lock:
-            # close() may have run while this waited for the lock or for the cluster's
-            # first answer: a client built now would outlive the store, so drop it.
-            self._check_open()
-            if self._client is None:
-                client = self._new_client()
-                if self._cluster:
-                    try:
-                        # The nodes' data connections have no socket timeout (_call bounds
-                        # each command): bound the discovery of the slots here.
-                        async with asyncio.timeout(
-                            self._attempt_timeout + self._client_options["socket_connect_timeout"]
-                        ):
-                            await client.initialize()
-                            if await shard_pubsub_everywhere(client):
-                                self._scripts = SHARDED_SCRIPTS
-                    except BaseException:
-                        await client.aclose()
-                        raise
-                if self._closed:
-                    with contextlib.suppress(*self._errors.catches):
-                        await client.aclose()
-                    self._check_open()
-                self._client = client
-        return self._client
+    async def _open(self) -> Any:
+        client = self._new_client()
+        if self._cluster:
+            try:
+                # The nodes' data connections have no socket timeout (_call bounds each
+                # command): bound the discovery of the slots here.
+                async with asyncio.timeout(
+                    self._attempt_timeout + self._client_options["socket_connect_timeout"]
+                ):
+                    await client.initialize()
+                    if await shard_pubsub_everywhere(client):
+                        self._scripts = SHARDED_SCRIPTS
+            except BaseException:
+                await client.aclose()
+                raise
+        return client
+
+    async def _discard(self, connection: Any) -> None:
+        await connection.aclose()
 
     async def _notifier_for(self, name: bytes) -> Notifier:
         """Where messages about ``name`` arrive: the store's notifier, or its node's."""
-        client = await self._ready()
+        client = await self._connect()
         if self._scripts is SHARDED_SCRIPTS:
             return self._shards.for_node(client.get_node_from_key(name))
         return self._notifier
 
     async def _open_pubsub(self) -> tuple[Any, Any]:
         """A pub/sub connection: on a cluster, to any node (PUBLISH reaches every node)."""
-        client = await self._ready()
+        client = await self._connect()
         if not self._cluster:
             return None, client.pubsub()
         return await self._shards.connect(random.choice(client.get_nodes()))
@@ -340,44 +319,45 @@ class RedisStore:
         token, complete and release by their nonce).
         """
         try:
-            client = self._client if self._client is not None else await self._ready()
+            client = self._connection
+            if client is None:
+                client = await self._connect()
             script = self._scripts[name]
             if not self._slots.take_now():
                 await self._acquire_slot()
             try:
-                failures = 0
-                while True:
-                    try:
-                        async with asyncio.timeout(self._attempt_timeout):
-                            try:
-                                if self._wait_replicas:
-                                    return await run_replicated(
-                                        client,
-                                        script,
-                                        key,
-                                        args,
-                                        replicas=self._wait_replicas,
-                                        timeout_ms=self._wait_replicas_ms,
-                                        where=self._where,
-                                    )
-                                return await client.execute_command(
-                                    "EVALSHA", script.sha, 1, key, *args
-                                )
-                            except NoScriptError:
-                                # This node restarted, was flushed or was promoted (a replica
-                                # has no script cache): EVAL runs and caches it again.
-                                return await client.execute_command(
-                                    "EVAL", script.source, 1, key, *args
-                                )
-                    except TimeoutError:
-                        failures += 1
-                        if failures > self._retries:
-                            raise
-                        await asyncio.sleep(self._backoff.compute(failures))
+                return await retrying(
+                    lambda: self._attempt(client, script, key, args),
+                    retry_on=_timed_out,
+                    backoff=REDIS_TIMEOUTS,
+                    attempts=self._retries + 1,
+                )
             finally:
                 self._slots.give()
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
+
+    async def _attempt(
+        self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
+    ) -> Any:
+        """One try of ``_call``, within ``socket_timeout``."""
+        async with asyncio.timeout(self._attempt_timeout):
+            try:
+                if self._wait_replicas:
+                    return await run_replicated(
+                        client,
+                        script,
+                        key,
+                        args,
+                        replicas=self._wait_replicas,
+                        timeout_ms=self._wait_replicas_ms,
+                        where=self._where,
+                    )
+                return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
+            except NoScriptError:
+                # This node restarted, was flushed or was promoted (a replica has no script
+                # cache): EVAL runs and caches it again.
+                return await client.execute_command("EVAL", script.source, 1, key, *args)
 
     async def _acquire_slot(self) -> None:
         try:
@@ -393,19 +373,9 @@ class RedisStore:
 
     # -- the contract ---------------------------------------------------------------------
 
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
-        self._check_open()
         token = new_token()
         lease_us = micros(lease_ttl)
         reply = await self._run(
@@ -429,41 +399,26 @@ class RedisStore:
             return Reservation(_ACQUIRED, lease, None, bool(takeover))
         return Reservation(_FOUND[outcome], None, decode_record(scope, key, reply[2:]))
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
-        )
-        self._check_open()
-        if checked is None:
-            return False
+    async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         reply = await self._run(
             "complete",
             self._key(lease.scope, lease.key),
             lease.token,
             str(lease.fence),
             new_token(),
-            checked[0],
-            micros(checked[1]),
+            response,
+            micros(retention),
             self._grace_ms,
         )
         return reply is not None
 
-    async def release(self, lease: Lease) -> bool:
-        self._check_open()
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            return False
+    async def _release(self, lease: Lease) -> bool:
         reply = await self._run(
             "release", self._key(lease.scope, lease.key), lease.token, str(lease.fence), new_token()
         )
         return reply is not None
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        self._check_open()
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            return None
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         reply = await self._run(
             "extend",
             self._key(lease.scope, lease.key),
@@ -485,17 +440,13 @@ class RedisStore:
             return Sighting(None, 0.0)
         return Sighting(decode_record(scope, key, reply[1:]), seconds(reply[0]))
 
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        self._check_open()
+    async def _get(self, key: str, scope: str) -> Record | None:
         return (await self._read(scope, key, self._key(scope, key))).record
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         """Woken by the PUBLISH of complete/release/delete; every read is bounded by the time
         left (the socket timeouts and redis-py's retries could otherwise hold one far past
         ``timeout``)."""
-        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
-        self._check_open()
         name = self._key(scope, key)
 
         async def subscribe() -> Subscription:
@@ -510,24 +461,20 @@ class RedisStore:
             subscribe=subscribe,
         )
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        self._check_open()
+    async def _delete(self, key: str, scope: str) -> bool:
         return bool(await self._run("delete", self._key(scope, key)))
 
-    async def sweep(self, *, limit: int = 1000) -> int:
+    async def _sweep(self, limit: int) -> int:
         """Remove up to ``limit`` records past retention that Redis has not expired yet.
 
         Redis deletes every record by itself ``expiry_grace`` after its retention ends, so
         running a sweeper is optional. This walks the prefix with SCAN (every primary on a
         cluster), which costs a pass over the keyspace.
         """
-        limit = check_limit(limit)
-        self._check_open()
         grace_ms = int(self._grace_ms)
         removed = 0
         try:
-            client = await self._ready()
+            client = await self._connect()
             batch: list[bytes] = []
             async for name in self._prefix_keys(client, 1000):
                 batch.append(name)
@@ -560,15 +507,7 @@ class RedisStore:
     async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
         # A key past retention has at most the grace period (plus rounding) left to live;
         # only those are worth a script call, which checks the retention deadline itself.
-        await self._acquire_slot()
-        try:
-            pipe = client.pipeline(transaction=False) if not self._cluster else client.pipeline()
-            for name in names:
-                pipe.pttl(name)
-            async with asyncio.timeout(self._attempt_timeout):
-                ttls = await pipe.execute()
-        finally:
-            self._slots.give()
+        ttls = await self._pipelined(client, "pttl", names)
         removed = 0
         for name, ttl in zip(names, ttls, strict=True):
             if removed >= room:
@@ -577,36 +516,61 @@ class RedisStore:
                 removed += int(await self._run("sweep", name))
         return removed
 
-    async def ping(self) -> None:
+    async def _stats(self, limit: int) -> StoreStats:
+        """Read at most ``limit`` records: SCAN of the prefix (every primary on a cluster)
+        and one HMGET of four fields per record, pipelined by ``stats.BATCH``. Redis keeps
+        no count by state, so this is a pass over the keyspace, bounded by ``limit``."""
+        complete = True
+        try:
+            client = await self._connect()
+            async with asyncio.timeout(self._attempt_timeout):
+                seconds, micros = await client.time()
+            tally = StatsTally(seconds + micros / 1e6)
+            names: list[bytes] = []
+            async for name in self._prefix_keys(client, BATCH):
+                if tally.scanned + len(names) >= limit:
+                    complete = False
+                    break
+                names.append(name)
+                if len(names) >= BATCH:
+                    tally_rows(tally, await self._pipelined(client, "hmget", names, *FIELDS))
+                    names = []
+            if names:
+                tally_rows(tally, await self._pipelined(client, "hmget", names, *FIELDS))
+        except self._errors.catches as exc:
+            raise self._errors.translate(exc) from exc
+        return tally.result(complete=complete, method=METHOD)
+
+    async def _pipelined(self, client: Any, command: str, names: list[bytes], *args: str) -> Any:
+        """``command`` on each of ``names``, pipelined, within ``socket_timeout``, holding
+        one connection slot."""
+        await self._acquire_slot()
+        try:
+            pipe = client.pipeline(transaction=False) if not self._cluster else client.pipeline()
+            for name in names:
+                getattr(pipe, command)(name, *args)
+            async with asyncio.timeout(self._attempt_timeout):
+                return await pipe.execute()
+        finally:
+            self._slots.give()
+
+    async def _ping(self) -> None:
         try:
             async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
-                client = await self._ready()
+                client = await self._connect()
                 await client.ping()
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    async def _disconnect(self, connection: Any) -> None:
         await self._notifier.close()
         await self._shards.close()
-        client, self._client = self._client, None
-        if client is not None:
+        if connection is not None:
             with contextlib.suppress(*self._errors.catches):
-                await client.aclose()
+                await connection.aclose()
         for asked in self._sentinel.sentinels if self._sentinel is not None else ():
             with contextlib.suppress(*self._errors.catches):
                 await asked.aclose()
 
-    async def __aenter__(self) -> Self:
-        await self.ping()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    async def _enter(self) -> None:
+        await self._ping()

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from idemstore.stats import DEFAULT_LIMIT, StoreStats
+from idemstore.stats import StoreStats
 
 if TYPE_CHECKING:
-    from idemstore.backends.sqlite.store import SQLiteStore
+    from collections.abc import Sequence
 
-__all__ = ["STATS", "stats"]
+__all__ = ["STATS", "counted"]
 
 # One pass over the table (SQLite has no cheaper count), by the rules of the reads: past
 # retention first, whatever the state; tombstones are not live; then the lease. :now is now
@@ -28,12 +28,10 @@ FROM idemstore_records
 """
 
 
-async def stats(store: SQLiteStore, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
-    """One COUNT query over the table: a full scan of it, on the read connection (never
-    queued behind writes); ``limit`` does not apply."""
-    now = store._clock()
-    rows = await store._read(STATS, {"now": now})
-    in_progress, lapsed, completed, expired, oldest, total = rows[0]
+def counted(row: Sequence[Any], now: float) -> StoreStats:
+    """The stats in ``STATS``'s one row, read at ``now``: a full scan of the table, on the
+    read connection (never queued behind writes); no limit applies."""
+    in_progress, lapsed, completed, expired, oldest, total = row
     return StoreStats(
         in_progress=in_progress,
         lapsed=lapsed,

@@ -26,14 +26,9 @@ from urllib.parse import unquote
 
 import aiosqlite
 
-from idemstore.backends.arguments import (
-    complete_arguments,
-    lease_arguments,
-    lookup_arguments,
-    reserve_arguments,
-    retention_while_held,
-    wait_arguments,
-)
+from idemstore.backends.arguments import retention_while_held
+from idemstore.backends.backoff import SQLITE_BUSY, retrying
+from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.sqlite.client_errors import driver_errors
 from idemstore.backends.sqlite.statements import (
     COMPLETE,
@@ -50,7 +45,7 @@ from idemstore.backends.sqlite.statements import (
     live_record,
     statements_of,
 )
-from idemstore.backends.sqlite.stats import stats as count_records
+from idemstore.backends.sqlite.stats import STATS, counted
 from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
@@ -64,13 +59,14 @@ from idemstore.migrate import (
     load_migrations,
     pending_migrations,
 )
-from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import MAX_KEY_LENGTH, check_duration, check_limit, new_token
+from idemstore.protocol import Lease, Outcome, Record, Reservation
+from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
 from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-    from types import TracebackType
+
+    from idemstore.stats import StoreStats
 
 __all__ = ["SQLiteStore"]
 
@@ -84,13 +80,15 @@ SWEEP_BATCH = 500
 # SQLite's own busy_timeout on our connections: how long one attempt blocks in the connection's
 # thread, where asyncio cannot cancel it. Kept short so a cancellation lands within one attempt.
 BUSY_ATTEMPT = 0.025
-# Between attempts the store sleeps in asyncio: first 1 ms, doubling up to 25 ms, until the
-# configured busy_timeout is spent.
-RETRY_FIRST = 0.001
-RETRY_MAX = 0.025
+# Between attempts the store sleeps in asyncio (backoff.SQLITE_BUSY) until the configured
+# busy_timeout is spent.
 
 
-class SQLiteStore:
+def _busy(exc: Exception) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and busy(exc)
+
+
+class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
     """A store in one SQLite database file, shared safely by the processes of one host.
 
     Args:
@@ -110,19 +108,13 @@ class SQLiteStore:
         "_auto_migrate",
         "_busy_timeout",
         "_clock",
-        "_closed",
-        "_conn",
         "_database",
         "_driver_errors",
         "_lock",
-        "_max_key_length",
-        "_open_lock",
         "_reader",
         "_ready",
         "_synchronous",
     )
-
-    stats = count_records  # idemstore stats; what it reads and costs: in its module
 
     def __init__(
         self,
@@ -143,24 +135,21 @@ class SQLiteStore:
             )
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning epoch seconds: {clock!r}")
+        super().__init__(max_key_length=max_key_length)
         self._database = database
         self._synchronous = mode
         self._busy_timeout = check_duration("busy_timeout", busy_timeout)
         self._auto_migrate = auto_migrate
-        self._max_key_length = max_key_length
         self._clock = clock
         self._driver_errors = driver_errors(database, self._busy_timeout)
-        self._conn: aiosqlite.Connection | None = None
         # Reads of a file store; None for ":memory:", whose database only its one connection
         # can see (and which no other process can lock, so its reads never wait for long).
         self._reader: aiosqlite.Connection | None = None
         self._ready = False
-        self._closed = False
         # The write connection serves every task of the store; a transaction must not
         # interleave with another task's statements on it, so each transaction holds this lock
         # (and so does each read of a ":memory:" store, which must not see half a transaction).
         self._lock = asyncio.Lock()
-        self._open_lock = asyncio.Lock()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -218,34 +207,25 @@ class SQLiteStore:
                 raise
             raise RuntimeError("this SQLiteStore was closed during the operation") from exc
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this SQLiteStore is closed")
+    async def _open(self) -> aiosqlite.Connection:
+        """The write connection with its pragmas set; no schema check (migrations use it)."""
 
-    async def _connection(self) -> aiosqlite.Connection:
-        """The open connection with its pragmas set; no schema check (migrations use this)."""
-        self._check_open()
-        if self._conn is not None:
-            return self._conn
-        async with self._open_lock:
-            self._check_open()
-            if self._conn is None:
+        async def setup(conn: aiosqlite.Connection) -> None:
+            # WAL: readers never block the writer and vice versa, and processes share the
+            # file safely. An in-memory database answers "memory": fine. Turning a fresh
+            # file to WAL needs its lock, which another opener may hold.
+            await self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+            await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
 
-                async def setup(conn: aiosqlite.Connection) -> None:
-                    # WAL: readers never block the writer and vice versa, and processes share
-                    # the file safely. An in-memory database answers "memory": fine. Turning
-                    # a fresh file to WAL needs its lock, which another opener may hold.
-                    await self._retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-                    await conn.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
+        return await self._open_connection(setup)
 
-                self._conn = await self._open_connection(setup)
-            return self._conn
+    async def _discard(self, connection: aiosqlite.Connection) -> None:
+        await connection.close()
 
     async def _open_connection(
         self, setup: Callable[[aiosqlite.Connection], Awaitable[None]]
     ) -> aiosqlite.Connection:
-        """A new connection with ``setup`` run on it, closed again if that fails or the store
-        was closed meanwhile. Called under ``_open_lock``."""
+        """A new connection with ``setup`` run on it, closed again if that fails."""
         with self._errors():
             conn = aiosqlite.connect(self._database, isolation_level=None, timeout=BUSY_ATTEMPT)
             try:
@@ -258,17 +238,14 @@ class SQLiteStore:
             except BaseException:
                 await conn.close()
                 raise
-        if self._closed:
-            # close() ran while we connected: do not leave a connection behind.
-            await conn.close()
-            self._check_open()
         return conn
 
     async def _connected(self) -> aiosqlite.Connection:
         """The connection, once the schema is known to be current (migrating it if allowed)."""
-        if self._ready and self._conn is not None:
-            return self._conn
-        conn = await self._connection()
+        conn = self._connection
+        if self._ready and conn is not None:
+            return conn
+        conn = await self._connect()
         if not self._ready:
             available = load_migrations(ENGINE)
             if self._auto_migrate:
@@ -285,24 +262,13 @@ class SQLiteStore:
             self._ready = True
         return conn
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+    def _retrying(self, attempt: Callable[[], Awaitable[_T]]) -> Awaitable[_T]:
         """``attempt()``, tried again while the database is busy, for up to ``busy_timeout``.
 
         Each attempt blocks at most ``BUSY_ATTEMPT`` in SQLite; the waits between attempts are
         asyncio sleeps, where a cancellation lands at once.
         """
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._busy_timeout
-        delay = RETRY_FIRST
-        while True:
-            try:
-                return await attempt()
-            except sqlite3.OperationalError as exc:
-                remaining = give_up - loop.time()
-                if not busy(exc) or remaining <= 0:
-                    raise
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, RETRY_MAX)
+        return retrying(attempt, retry_on=_busy, backoff=SQLITE_BUSY, within=self._busy_timeout)
 
     @contextlib.asynccontextmanager
     async def _write(self, conn: aiosqlite.Connection) -> AsyncIterator[float]:
@@ -345,7 +311,7 @@ class SQLiteStore:
         """The read-only connection of a file store (opened on first use); None for memory."""
         if self._reader is not None or self._database == ":memory:":
             return self._reader
-        async with self._open_lock:
+        async with self._connect_lock:
             self._check_open()
             if self._reader is None:
 
@@ -353,7 +319,8 @@ class SQLiteStore:
                     # Opened after the write connection made the file WAL and migrated it.
                     await conn.execute("PRAGMA query_only = ON")
 
-                self._reader = await self._open_connection(setup)
+                opening = self._open_connection(setup)
+                self._reader = await self._opened(opening, self._discard)
             return self._reader
 
     async def _read(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
@@ -370,7 +337,7 @@ class SQLiteStore:
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         """The versions table, in order; empty when it does not exist yet."""
-        conn = await self._connection()
+        conn = await self._connect()
         with self._errors():
             async with self._lock:
                 return await self._retrying(lambda: self._versions(conn))
@@ -388,7 +355,7 @@ class SQLiteStore:
         The write lock is held from re-reading the versions table to the commit, so processes
         that open a fresh file at once apply each migration exactly once between them.
         """
-        conn = await self._connection()
+        conn = await self._connect()
         done: list[Migration] = []
         with self._errors():
             while True:
@@ -408,18 +375,9 @@ class SQLiteStore:
 
     # -- the contract -------------------------------------------------------------------------
 
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
         conn = await self._connected()
         token = new_token()
         held = retention_while_held(lease_ttl, retention)
@@ -445,12 +403,7 @@ class SQLiteStore:
             lease = Lease(scope, key, token, fence, deadline, retention)
             return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
         assert row, "reserve left a row alone, so the row exists"
-        record = decode_record(row[0])
-        if record.fingerprint != fingerprint:
-            return Reservation(Outcome.MISMATCH, record=record)
-        if record.status is Status.COMPLETED:
-            return Reservation(Outcome.COMPLETED, record=record)
-        return Reservation(Outcome.IN_PROGRESS, record=record)
+        return lost_reserve(decode_record(row[0]), fingerprint)
 
     def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
         return {
@@ -461,29 +414,18 @@ class SQLiteStore:
             "now": now,
         }
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
-        )
-        if checked is None:
-            self._check_open()
-            return False
+    async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> bool:
             params = self._holder_params(lease, now)
-            params.update(response=checked[0], retention=checked[1])
+            params.update(response=response, retention=retention)
             return bool(raw.execute(COMPLETE, params).fetchall())
 
         with self._errors():
             return await self._transact(conn, body)
 
-    async def release(self, lease: Lease) -> bool:
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            self._check_open()
-            return False
+    async def _release(self, lease: Lease) -> bool:
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> bool:
@@ -492,11 +434,7 @@ class SQLiteStore:
         with self._errors():
             return await self._transact(conn, body)
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if not lease_arguments(lease, max_key_length=self._max_key_length):
-            self._check_open()
-            return None
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> list[Any]:
@@ -511,14 +449,11 @@ class SQLiteStore:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, rows[0][0], lease.retention)
 
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+    async def _get(self, key: str, scope: str) -> Record | None:
         rows = await self._read(SELECT_VISIBLE, (scope, key))
         return live_record(rows, self._clock())
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
-
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         async def read() -> Sighting:
             rows = await self._read(SELECT_VISIBLE, (scope, key))
             now = self._clock()
@@ -533,8 +468,7 @@ class SQLiteStore:
             "timeout (does another connection hold a lock on it?)"
         )
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+    async def _delete(self, key: str, scope: str) -> bool:
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> tuple[float, list[Any]]:
@@ -545,8 +479,7 @@ class SQLiteStore:
         # True only if a live record went: a tombstone or an expired row was already absent.
         return any(status != "released" and expires_at > now for status, expires_at in rows)
 
-    async def sweep(self, *, limit: int = 1000) -> int:
-        check_limit(limit)
+    async def _sweep(self, limit: int) -> int:
         conn = await self._connected()
         removed = 0
         with self._errors():
@@ -559,38 +492,27 @@ class SQLiteStore:
                     break
         return removed
 
-    async def ping(self) -> None:
+    async def _ping(self) -> None:
         await self._read("SELECT 1", ())
 
-    async def close(self) -> None:
-        """Close the connection; idempotent. The store is unusable afterwards."""
-        self._closed = True
-        writer, reader = self._conn, self._reader
-        self._conn = self._reader = None
+    async def _stats(self, limit: int) -> StoreStats:
+        """One COUNT query over the table (``sqlite.stats.STATS``); ``limit`` does not
+        apply."""
+        now = self._clock()
+        rows = await self._read(STATS, {"now": now})
+        return counted(rows[0], now)
+
+    async def _enter(self) -> None:
+        await self._connected()
+
+    async def _disconnect(self, connection: aiosqlite.Connection | None) -> None:
+        reader, self._reader = self._reader, None
         with self._errors():
             try:
-                if writer is not None:
-                    await writer.close()
+                if connection is not None:
+                    await connection.close()
             finally:
                 # Even if the first close failed: a connection left open keeps its thread, and
                 # with it the process, alive.
                 if reader is not None:
                     await reader.close()
-
-    async def __aenter__(self) -> Self:
-        try:
-            await self._connected()
-        except BaseException:
-            # __aexit__ will not run: close here, or the connection's thread keeps the
-            # process alive.
-            await self.close()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

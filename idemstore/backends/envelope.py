@@ -1,0 +1,392 @@
+"""What every store does around its engine calls, written once: the envelope of a store.
+
+A backend subclasses ``StoreEnvelope`` (engines reached through I/O) or
+``InlineStoreEnvelope`` (stores whose operations never suspend, such as the memory store) and
+writes only the engine's hooks, aiocache-style: the public ``get`` checks and calls ``_get``.
+Outside authors may still implement ``IdempotencyStore`` directly; the Protocol stays the
+contract.
+
+What a subclass may rely on:
+
+- every public operation runs in one fixed order: **validate the arguments, then check that
+  the store is open, then call the hook** (the only I/O). A bad argument raises the same
+  error on a closed store as on an open one; a forged lease owns nothing (``complete`` and
+  ``release`` return False, ``extend`` None) without asking the engine or the closed flag;
+  good arguments on a closed store raise ``RuntimeError`` naming the store closed;
+- hooks get checked arguments: durations as floats, the response as bytes, the retention to
+  keep it for, and only leases that could have been issued;
+- ``close()`` runs the ``_shut`` hook once (later calls return at once); ``async with``
+  enters through the ``_enter`` hook and closes the store when entering fails;
+- ``StoreEnvelope._connect()`` opens the engine connection once, under a lock, and never
+  leaves one behind when ``close()`` ran while it was being opened;
+- ``lost_reserve`` classifies a reserve that found a live record it may not take.
+
+The envelope adds no await, task or lock per operation: ``InlineStoreEnvelope`` calls its
+hooks without awaiting, so the memory store keeps its ``answers_inline`` promise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Generic, Self, TypeVar
+
+from idemstore.backends.arguments import (
+    complete_arguments,
+    lease_arguments,
+    lookup_arguments,
+    reserve_arguments,
+    wait_arguments,
+)
+from idemstore.protocol import Outcome, Reservation, Status
+from idemstore.records import check_duration, check_limit, check_response
+from idemstore.stats import DEFAULT_LIMIT
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    from idemstore.protocol import Lease, Record
+    from idemstore.stats import StoreStats
+
+__all__ = ["InlineStoreEnvelope", "StoreEnvelope", "lost_reserve"]
+
+C = TypeVar("C")
+T = TypeVar("T")
+
+_MISMATCH = Outcome.MISMATCH
+_COMPLETED = Outcome.COMPLETED
+_IN_PROGRESS = Outcome.IN_PROGRESS
+_DONE = Status.COMPLETED
+
+
+def lost_reserve(record: Record, fingerprint: str) -> Reservation:
+    """The outcome of a reserve that found ``record`` live and could not take it: another
+    fingerprint is a mismatch (never a takeover), else completed or in progress."""
+    if record.fingerprint != fingerprint:
+        return Reservation(_MISMATCH, None, record, False)
+    if record.status is _DONE:
+        return Reservation(_COMPLETED, None, record, False)
+    return Reservation(_IN_PROGRESS, None, record, False)
+
+
+class _Envelope:
+    """Lifecycle, the closed check, and the operations whose hooks always await."""
+
+    __slots__ = ("_closed", "_max_key_length")
+
+    def __init__(self, *, max_key_length: int) -> None:
+        self._max_key_length = max_key_length
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _closed_error(self) -> RuntimeError:
+        return RuntimeError(f"this {type(self).__name__} is closed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    async def close(self) -> None:
+        """Release connections; idempotent. The store is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._shut()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._enter()
+        except BaseException:
+            # __aexit__ will not run: close here, or a connection (and its thread or
+            # socket) outlives the failed entry.
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _owns_nothing(self, lease: Lease) -> bool:
+        """Whether no store could have issued ``lease`` (see ``lease_owns_nothing``)."""
+        return not lease_arguments(lease, max_key_length=self._max_key_length)
+
+    # -- operations whose hooks await on every store ------------------------------------
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        timeout = wait_arguments(key, scope, timeout, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        return await self._wait(key, scope, timeout)
+
+    async def ping(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+        await self._ping()
+
+    async def stats(self, *, limit: int = DEFAULT_LIMIT) -> StoreStats:
+        """Count records by state (``idemstore stats``); where the engine cannot count, read
+        at most ``limit`` records. How the engine counted, and what it cost, is in
+        ``StoreStats.method``."""
+        limit = check_limit(limit)
+        if self._closed:
+            raise self._closed_error()
+        return await self._stats(limit)
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    async def _enter(self) -> None:
+        """What ``async with`` does before the body (nothing by default)."""
+
+    async def _shut(self) -> None:
+        """Release what the store holds; run once, by the first ``close()``."""
+
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
+        raise NotImplementedError
+
+    async def _ping(self) -> None:
+        raise NotImplementedError
+
+    async def _stats(self, limit: int) -> StoreStats:
+        raise NotImplementedError
+
+
+class StoreEnvelope(_Envelope, Generic[C]):
+    """The envelope of a store whose engine is reached through I/O on a connection ``C``
+    (a connection, a pool, a client), opened on first use by ``_connect()``."""
+
+    __slots__ = ("_connect_lock", "_connection")
+
+    def __init__(self, *, max_key_length: int) -> None:
+        super().__init__(max_key_length=max_key_length)
+        self._connection: C | None = None
+        self._connect_lock = asyncio.Lock()
+
+    async def _connect(self) -> C:
+        """The engine connection, opened by ``_open`` on first use: once, under a lock."""
+        connection = self._connection
+        if connection is not None:
+            return connection
+        if self._closed:
+            raise self._closed_error()
+        async with self._connect_lock:
+            # close() may have run while this waited for the lock.
+            if self._closed:
+                raise self._closed_error()
+            if self._connection is None:
+                self._connection = await self._opened(self._open(), self._discard)
+            return self._connection
+
+    async def _opened(self, opening: Awaitable[T], discard: Callable[[T], Awaitable[object]]) -> T:
+        """What ``opening`` opened, unless ``close()`` ran meanwhile: then ``discard`` it (it
+        would outlive the store) and raise the closed error."""
+        made = await opening
+        if self._closed:
+            with contextlib.suppress(Exception):
+                await discard(made)
+            raise self._closed_error()
+        return made
+
+    async def _shut(self) -> None:
+        connection, self._connection = self._connection, None
+        await self._disconnect(connection)
+
+    # -- the contract, hooks awaited --------------------------------------------------------
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
+        if self._closed:
+            raise self._closed_error()
+        return await self._reserve(key, fingerprint, scope, lease_ttl, retention)
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
+            return False
+        if self._closed:
+            raise self._closed_error()
+        return await self._complete(lease, checked[0], checked[1])
+
+    async def release(self, lease: Lease) -> bool:
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        return await self._release(lease)
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if self._owns_nothing(lease):
+            return None
+        if self._closed:
+            raise self._closed_error()
+        return await self._extend(lease, lease_ttl)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        return await self._get(key, scope)
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        return await self._delete(key, scope)
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        limit = check_limit(limit)
+        if self._closed:
+            raise self._closed_error()
+        return await self._sweep(limit)
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    async def _open(self) -> C:
+        """Open the engine connection (cleaning up after itself if that fails)."""
+        raise NotImplementedError
+
+    async def _discard(self, connection: C) -> None:
+        """Close a connection opened while the store was being closed."""
+        raise NotImplementedError
+
+    async def _disconnect(self, connection: C | None) -> None:
+        """Close the connection (None when none was opened) and whatever else the store
+        holds; run once, by the first ``close()``."""
+        raise NotImplementedError
+
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
+    ) -> Reservation:
+        raise NotImplementedError
+
+    async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
+        raise NotImplementedError
+
+    async def _release(self, lease: Lease) -> bool:
+        raise NotImplementedError
+
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
+        raise NotImplementedError
+
+    async def _get(self, key: str, scope: str) -> Record | None:
+        raise NotImplementedError
+
+    async def _delete(self, key: str, scope: str) -> bool:
+        raise NotImplementedError
+
+    async def _sweep(self, limit: int) -> int:
+        raise NotImplementedError
+
+
+class InlineStoreEnvelope(_Envelope):
+    """The envelope of a store that answers without suspending (no I/O): its hooks are plain
+    functions, called in place, so no operation but ``wait`` adds a step that could suspend
+    (see ``idemstore.protocol.answers_inline``, which the subclass itself must declare)."""
+
+    __slots__ = ()
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
+        if self._closed:
+            raise self._closed_error()
+        return self._reserve(key, fingerprint, scope, lease_ttl, retention)
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        body = check_response(response)
+        keep = None if retention is None else check_duration("retention", retention)
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        return self._complete(lease, body, lease.retention if keep is None else keep)
+
+    async def release(self, lease: Lease) -> bool:
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        return self._release(lease)
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if self._owns_nothing(lease):
+            return None
+        if self._closed:
+            raise self._closed_error()
+        return self._extend(lease, lease_ttl)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        return self._get(key, scope)
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        return self._delete(key, scope)
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        limit = check_limit(limit)
+        if self._closed:
+            raise self._closed_error()
+        return self._sweep(limit)
+
+    # -- hooks: plain functions, never suspending ---------------------------------------------
+
+    def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
+    ) -> Reservation:
+        raise NotImplementedError
+
+    def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
+        raise NotImplementedError
+
+    def _release(self, lease: Lease) -> bool:
+        raise NotImplementedError
+
+    def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
+        raise NotImplementedError
+
+    def _get(self, key: str, scope: str) -> Record | None:
+        raise NotImplementedError
+
+    def _delete(self, key: str, scope: str) -> bool:
+        raise NotImplementedError
+
+    def _sweep(self, limit: int) -> int:
+        raise NotImplementedError
