@@ -8,12 +8,12 @@ the recorded response plus ``Idempotent-Replayed: true``; other outcomes, as the
 - key missing where required: 400; key reused with a different request: 422;
 - a request with the same key still in progress: 409 (with ``Retry-After``);
 
-each as ``application/problem+json`` with a ``detail`` that says what to do.
+each as ``application/problem+json`` with a ``detail`` that says what to do. Every refusal of
+the execution path is answered from one table (``idemstore.http_problems``, docs/refusals.md).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import inspect
 import json
 import logging
@@ -21,14 +21,15 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from idemstore.callers import fit_scope
-from idemstore.errors import (
-    ConfigurationError,
-    ConflictError,
-    IdemstoreError,
-    InProgressError,
-    InvalidKeyError,
+from idemstore.asgi_options import (
+    check_app,
+    check_size,
+    method_set,
+    required_predicate,
+    store_of,
 )
+from idemstore.callers import fit_scope
+from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
 from idemstore.http_identity import (
     default_scope,
@@ -36,9 +37,12 @@ from idemstore.http_identity import (
     parse_idempotency_key,
     request_fingerprint,
 )
+from idemstore.http_problems import Problem, problem, refusal_problem
 from idemstore.records import MAX_KEY_LENGTH, check_identity
+from idemstore.refusals import Refusal, refusal_of
 
 if TYPE_CHECKING:
+    from idemstore.execution import TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
 
 __all__ = ["IdempotencyMiddleware", "default_scope", "parse_idempotency_key"]
@@ -94,27 +98,6 @@ class _Captured:
         return cls(int(loaded["status"]), headers, body)
 
 
-def _problem(
-    status: int, title: str, detail: str, *, key: str | None = None, retry_after: int | None = None
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    document: dict[str, Any] = {
-        "type": "about:blank",
-        "title": title,
-        "status": status,
-        "detail": detail,
-    }
-    if key is not None:
-        document["idempotencyKey"] = key
-    body = json.dumps(document).encode("utf-8")
-    headers = [
-        (b"content-type", b"application/problem+json"),
-        (b"content-length", str(len(body)).encode("ascii")),
-    ]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode("ascii")))
-    return status, headers, body
-
-
 async def _send_response(
     send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> None:
@@ -127,7 +110,10 @@ class IdempotencyMiddleware:
 
     Args:
         app: the ASGI app to wrap.
-        store: any ``IdempotencyStore``; several server processes need one they all share.
+        store: any ``IdempotencyStore`` (the caller owns it: opens and closes it), or a store
+            URL such as ``"sqlite:///idempotency.db"``: then the middleware owns the store,
+            which connects on first use and is closed on the ASGI lifespan's shutdown (or by
+            ``close()``). Several server processes need a store they all share.
         methods: methods the key applies to (default POST and PATCH); others pass through.
         required: ``True`` to require a key on every request of those methods, a sequence of
             path patterns (``fnmatch``, e.g. ``"/orders/*"``), or a predicate given the ASGI
@@ -148,11 +134,18 @@ class IdempotencyMiddleware:
         record_server_errors: record 5xx responses too. Off by default: a 5xx says the server
             failed, so the key is released and a retry runs the request again.
         max_key_length: longest key accepted (400 beyond it).
+        on_takeover: a request whose key was held by a request that died (its lease lapsed)
+            without a response: ``"run"`` it again (default), or ``"refuse"`` with 409
+            "Outcome unknown", for this and every retry under that key (the earlier request
+            may have taken effect: see docs/refusals.md).
+
+    Every option is checked here: a wrong one raises ``ConfigurationError`` or ``TypeError``.
     """
 
     __slots__ = (
         "_max_key_length",
         "_methods",
+        "_owns_store",
         "_policy",
         "_required",
         "_scope",
@@ -166,7 +159,7 @@ class IdempotencyMiddleware:
         self,
         app: ASGIApp,
         *,
-        store: IdempotencyStore,
+        store: IdempotencyStore | str,
         methods: Iterable[str] = ("POST", "PATCH"),
         required: bool | Iterable[str] | RoutePredicate = False,
         scope: ScopeFunction | None = None,
@@ -176,44 +169,46 @@ class IdempotencyMiddleware:
         max_response_bytes: int = 1024 * 1024,
         record_server_errors: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
+        on_takeover: TakeoverPolicy = "run",
     ) -> None:
+        check_app(app)
         self.app = app
-        self._policy = ExecutionPolicy(
-            store, lease_ttl=lease_ttl, retention=retention, in_flight="reject", consumer="asgi"
-        )
-        if isinstance(methods, str):
-            methods = (methods,)
-        self._methods = frozenset(method.upper() for method in methods)
-        self._required = self._required_predicate(required)
+        self._methods = method_set(methods)
+        self._required = required_predicate(required)
         if scope is not None and not callable(scope):
             raise ConfigurationError(f"scope must be a callable given the ASGI scope: {scope!r}")
         self._scope: ScopeFunction = scope if scope is not None else default_scope
-        for name, value in (
-            ("max_body_bytes", max_body_bytes),
-            ("max_response_bytes", max_response_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigurationError(f"{name} must be a non-negative int, not {value!r}")
-        self.max_body_bytes = max_body_bytes
-        self.max_response_bytes = max_response_bytes
+        self.max_body_bytes = check_size("max_body_bytes", max_body_bytes)
+        self.max_response_bytes = check_size("max_response_bytes", max_response_bytes)
+        if not isinstance(record_server_errors, bool):
+            raise TypeError(f"record_server_errors must be True or False: {record_server_errors!r}")
         self.record_server_errors = record_server_errors
-        self._max_key_length = max_key_length
-
-    @staticmethod
-    def _required_predicate(required: bool | Iterable[str] | RoutePredicate) -> RoutePredicate:
-        if isinstance(required, bool):
-            flag = required
-            return lambda _scope: flag
-        if callable(required):
-            return required
-        if isinstance(required, str):
-            required = (required,)
-        patterns = tuple(required)
-        return lambda scope: any(
-            fnmatch.fnmatchcase(scope.get("path", ""), pattern) for pattern in patterns
+        self._max_key_length = check_size("max_key_length", max_key_length, least=1)
+        # The store last: every other mistake is reported before a URL's store is built.
+        opened, self._owns_store = store_of(store)
+        self._policy = ExecutionPolicy(
+            opened,
+            lease_ttl=lease_ttl,
+            retention=retention,
+            in_flight="reject",
+            on_takeover=on_takeover,
+            consumer="asgi",
         )
 
+    @property
+    def store(self) -> IdempotencyStore:
+        """The store the records are kept in."""
+        return self._policy.store
+
+    async def close(self) -> None:
+        """Close the store if the middleware opened it from a URL (else it is the caller's)."""
+        if self._owns_store:
+            await self._policy.store.close()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self._owns_store:
+            await self.app(scope, receive, self._closing_at_shutdown(send))
+            return
         if scope["type"] != "http" or scope.get("method", "").upper() not in self._methods:
             await self.app(scope, receive, send)
             return
@@ -222,7 +217,7 @@ class IdempotencyMiddleware:
             if self._required(scope):
                 await _send_response(
                     send,
-                    *_problem(
+                    *problem(
                         400,
                         "Idempotency-Key required",
                         "This operation requires an Idempotency-Key header: send a unique value"
@@ -235,24 +230,30 @@ class IdempotencyMiddleware:
             return
         await self._keyed(scope, receive, send, values)
 
+    def _closing_at_shutdown(self, send: Send) -> Send:
+        """``send`` for the lifespan: the owned store is closed once the app has shut down."""
+
+        async def closing(message: Message) -> None:
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                try:
+                    await self.close()
+                except Exception:
+                    logger.warning("could not close the idempotency store", exc_info=True)
+            await send(message)
+
+        return closing
+
     async def _keyed(self, scope: Scope, receive: Receive, send: Send, values: list[bytes]) -> None:
         if len(values) > 1:
-            await _send_response(
-                send,
-                *_problem(
-                    400,
-                    "Invalid Idempotency-Key",
-                    "The request carries more than one Idempotency-Key field; send exactly one.",
-                ),
-            )
+            why = "The request carries more than one Idempotency-Key field; send exactly one."
+            await _send_response(send, *refusal_problem(Refusal.INVALID_KEY, key=None, detail=why))
             return
         try:
             key = parse_idempotency_key(values[0].decode("latin-1"))
             check_identity(key, "", max_key_length=self._max_key_length)
         except (ValueError, InvalidKeyError) as exc:
-            await _send_response(
-                send, *_problem(400, "Invalid Idempotency-Key", f"Idempotency-Key: {exc}.")
-            )
+            why = f"Idempotency-Key: {exc}."
+            await _send_response(send, *refusal_problem(Refusal.INVALID_KEY, key=None, detail=why))
             return
         caller = self._scope(scope)
         if inspect.isawaitable(caller):
@@ -260,7 +261,7 @@ class IdempotencyMiddleware:
         if caller is None:
             await _send_response(
                 send,
-                *_problem(
+                *problem(
                     400,
                     "Idempotency-Key needs a caller",
                     "Idempotency keys are kept per caller, and this request carries no"
@@ -280,7 +281,7 @@ class IdempotencyMiddleware:
         if more:
             await _send_response(
                 send,
-                *_problem(
+                *problem(
                     413,
                     "Request body too large for an idempotent request",
                     f"Requests with an Idempotency-Key may carry at most {self.max_body_bytes}"
@@ -321,49 +322,25 @@ class IdempotencyMiddleware:
     ) -> None:
         try:
             claim = await self._policy.begin(key, print_, scope=caller)
-        except InProgressError:
-            await _send_response(
-                send,
-                *_problem(
-                    409,
-                    "Request in progress",
-                    "A request with this Idempotency-Key is still being processed; retry after"
-                    " a short delay to get its response.",
-                    key=key,
-                    retry_after=1,
-                ),
-            )
-            return
-        except ConflictError:
-            await _send_response(
-                send,
-                *_problem(
-                    422,
-                    "Idempotency-Key reused",
-                    "This Idempotency-Key was already used for a different request (method,"
-                    " path, query or body differ); use a new key for a new request.",
-                    key=key,
-                ),
-            )
-            return
-        except IdemstoreError as exc:
-            logger.error("idempotency store failed before the request ran: %s", exc)
-            await _send_response(
-                send,
-                *_problem(
-                    503,
-                    "Idempotency store unavailable",
-                    "The request was not processed because its Idempotency-Key could not be"
-                    " checked; retry later with the same key.",
-                    key=key,
-                    retry_after=1,
-                ),
-            )
+        except Exception as exc:
+            refusal = refusal_of(exc)
+            if refusal is None:
+                raise  # not a refusal: the server answers 500, as for any bug
+            await _send_response(send, *self._refusal(refusal, key, exc))
             return
         if isinstance(claim, Replay):
             await self._replay(send, key, claim.response)
             return
         await self._execute(claim, scope, receive, send, body)
+
+    @staticmethod
+    def _refusal(refusal: Refusal, key: str, exc: Exception) -> Problem:
+        """The answer to ``refusal`` (from ``exc``), logged where the server is at fault."""
+        if refusal in (Refusal.STORE_UNAVAILABLE, Refusal.LEASE_LOST, Refusal.SCHEMA_MISSING):
+            logger.error("idempotency store failed before the request ran: %s", exc)
+        # What is wrong with a key or scope is safe to tell (no secret is in it).
+        detail = f"Idempotency-Key: {exc}." if refusal is Refusal.INVALID_KEY else None
+        return refusal_problem(refusal, key=key, detail=detail)
 
     async def _replay(self, send: Send, key: str, stored: bytes) -> None:
         try:
@@ -372,7 +349,7 @@ class IdempotencyMiddleware:
             logger.error("record for Idempotency-Key %r is unreadable: %s", key, exc)
             await _send_response(
                 send,
-                *_problem(
+                *problem(
                     500, "Unreadable record", "The recorded response cannot be read.", key=key
                 ),
             )

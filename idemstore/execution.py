@@ -95,16 +95,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
-from idemstore import outcome_markers, telemetry
+from idemstore import outcome_markers
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
     InProgressError,
-    LeaseLostError,
     ResponseTooLargeError,
     UnrecordableResultError,
 )
-from idemstore.lease_keeping import LeaseKeeper, release_quietly, reserve_cancel_safe, shielded
+from idemstore.execution_hooks import current_observer
+from idemstore.lease_keeping import (
+    LeaseKeeper,
+    give_up_late_lease,
+    release_quietly,
+    reserve_cancel_safe,
+    shielded,
+)
 from idemstore.protocol import Outcome, answers_inline
 from idemstore.records import check_duration, check_response
 from idemstore.running_work import current_execution, refuse_plain_function, running
@@ -113,8 +119,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
     from types import TracebackType
 
-    from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
-    from idemstore.telemetry.consumer import ExecutionObserver
+    from idemstore.execution_hooks import ExecutionObservation, FinishedState
+    from idemstore.protocol import IdempotencyStore, Lease, Record
 
 __all__ = [
     "Execution",
@@ -258,30 +264,50 @@ class ExecutionPolicy:
         recorded one), ``OutcomeTooLargeError`` / ``UnrecordableResultError`` (the key's work
         ran but its result could not be recorded), or what the store raises.
         """
-        instruments = telemetry.current()
-        if instruments is None:
-            return await self._begin(key, fingerprint, scope)
-        return await instruments.observe_begin(
-            self, lambda: self._begin(key, fingerprint, scope), key, scope
-        )
+        observer = current_observer()
+        if observer is None:
+            return await self._begin(self.store, key, fingerprint, scope)
+        # The calls of this call go to the observer's view; self.store stays the caller's.
+        store = observer.store_view(self.store)
+        call = observer.call(self.consumer, store, key, scope)
+        try:
+            with call.reserving():
+                claim = await self._begin(store, key, fingerprint, scope)
+        except BaseException as exc:
+            call.refused(exc)
+            raise
+        if isinstance(claim, Replay):
+            call.replayed(claim.fence)
+        else:
+            claim._observation = call.executing(claim.fence)
+        return claim
 
-    async def _begin(self, key: str, fingerprint: str, scope: str) -> Execution | Replay:
+    async def _begin(
+        self, store: IdempotencyStore, key: str, fingerprint: str, scope: str
+    ) -> Execution | Replay:
         loop = asyncio.get_running_loop()
         deadline = None if self.wait_timeout is None else loop.time() + self.wait_timeout
         while True:
             asked = loop.time()
-            reservation = await self._reserve(key, fingerprint, scope)
+            reserving = store.reserve(
+                key, fingerprint, scope=scope, lease_ttl=self.lease_ttl, retention=self.retention
+            )
+            reservation = await reserve_cancel_safe(store, reserving)
             outcome = reservation.outcome
             if outcome is Outcome.ACQUIRED:
                 # The lease runs from a moment after the request left, by the engine's clock;
                 # so by ours (monotonic, no skew with the engine's) it cannot end before
                 # asked + lease_ttl. Past that, a reply came too late to start the work on.
                 left = asked + self.lease_ttl - loop.time()
-                if left <= 0 or (reservation.takeover and self.on_takeover == "refuse"):
-                    raise await shielded(self._refuse(reservation, left))
                 lease = reservation.lease
                 assert lease is not None
-                return Execution(self, lease, takeover=reservation.takeover, first_beat=left / 3)
+                if left <= 0:
+                    raise await shielded(give_up_late_lease(store, lease, self.lease_ttl))
+                if reservation.takeover and self.on_takeover == "refuse":
+                    raise await shielded(outcome_markers.record_outcome_unknown(store, lease))
+                return Execution(
+                    self, lease, store=store, takeover=reservation.takeover, first_beat=left / 3
+                )
             record = reservation.record
             assert record is not None
             if outcome is Outcome.COMPLETED:
@@ -305,38 +331,9 @@ class ExecutionPolicy:
                 )
             # The store returns as soon as the holder finishes, gives up, or its lease lapses;
             # then reserve again decides (replay, takeover, or still busy).
-            await self.store.wait(
+            await store.wait(
                 key, scope=scope, timeout=self.lease_ttl if remaining is None else remaining
             )
-
-    async def _refuse(self, reservation: Reservation, left: float) -> Exception:
-        """Start no work on an acquired lease: give up one that may have lapsed, record
-        a refused takeover's unknown outcome. Returns the error that says which."""
-        lease = reservation.lease
-        assert lease is not None
-        if left <= 0:
-            logger.warning(
-                "reply to reserve key %r came after its lease of %gs could have lapsed;"
-                " released without running",
-                lease.key,
-                self.lease_ttl,
-            )
-            await release_quietly(self.store, lease)
-            return LeaseLostError(
-                f"the lease on idempotency key {lease.key!r} could have lapsed before the"
-                f" store's reply granting it arrived (lease_ttl={self.lease_ttl:g}s): the work"
-                " was not started and the key was given up; retry",
-                key=lease.key,
-                scope=lease.scope,
-                record=None,
-            )
-        return await outcome_markers.record_outcome_unknown(self.store, lease)
-
-    async def _reserve(self, key: str, fingerprint: str, scope: str) -> Reservation:
-        reserving = self.store.reserve(
-            key, fingerprint, scope=scope, lease_ttl=self.lease_ttl, retention=self.retention
-        )
-        return await reserve_cancel_safe(self.store, reserving)
 
     async def run(
         self,
@@ -404,11 +401,12 @@ class Execution:
 
     __slots__ = (
         "_keeper",
+        "_observation",
         "_policy",
         "_state",
+        "_store",
         "fence",
         "key",
-        "observer",
         "previous_fence",
         "scope",
         "takeover",
@@ -419,11 +417,13 @@ class Execution:
         policy: ExecutionPolicy,
         lease: Lease,
         *,
+        store: IdempotencyStore,
         takeover: bool = False,
         first_beat: float | None = None,
     ) -> None:
         self._policy = policy
-        self._keeper = LeaseKeeper(policy.store, lease, policy.lease_ttl, first_beat=first_beat)
+        self._store = store  # the one begin reserved on: the policy's, or an observer's view
+        self._keeper = LeaseKeeper(self._store, lease, policy.lease_ttl, first_beat=first_beat)
         self._state: _State = "running"
         self.key = lease.key
         self.scope = lease.scope
@@ -431,8 +431,8 @@ class Execution:
         self.takeover = takeover
         # A takeover raises the fence by one (the store contract).
         self.previous_fence = lease.fence - 1 if takeover else None
-        # Set by idemstore.telemetry after instrument(): the consumer span, ended on finishing.
-        self.observer: ExecutionObserver | None = None
+        # Set by begin when an observer is registered (idemstore.instrument()).
+        self._observation: ExecutionObservation | None = None
 
     def __repr__(self) -> str:
         return f"<Execution key={self.key!r} scope={self.scope!r} fence={self.fence} {self._state}>"
@@ -498,7 +498,7 @@ class Execution:
         """Record ``response``: escaped, so no response is taken for a marker, unless it is
         ``is_marker`` (one this module made)."""
         lease = await self._keeper.stop()
-        store = self._policy.store
+        store = self._store
         limit = self._policy.max_response_bytes
         try:
             if limit is not None and len(response) > limit and not is_marker:
@@ -537,7 +537,7 @@ class Execution:
 
     async def _release(self) -> None:
         lease = await self._keeper.stop()
-        await release_quietly(self._policy.store, lease)
+        await release_quietly(self._store, lease)
 
     async def fail(self, error: BaseException) -> None:
         """Apply the policy's ``on_failure`` to ``error``; quiet like ``release``."""
@@ -566,12 +566,14 @@ class Execution:
                 return
         await self.release()
 
-    def _bookkeeping(self, state: str, bookkeeping: Coroutine[Any, Any, T]) -> Awaitable[T]:
-        """``bookkeeping`` (under the consumer span after instrument()), run to its end
-        whatever happens to the caller."""
-        if self.observer is not None:
-            bookkeeping = self.observer.finishing(state, bookkeeping)
-        if self._keeper.idle and answers_inline(self._policy.store):
+    def _bookkeeping(
+        self, state: FinishedState, bookkeeping: Coroutine[Any, Any, T]
+    ) -> Awaitable[T]:
+        """``bookkeeping`` (as the registered observer observes it), run to its end whatever
+        happens to the caller."""
+        if self._observation is not None:
+            bookkeeping = self._observation.finishing(state, bookkeeping)
+        if self._keeper.idle and answers_inline(self._store):
             # Stopping the heartbeat and the store's call both finish without suspending:
             # nothing can cut them short, so no task is needed to protect them.
             return bookkeeping

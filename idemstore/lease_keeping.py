@@ -6,7 +6,9 @@ heartbeat, and the two pieces of bookkeeping that a cancellation must never cut 
 ``LeaseKeeper(store, lease, lease_ttl, *, first_beat=None)``: the heartbeat, for a consumer
 that holds a lease of its own. Extends the lease about every third of ``lease_ttl`` from
 construction (the first time after ``first_beat`` seconds when that is sooner) until ``await
-stop()`` (which returns the latest lease) or until an extend finds it lost (``lapsed``).
+stop()`` (which returns the latest lease) or until an extend finds it lost (``lapsed``). A
+failing beat (lease lost, or the store raised) is reported to the registered observer
+(``idemstore.execution_hooks``).
 """
 
 from __future__ import annotations
@@ -16,14 +18,23 @@ import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemstore.eager_tasks import start_task
+from idemstore.errors import LeaseLostError
+from idemstore.execution_hooks import current_observer
 from idemstore.protocol import answers_inline
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from idemstore.execution_hooks import HeartbeatFailure
     from idemstore.protocol import IdempotencyStore, Lease, Reservation
 
-__all__ = ["LeaseKeeper", "release_quietly", "reserve_cancel_safe", "shielded"]
+__all__ = [
+    "LeaseKeeper",
+    "give_up_late_lease",
+    "release_quietly",
+    "reserve_cancel_safe",
+    "shielded",
+]
 
 # The execution path's logger: these records are the execution's story.
 logger = logging.getLogger("idemstore.execution")
@@ -86,15 +97,17 @@ class LeaseKeeper:
     async def _beat(self) -> None:
         try:
             extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
-        except Exception:
+        except Exception as exc:
             # A store hiccup: keep the lease we have and try on the next beat; if it lapsed
             # meanwhile, complete() is fenced out and says so.
             logger.warning("heartbeat for key %r failed", self.lease.key, exc_info=True)
+            self._report("store_error", exc)
             extended = self.lease
         finally:
             self._task = None
         if extended is None:
             self.lapsed = True
+            self._report("lease_lost", None)
             return
         self.lease = extended
         # The flag, not only cancel(), ends the beats: a driver may swallow a cancellation
@@ -102,6 +115,11 @@ class LeaseKeeper:
         # CPython gh-86296), and no beat may follow that call.
         if not self._stopping:
             self._timer = self._loop.call_later(self._ttl / 3, self._due)
+
+    def _report(self, failure: HeartbeatFailure, error: Exception | None) -> None:
+        observer = current_observer()
+        if observer is not None:
+            observer.heartbeat_failed(self._store, failure, error)
 
     async def stop(self) -> Lease:
         """Stop extending; return the latest lease (the one to complete or release)."""
@@ -140,6 +158,28 @@ async def release_quietly(store: IdempotencyStore, lease: Lease) -> None:
         await store.release(lease)
     except Exception:
         logger.warning("could not release key %r", lease.key, exc_info=True)
+
+
+async def give_up_late_lease(
+    store: IdempotencyStore, lease: Lease, lease_ttl: float
+) -> LeaseLostError:
+    """Release a lease whose grant came after it could have lapsed (no work was started on
+    it); returns the error that tells the caller so."""
+    logger.warning(
+        "reply to reserve key %r came after its lease of %gs could have lapsed;"
+        " released without running",
+        lease.key,
+        lease_ttl,
+    )
+    await release_quietly(store, lease)
+    return LeaseLostError(
+        f"the lease on idempotency key {lease.key!r} could have lapsed before the"
+        f" store's reply granting it arrived (lease_ttl={lease_ttl:g}s): the work"
+        " was not started and the key was given up; retry",
+        key=lease.key,
+        scope=lease.scope,
+        record=None,
+    )
 
 
 async def reserve_cancel_safe(

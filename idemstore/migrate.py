@@ -38,9 +38,14 @@ __all__ = [
     "migrations_dir",
     "pending_migrations",
     "run_migrations",
+    "schema_file",
 ]
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+# The live schema beside an engine's migrations: documentation and a test oracle
+# (tests/test_schema_file.py), never applied, so the runner skips it.
+SCHEMA_FILE = "schema.sql"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,12 @@ def migrations_dir(engine: str) -> Path:
     return _migrations_root() / engine
 
 
+def schema_file(engine: str) -> Path:
+    """``engine``'s live schema (``migrations/<engine>/schema.sql``): what a database holds
+    after every migration, for reading; fresh installs still run the migrations."""
+    return migrations_dir(engine) / SCHEMA_FILE
+
+
 def migration_engine(url: str) -> str | None:
     """The migrations folder a store URL's engine uses (its registry name), or ``None`` for
     engines whose schema is not SQL migration files."""
@@ -128,7 +139,7 @@ def load_migrations(engine: str) -> list[Migration]:
         raise SchemaError(f"no migrations for {engine!r} found at {folder}")
     migrations: list[Migration] = []
     for path in sorted(folder.iterdir()):
-        if path.suffix != ".sql":
+        if path.suffix != ".sql" or path.name == SCHEMA_FILE:
             continue
         if not MIGRATION_NAME.match(path.name):
             raise SchemaError(f"migration file {path.name!r} is not named NNNN_description.sql")

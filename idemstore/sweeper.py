@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Self
 
-from idemstore import telemetry
+from idemstore.execution_hooks import current_observer
 from idemstore.records import check_duration
 
 if TYPE_CHECKING:
@@ -42,7 +42,8 @@ class Sweeper:
         """One pass: sweep batches until one comes back short. Returns how many went."""
         total = 0
         # Counted in idemstore.sweep.removed once idemstore.instrument() was called.
-        store = telemetry.instrumented(self._store)
+        observer = current_observer()
+        store = self._store if observer is None else observer.store_view(self._store)
         while True:
             removed = await store.sweep(limit=self.limit)
             total += removed

@@ -21,6 +21,7 @@ from idemstore import Outcome
 from idemstore.backends.memory import MemoryStore
 from idemstore.protocol import answers_inline
 from idemstore.telemetry.instruments import Instruments
+from idemstore.testing import FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -89,11 +90,11 @@ def test_extend_release_and_fenced_out_calls_finish_without_suspending(
 
 
 def test_a_takeover_and_a_lease_copy_are_answered_without_suspending() -> None:
-    clock = [1_000_000.0]
-    store = MemoryStore(clock=lambda: clock[0])
+    clock = FakeClock(1_000_000.0)
+    store = MemoryStore(clock=clock)
     first = finished_in_one_step(store.reserve("k", FP, lease_ttl=1, retention=LONG))
     assert first.lease is not None
-    clock[0] += 2  # the lease lapsed: the next reserve takes the key over
+    clock.advance(2)  # the lease lapsed: the next reserve takes the key over
     second = finished_in_one_step(store.reserve("k", FP, lease_ttl=LONG, retention=LONG))
     assert second.outcome is Outcome.ACQUIRED and second.takeover and second.lease is not None
     # An equal lease that is not the object the store handed out takes the checked path.

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from idemstore import Outcome
 from idemstore.backends.memory import MemoryStore
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from idemstore.testing import FakeClock
 
 
 async def test_injected_clock_decides_lease_expiry() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     store = MemoryStore(clock=clock)
     first = await store.reserve("k", "fp", lease_ttl=30, retention=3600)
-    clock.now += 29.9
+    clock.advance(29.9)
     assert (
         await store.reserve("k", "fp", lease_ttl=30, retention=3600)
     ).outcome is Outcome.IN_PROGRESS
-    clock.now += 0.2
+    clock.advance(0.2)
     second = await store.reserve("k", "fp", lease_ttl=30, retention=3600)
     assert second.outcome is Outcome.ACQUIRED and second.takeover
     assert first.lease is not None and second.lease is not None
@@ -30,14 +23,14 @@ async def test_injected_clock_decides_lease_expiry() -> None:
 
 
 async def test_sweep_removes_expired_in_bounded_batches() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     store = MemoryStore(clock=clock)
     for i in range(25):
         r = await store.reserve(f"k{i}", "fp", lease_ttl=1, retention=10)
         assert r.lease is not None
         await store.complete(r.lease, b"x")
     await store.reserve("live", "fp", lease_ttl=1, retention=1000)
-    clock.now += 11
+    clock.advance(11)
     assert await store.sweep(limit=10) == 10
     assert await store.sweep(limit=10) == 10
     assert await store.sweep(limit=10) == 5
@@ -46,10 +39,10 @@ async def test_sweep_removes_expired_in_bounded_batches() -> None:
 
 
 async def test_fence_keeps_rising_after_a_record_expires_but_is_not_swept() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     store = MemoryStore(clock=clock)
     r1 = await store.reserve("k", "fp", lease_ttl=1, retention=10)
-    clock.now += 11
+    clock.advance(11)
     r2 = await store.reserve("k", "fp", lease_ttl=1, retention=10)
     assert r1.lease is not None and r2.lease is not None
     assert r2.lease.fence == r1.lease.fence + 1

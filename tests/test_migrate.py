@@ -15,6 +15,7 @@ from idemstore import SchemaError
 from idemstore.cli import main
 from idemstore.migrate import (
     MIGRATION_NAME,
+    SCHEMA_FILE,
     AppliedMigration,
     Migration,
     load_migrations,
@@ -42,7 +43,9 @@ def test_every_migration_file_is_named_nnnn_description_sql() -> None:
     engines = [folder for folder in MIGRATIONS.iterdir() if folder.is_dir()]
     assert engines, "no migrations/<engine>/ folders"
     for folder in engines:
-        names = sorted(path.name for path in folder.iterdir())
+        # Beside the migrations, each engine keeps its live schema (tests/test_schema_file.py).
+        assert (folder / SCHEMA_FILE).is_file(), f"{folder.name}/{SCHEMA_FILE} is missing"
+        names = sorted(path.name for path in folder.iterdir() if path.name != SCHEMA_FILE)
         assert names, f"{folder} is empty"
         for name in names:
             assert MIGRATION_NAME.match(name), f"{folder.name}/{name} is not NNNN_description.sql"
@@ -62,6 +65,13 @@ def fake_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> N
     for name in names:
         (folder / name).write_text("SELECT 1;\n")
     monkeypatch.setattr("idemstore.migrate._migrations_root", lambda: tmp_path)
+
+
+def test_the_runner_never_applies_the_schema_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_root(monkeypatch, tmp_path, "0001_ok.sql", SCHEMA_FILE)
+    assert [m.name for m in load_migrations("sqlite")] == ["0001_ok.sql"]
 
 
 def test_a_badly_named_migration_file_is_refused(
@@ -234,6 +244,8 @@ def test_the_installed_wheel_migrates_with_its_own_migration_files(
     with zipfile.ZipFile(built_wheel) as wheel:
         shipped = {n for n in wheel.namelist() if n.startswith("idemstore/_migrations/")}
     assert {f"idemstore/_migrations/sqlite/{m.name}" for m in load_migrations("sqlite")} <= shipped
+    for engine in ("sqlite", "postgres"):  # the live schema, for readers of an installed copy
+        assert f"idemstore/_migrations/{engine}/{SCHEMA_FILE}" in shipped
 
     bin_dir = make_venv(tmp_path / "venv", f"{built_wheel}[sqlite]")
     work = tmp_path / "work"  # no migrations/ folder anywhere near: only the wheel's

@@ -114,6 +114,8 @@ def test_the_sdist_carries_the_license_changelog_migrations_and_tests(built_sdis
     assert any(name.startswith("tests/data/jcs/input/") for name in files)
     assert "CHANGELOG.md" in files
     assert {f"migrations/sqlite/{m.name}" for m in load_migrations("sqlite")} <= set(files)
+    # tests/test_schema_file.py reads them from the sdist's tree
+    assert {"migrations/sqlite/schema.sql", "migrations/postgres/schema.sql"} <= set(files)
     assert not [name for name in files if name.startswith((".nox/", ".venv/", "dist/"))]
     meta = pkg_info(files["PKG-INFO"])
     assert meta["Version"] == idemstore.__version__

@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from idemstore import Idempotency, Status, open_store
-from tests.reliability.fault_proxy import FaultProxy
-from tests.reliability.test_network_faults import engine_address, via, warm_up
+from idemstore.testing import FaultProxy
+from tests.reliability.test_network_faults import warm_up
 
 # Redis: one round trip per reserve; PostgreSQL: one statement (its function) per reserve.
 ENGINES = {
@@ -41,8 +41,8 @@ async def test_cancel_while_reserving_leaves_no_orphan_lease(
         runs += 1
         return b"charged"
 
-    with FaultProxy(*engine_address(direct_url)) as proxy:
-        slow_url = via(direct_url, proxy.port) + "&" + options
+    with FaultProxy.for_url(direct_url) as proxy:
+        slow_url = proxy.route(direct_url) + "&" + options
         async with open_store(slow_url) as slow, open_store(direct_url) as direct:
             await warm_up(slow)
             proxy.latency = LATENCY

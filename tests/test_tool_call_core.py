@@ -14,6 +14,7 @@ from typing import Any
 
 from idemstore.backends.memory import MemoryStore
 from idemstore.eager_tasks import EAGER
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from idemstore.mcp.tool_calls import ServerResponse, ToolCall, ToolCallCore
 
 
@@ -61,7 +62,8 @@ async def test_a_retry_replays_and_a_finished_call_leaves_nothing_behind() -> No
     assert json.loads(await first)["result"] == {"n": 1}
     retry = core.start(prepared(core, 2), server.exchange, reply)
     replayed = json.loads(await retry)
-    assert replayed["id"] == 2 and replayed["result"] == {"n": 1}
+    assert replayed["id"] == 2
+    assert replayed["result"] == {"_meta": {REPLAYED_META_KEY: True}, "n": 1}
     assert len(server.forwarded) == 1
     assert [json.loads(line)["id"] for line in answers] == [1, 2]
     assert not core.busy and not core.tasks
@@ -92,3 +94,32 @@ async def test_a_call_cancelled_before_it_was_forwarded_leaves_nothing_behind() 
         await core.close()
         assert not core.tasks
     assert forwarded == []
+
+
+async def _a_holder_died(store: MemoryStore, call: ToolCall) -> None:
+    """A relay that reserved ``call``'s key and died: its lease lapses, no outcome."""
+    await store.reserve(call.key, call.fingerprint, scope=call.scope, lease_ttl=0.05, retention=60)
+    await asyncio.sleep(0.1)
+
+
+async def test_a_takeover_runs_the_call_again_by_default() -> None:
+    store = MemoryStore()
+    core = ToolCallCore(store)
+    server = Server()
+    call = prepared(core, 1)
+    await _a_holder_died(store, call)
+    answer = json.loads(await core.start(call, server.exchange))
+    assert answer["result"] == {"n": 1}
+    assert len(server.forwarded) == 1
+
+
+async def test_a_takeover_is_refused_as_outcome_unknown_when_the_relay_says_so() -> None:
+    store = MemoryStore()
+    core = ToolCallCore(store, on_takeover="refuse")
+    server = Server()
+    call = prepared(core, 1)
+    await _a_holder_died(store, call)
+    for request_id in (1, 2):  # the takeover, and every retry after it
+        answer = json.loads(await core.start(prepared(core, request_id), server.exchange))
+        assert answer["error"]["data"]["type"] == "idempotency_outcome_unknown"
+    assert server.forwarded == []

@@ -13,7 +13,10 @@ from typing import Any
 
 from idemstore.argument_types import positive_float, positive_int
 from idemstore.errors import ConfigurationError
-from idemstore.urls import open_store
+from idemstore.mcp.gateway_settings import defer_defaults
+from idemstore.mcp.relay_options import RelayOptions
+from idemstore.mcp.relay_options import add_arguments as add_relay_arguments
+from idemstore.urls import open_store, redact_url
 
 __all__ = ["add_gateway_parser", "add_proxy_parser"]
 
@@ -54,7 +57,7 @@ async def _proxy(args: argparse.Namespace) -> int:
         proxy = IdempotentProxy(
             store,
             key_scope=args.key_scope or default_key_scope(command),
-            **_call_options(args),
+            options=RelayOptions.from_args(args),
         )
         return await run_stdio_proxy(proxy, command)
 
@@ -62,7 +65,9 @@ async def _proxy(args: argparse.Namespace) -> int:
 async def _gateway(args: argparse.Namespace) -> int:
     from idemstore.callers import DEFAULT_SOURCES, CallerSources
     from idemstore.mcp.gateway import GatewayConfig, GatewayScope, McpGateway, parse_listen, serve
+    from idemstore.mcp.gateway_settings import resolve
 
+    resolve(args, os.environ)
     host, port = parse_listen(args.listen)
     logging.basicConfig(
         stream=sys.stderr,
@@ -85,8 +90,9 @@ async def _gateway(args: argparse.Namespace) -> int:
             config,
             scope=scope,
             verify_replays=not args.no_verify_replays,
-            **_call_options(args),
+            options=RelayOptions.from_args(args),
         )
+        print(gateway.describe(args.listen, redact_url(args.store)), file=sys.stderr, flush=True)
         await serve(gateway, host, port, log_level=args.log_level)
     return 0
 
@@ -134,7 +140,7 @@ def add_gateway_parser(commands: Any) -> None:
         help="serve recorded outcomes without first checking (one ping) that the upstream "
         "still accepts the caller's credentials",
     )
-    _add_call_options(gateway)
+    add_relay_arguments(gateway)
     gateway.add_argument(
         "--connect-timeout",
         type=positive_float,
@@ -155,6 +161,13 @@ def add_gateway_parser(commands: Any) -> None:
         metavar="N",
         help="largest POST body read (default 16 MiB; larger gets 413)",
     )
+    gateway.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of settings named like these flags; flags win over "
+        "IDEMSTORE_GATEWAY_* environment variables, which win over the file",
+    )
+    defer_defaults(gateway, required=("listen", "upstream"))
     gateway.set_defaults(handler=_gateway)
 
 
@@ -186,88 +199,6 @@ def add_proxy_parser(commands: Any) -> None:
         metavar="SCOPE",
         help="scope of explicit keys (default: this user and the server command)",
     )
-    _add_call_options(proxy)
+    add_relay_arguments(proxy)
     proxy.add_argument("server_command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     proxy.set_defaults(handler=_proxy)
-
-
-def _add_call_options(parser: argparse.ArgumentParser) -> None:
-    """The deduplication options the proxy and the gateway share (``_call_options``)."""
-    parser.add_argument(
-        "--run-id",
-        metavar="ID",
-        help="scope of derived keys (default: one per process); relays that share it "
-        "deduplicate key-less calls together",
-    )
-    parser.add_argument(
-        "--retention",
-        type=positive_float,
-        metavar="SECONDS",
-        help="how long a derived or _meta key's result is replayed (default 600)",
-    )
-    parser.add_argument(
-        "--sep-retention",
-        type=positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
-    )
-    parser.add_argument(
-        "--lease",
-        type=positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease of a running call, heartbeated every third (default 30)",
-    )
-    parser.add_argument(
-        "--in-flight",
-        choices=("wait", "reject"),
-        default="wait",
-        help="a duplicate of a running call without a SEP-3182 key: wait for it (default) "
-        "or reject it",
-    )
-    parser.add_argument(
-        "--no-implicit",
-        action="store_true",
-        help="deduplicate only calls that carry a key (no derived keys)",
-    )
-    parser.add_argument(
-        "--tools", nargs="+", metavar="GLOB", help="tools that get derived keys (default: all)"
-    )
-    parser.add_argument(
-        "--exclude-tools", nargs="+", metavar="GLOB", help="tools that never get derived keys"
-    )
-    parser.add_argument(
-        "--dedupe-read-only",
-        action="store_true",
-        help="derive keys for tools annotated readOnlyHint too (default: they always run)",
-    )
-    parser.add_argument(
-        "--cancel-grace",
-        type=positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="a cancelled SEP-3182 call keeps its key this long without an answer (default 60)",
-    )
-    parser.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="warning",
-        help="logs go to stderr (default warning)",
-    )
-
-
-def _call_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of ``ToolCallCore`` from ``_add_call_options``' flags."""
-    return {
-        "run_id": args.run_id,
-        "lease_ttl": args.lease,
-        "retention": args.retention if args.retention is not None else 600.0,
-        "sep_retention": args.sep_retention,
-        "in_flight": args.in_flight,
-        "implicit": not args.no_implicit,
-        "tools": args.tools or ("*",),
-        "exclude_tools": args.exclude_tools or (),
-        "dedupe_read_only": args.dedupe_read_only,
-        "cancel_grace": args.cancel_grace,
-    }

@@ -45,6 +45,7 @@ from idemstore.mcp.http_relay import (
     response_headers,
     streamed,
 )
+from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.sse_stream import SSEReader, render_event
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ logger = logging.getLogger("idemstore.mcp.gateway")
 _METHODS = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
 # Requests whose answers the gateway reads: the capability, the tools' readOnlyHint.
 _READ_ANSWERS = frozenset({"initialize", "server/discover", "tools/list"})
+# Load balancers' probes, answered by the gateway itself and never relayed.
+_PROBES = frozenset({"/healthz", "/readyz"})
 _DEFAULT_MAX_BODY = 16 * 1024 * 1024
 # What a replay costs the upstream: one ping carrying the caller's credentials.
 _BOTH_MEDIA = "application/json, text/event-stream"
@@ -155,10 +158,12 @@ class McpGateway:
     Args:
         store: where ``tools/call`` records live; share it between replicas.
         config: the upstream and how to reach it.
-        scope: the authorization boundary of records (``GatewayScope``).
-        **call_options: deduplication policy, as the stdio proxy takes it (``lease_ttl``,
-            ``retention``, ``in_flight``, ``implicit``, ``tools``, ``exclude_tools``,
-            ``run_id``).
+        scope: who the caller is and what happens to a request that names none
+            (``GatewayScope``).
+        verify_replays: before serving a recorded outcome, check with one ``ping`` carrying
+            the caller's headers that the upstream still accepts its credentials.
+        options: the deduplication policy the stdio proxy takes too (``RelayOptions``), or
+            its fields as keyword arguments (``lease_ttl=...``, ``run_id=...``).
     """
 
     def __init__(
@@ -168,14 +173,20 @@ class McpGateway:
         *,
         scope: GatewayScope | None = None,
         verify_replays: bool = True,
-        **call_options: Any,
+        options: RelayOptions | None = None,
+        **fields: Any,
     ) -> None:
         self.config = config
         self._origin, self._path = config.endpoint()
         self._scope = scope or GatewayScope()
         self._verify_replays = verify_replays
+        self._store = store
         self._client: httpx.AsyncClient | None = None
-        self._calls = ToolCalls(store, self._send_upstream, **call_options)
+        if options is None:
+            options = RelayOptions(**fields)
+        elif fields:
+            raise ConfigurationError("give RelayOptions or its fields, not both")
+        self._calls = ToolCalls(store, self._send_upstream, options)
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=_METHODS)],
             lifespan=self._lifespan,
@@ -211,6 +222,8 @@ class McpGateway:
 
     async def _handle(self, request: Request) -> Response:
         if request.method != "POST" or request.url.path != self._path:
+            if request.url.path in _PROBES and request.method in ("GET", "HEAD"):
+                return await self._probe(request.url.path)
             return await self._relay(request, request.stream())
         try:
             body = await self._read_body(request)
@@ -295,6 +308,37 @@ class McpGateway:
         finally:
             await response.aclose()
         return None
+
+    async def _probe(self, path: str) -> Response:
+        """``/healthz``: the process answers. ``/readyz``: the store and the upstream answer
+        too (any HTTP status from the upstream's origin counts: it is reachable). Neither
+        touches the MCP path nor the upstream's own probes."""
+        if path == "/healthz":
+            return error_response(200, "ok")
+        failures = []
+        try:
+            await self._store.ping()
+        except Exception as exc:
+            failures.append(f"store: {type(exc).__name__}")
+        try:
+            response = await self._send_upstream("GET", "/", [], b"")
+            await response.aclose()
+        except httpx.HTTPError as exc:
+            failures.append(f"upstream: {type(exc).__name__}")
+        if failures:
+            return error_response(503, "not ready: " + "; ".join(failures))
+        return error_response(200, "ready")
+
+    def describe(self, listen: str, store: str) -> str:
+        """One line for the operator: where it listens, what it fronts, how it tells callers
+        apart (``store``: the store URL with its password already redacted)."""
+        sources = " ".join(str(source) for source in self._scope.sources.sources)
+        verify = "verified with the upstream" if self._verify_replays else "not verified"
+        return (
+            f"idemstore gateway: listening on http://{listen}{self._path} for"
+            f" {self.config.upstream}; store {store}; callers by {sources}, unidentified"
+            f" {self._scope.unidentified}; replays {verify}; probes /healthz /readyz"
+        )
 
     async def _read_body(self, request: Request) -> bytes | None:
         chunks: list[bytes] = []

@@ -23,26 +23,28 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from starlette.responses import Response, StreamingResponse
 
+from idemstore.callers import fit_scope
 from idemstore.mcp import sep3182
 from idemstore.mcp.http_relay import error_response, request_headers, response_headers
 from idemstore.mcp.sse_stream import SSEReader, render_event
-from idemstore.mcp.tool_calls import (
+from idemstore.mcp.tool_call_keys import (
     Answer,
     Forward,
-    ServerGone,
-    ServerResponse,
-    ToolCallCore,
-    dumps,
+    KeyDeriver,
+    ToolCall,
     error_line,
     id_key,
 )
+from idemstore.mcp.tool_call_runs import CallRunner, PendingCall, ServerGone, ServerResponse
+from idemstore.mcp.tool_calls import advertised
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 
+    from idemstore.mcp.relay_options import RelayOptions
     from idemstore.protocol import IdempotencyStore
 
-    Execute = Callable[[bytes], Awaitable[dict[str, Any] | None]]
+    Execute = Callable[[bytes], Awaitable[ServerResponse | None]]
     Refuse = Callable[[Response], None]
     Verify = Callable[[], Awaitable[Response | None]]
     SendUpstream = Callable[
@@ -82,11 +84,12 @@ def rendered(headers: Mapping[str, str], data: bytes) -> Response:
 class UpstreamAnswer:
     """The upstream's answer to one forwarded ``tools/call``, relayed to the client as it comes.
 
-    ``until_final()`` reads up to the final response and returns it decoded (``None`` when the
-    answer has none: a non-2xx status, a stream cut before it, a body that is not the
-    response). The bytes that carry the final response are held back until ``finish()``: the
-    core records the outcome first, so a client that retries the moment it has its answer
-    gets the replay, not "in progress". ``finish()`` then relays them and reads the rest.
+    ``until_final()`` reads up to the final response and returns it decoded, with the
+    upstream's own bytes of it (``None`` when the answer has none: a non-2xx status, a stream
+    cut before it, a body that is not the response). The bytes that carry the final response
+    are held back until ``finish()``: the core records the outcome first, so a client that
+    retries the moment it has its answer gets the replay, not "in progress". ``finish()`` then
+    relays them and reads the rest.
     ``response()`` is the client's copy: the same status, headers and bytes.
     """
 
@@ -100,18 +103,18 @@ class UpstreamAnswer:
         media = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
         self.streaming = media == "text/event-stream"
 
-    def _matches(self, message: object) -> dict[str, Any] | None:
+    def _matches(self, message: object, data: bytes) -> ServerResponse | None:
         if (
             isinstance(message, dict)
             and "method" not in message
             and message.get("id") == self.request_id
             and ("result" in message or "error" in message)
         ):
-            return message
+            return ServerResponse(message, data)  # the bytes are what the core records
         return None
 
-    async def until_final(self) -> dict[str, Any] | None:
-        """Relay the answer up to its final response; that response, decoded."""
+    async def until_final(self) -> ServerResponse | None:
+        """Relay the answer up to its final response; that response, decoded and as sent."""
         try:
             if not 200 <= self.upstream.status_code < 300:
                 async for chunk in self.upstream.aiter_raw():
@@ -121,7 +124,7 @@ class UpstreamAnswer:
                 body = await self.upstream.aread()
                 self._held.append(body)
                 try:
-                    return self._matches(json.loads(body))
+                    return self._matches(json.loads(body), body)
                 except (ValueError, RecursionError):
                     return None
             reader = SSEReader(_MAX_EVENT_BYTES)
@@ -129,7 +132,8 @@ class UpstreamAnswer:
             async for chunk in self._rest:
                 found = None
                 for event in reader.feed(chunk):
-                    found = found or self._matches(event.message())
+                    data = (event.data or "").encode("utf-8", "surrogatepass")
+                    found = found or self._matches(event.message(), data)
                 if found is not None:
                     self._held.append(chunk)
                     return found
@@ -195,82 +199,53 @@ class UpstreamAnswer:
         return relayed
 
 
-class _CallCore(ToolCallCore):
-    """The shared core for one HTTP request, knowing what every request taught the gateway.
-
-    Each POST is its own exchange in Streamable HTTP: JSON-RPC ids are only unique per client,
-    and the key scope is the request's authorization boundary. So every ``tools/call`` gets a
-    core of its own (cheap: no I/O), while the ``readOnlyHint`` annotations read from the
-    ``tools/list`` answers relayed so far are the gateway's and shared.
-    """
-
-    def __init__(
-        self, store: IdempotencyStore, read_only: Mapping[str, bool], **options: Any
-    ) -> None:
-        super().__init__(store, consumer="mcp_gateway", **options)
-        self._hints = read_only
-
-    def is_read_only(self, name: str) -> bool:
-        return self._hints.get(name, False)
-
-
 class ToolCalls:
     """Deduplicated ``tools/call`` for the gateway: one per gateway, shared by all requests.
 
-    ``run_id`` scopes derived keys (replicas that share it deduplicate key-less calls); every
-    other option is the core's (``idemstore.mcp.tool_calls.ToolCallCore``). Explicit and
-    derived keys are both scoped to the request's authorization boundary.
+    Each POST is its own exchange in Streamable HTTP: JSON-RPC ids are only unique per client,
+    and every record lives in the scope of the request's caller (``scope`` given to
+    ``handle``), derived keys in the run id's scope *and* the caller's. The key derivation and
+    the execution are the relays' shared pieces (``KeyDeriver``, ``CallRunner``); the
+    ``readOnlyHint`` annotations read from the ``tools/list`` answers relayed so far are the
+    gateway's, shared by every caller.
     """
 
     def __init__(
-        self,
-        store: IdempotencyStore,
-        send_upstream: SendUpstream,
-        *,
-        run_id: str | None = None,
-        **options: Any,
+        self, store: IdempotencyStore, send_upstream: SendUpstream, options: RelayOptions
     ) -> None:
-        self._store = store
         self._send = send_upstream
-        self._run_id = run_id if run_id is not None else uuid.uuid4().hex
-        self._options = options
-        self._read_only: dict[str, bool] = {}
+        self._run_id = options.run_id if options.run_id is not None else uuid.uuid4().hex
+        self._keys = KeyDeriver(options)
+        self._runner = CallRunner(store, options, "mcp_gateway")
         self._running: set[asyncio.Task[Any]] = set()
         # Calls in flight by (scope, Mcp-Session-Id, request id): where a client's
         # notifications/cancelled (a POST of its own) finds the call it names.
-        self._in_flight: dict[tuple[str, str, str], ToolCallCore] = {}
-        self._core("mcp-gateway/check")  # a bad option fails at start, not on the first call
+        self._in_flight: dict[tuple[str, str, str], PendingCall] = {}
 
-    def _core(self, scope: str) -> _CallCore:
-        return _CallCore(
-            self._store,
-            self._read_only,
-            key_scope=scope,
-            run_id=f"{self._run_id}/{scope}",
-            **self._options,
-        )
+    def _prepare(
+        self, message: dict[str, Any], body: bytes, scope: str
+    ) -> ToolCall | Answer | Forward:
+        run_scope = fit_scope(f"mcp-proxy/run/{self._run_id}/{scope}")
+        return self._keys.prepare(message, body, key_scope=scope, run_scope=run_scope)
 
     def reader(self, message: dict[str, Any]) -> Callable[[dict[str, Any], bytes], bytes]:
         """For an ``initialize``, ``server/discover`` or ``tools/list`` request: how to relay
         each message of its answer (``(message, its bytes) -> bytes to send``).
 
-        The capability is added by the core; ``tools/list`` annotations are kept for later
-        calls through this gateway.
+        The capability is declared in ``initialize`` and ``server/discover`` answers;
+        ``tools/list`` annotations are kept for later calls through this gateway.
         """
-        core = ToolCallCore(self._store, run_id="reader")
-        core.note_request(message)
+        method = message.get("method")
 
         def relay(answer: dict[str, Any], line: bytes) -> bytes:
             if "method" in answer or answer.get("id") != message.get("id"):
                 return line
-            relayed = core.on_response(answer, line)
+            if method != "tools/list":
+                return advertised(answer, line)
             result = answer.get("result")
-            tools = result.get("tools") if isinstance(result, dict) else None
-            if message.get("method") == "tools/list" and isinstance(tools, list):
-                for tool in tools:
-                    if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                        self._read_only[tool["name"]] = core.is_read_only(tool["name"])
-            return relayed
+            if isinstance(result, dict):
+                self._keys.read_annotations(result)
+            return line
 
         return relay
 
@@ -280,7 +255,7 @@ class ToolCalls:
         """A ``tools/call`` from a caller nothing tells apart: it is never deduplicated (no
         record another caller could match). The bytes to relay upstream (the SEP key
         stripped), or the client's answer: an invalid key, or 400 when ``refuse``."""
-        verdict = self._core("mcp-gateway/unidentified").prepare(message, body)
+        verdict = self._prepare(message, body, "mcp-gateway/unidentified")
         if isinstance(verdict, Forward):
             return verdict.line
         if isinstance(verdict, Answer):
@@ -298,11 +273,15 @@ class ToolCalls:
 
     def cancel(self, scope: str, session: str, request_id: object) -> None:
         """A client's ``notifications/cancelled`` for one of its calls in flight here: the
-        proxy's rule (``ToolCallCore.cancel``): a derived or ``_meta`` key is released at
-        once, a SEP key after ``cancel_grace`` seconds without an answer."""
-        core = self._in_flight.get((scope, session, id_key(request_id)))
-        if core is not None:
-            core.cancel(request_id)
+        proxy's rule: a call not yet forwarded stops; a forwarded derived or ``_meta`` key is
+        released at once, a SEP key after ``cancel_grace`` seconds without an answer."""
+        pending = self._in_flight.get((scope, session, id_key(request_id)))
+        if pending is None or pending.task is None:
+            return
+        if pending.forwarded:
+            self._runner.cancel_forwarded(pending)
+        else:
+            pending.task.cancel()
 
     async def handle(
         self,
@@ -320,21 +299,20 @@ class ToolCalls:
         ``verify``, when given, runs before a recorded outcome is served: ``None`` lets the
         replay go, a ``Response`` is the client's answer instead (the upstream's refusal).
         """
-        core = self._core(scope)
-        verdict = core.prepare(message, body)
+        verdict = self._prepare(message, body, scope)
         if isinstance(verdict, Forward):
             return verdict.line
         if isinstance(verdict, Answer):
             return rendered(headers, verdict.line)
-        call = verdict
-        in_flight = (scope, session, call.id_key)
+        pending = PendingCall(verdict)
+        in_flight = (scope, session, verdict.id_key)
 
         async def run(execute: Execute, refuse: Refuse) -> bytes | None:
             async def exchange(forward: bytes) -> ServerResponse:
                 final = await execute(forward)
                 if final is None:
                     raise ServerGone("the upstream gave no final response")
-                return ServerResponse(final, dumps(final) + b"\n")
+                return final  # the upstream's own bytes: the record replays them exactly
 
             async def admit_replay() -> bool:
                 assert verify is not None
@@ -343,16 +321,16 @@ class ToolCalls:
                     refuse(refusal)
                 return refusal is None
 
-            self._in_flight.setdefault(in_flight, core)
+            admit = admit_replay if verify is not None else None
+            pending.task = asyncio.ensure_future(self._runner.answer(pending, exchange, admit))
+            self._in_flight.setdefault(in_flight, pending)
             try:
-                return await core.start(
-                    call, exchange, admit_replay=admit_replay if verify is not None else None
-                )
+                return await pending.task
             finally:
-                if self._in_flight.get(in_flight) is core:
+                if self._in_flight.get(in_flight) is pending:
                     del self._in_flight[in_flight]
 
-        return await self.answer(path=path, headers=headers, request_id=call.request_id, run=run)
+        return await self.answer(path=path, headers=headers, request_id=verdict.request_id, run=run)
 
     async def answer(
         self,
@@ -379,7 +357,7 @@ class ToolCalls:
             if not live.done():
                 live.set_result(response)
 
-        async def execute(body: bytes) -> dict[str, Any] | None:
+        async def execute(body: bytes) -> ServerResponse | None:
             forwarded = request_headers(headers.items(), rewritten=True)
             try:
                 upstream = await self._send("POST", path, forwarded, body)

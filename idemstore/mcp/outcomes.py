@@ -18,7 +18,16 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["FORMAT_VERSION", "RecordUnreadable", "ToolOutcome", "era_neutral", "render_result"]
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
+
+__all__ = [
+    "FORMAT_VERSION",
+    "RecordUnreadable",
+    "ToolOutcome",
+    "era_neutral",
+    "render_result",
+    "replay_marked",
+]
 
 FORMAT_VERSION = 1
 """The version of the record format ``ToolOutcome.encode`` writes."""
@@ -80,6 +89,18 @@ def era_neutral(wire: dict[str, Any]) -> dict[str, Any]:
         else:
             del neutral["_meta"]
     return neutral
+
+
+def replay_marked(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a recorded ``CallToolResult`` with ``_meta[REPLAYED_META_KEY] = true``.
+
+    The same marker the proxy and the gateway splice into a replay; never recorded (a record
+    is what the tool produced), only added as a replay is delivered.
+    """
+    wire = dict(body)
+    meta = wire.get("_meta")
+    wire["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), REPLAYED_META_KEY: True}
+    return wire
 
 
 def render_result(body: dict[str, Any], version: str, stamp: object) -> dict[str, Any]:

@@ -23,12 +23,13 @@ import os
 import signal
 import stat
 import sys
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from idemstore.errors import ConfigurationError
 from idemstore.mcp import sep3182
 from idemstore.mcp.tool_calls import (
     Answer,
+    RelayOptions,
     ServerGone,
     ServerResponse,
     ToolCall,
@@ -143,23 +144,12 @@ class IdempotentProxy:
 
     Args:
         store: any ``IdempotencyStore`` (shared ones let several proxies deduplicate together).
-        run_id: scope of derived keys (default: a new UUID, i.e. one per proxy). Proxies that
-            share a store and a run id deduplicate implicit calls between them.
+        options: the deduplication policy (``RelayOptions``: run id, lease, retentions,
+            in-flight policy, which tools get derived keys, cancel grace, takeover policy), or
+            its fields as keyword arguments (``lease_ttl=...``, ``run_id=...``). Proxies that
+            share a store and a run id deduplicate implicit calls between them; ``retention``
+            defaults to 600 s, as mcp-idempotent's ``--ttl-ms``.
         key_scope: scope of explicit keys (SEP-3182 and ``_meta``); see ``default_key_scope``.
-        lease_ttl: seconds a call holds its key without a heartbeat; heartbeats run every third.
-        retention: seconds a derived or ``_meta`` key's result is replayed (default 600, as
-            mcp-idempotent's ``--ttl-ms``).
-        sep_retention: seconds a SEP-3182 key's outcome is replayed (default 86400).
-        in_flight: for derived and ``_meta`` keys, ``"wait"`` for a running original and return
-            its result, or ``"reject"`` at once. SEP-3182 keys always reject.
-        implicit: derive keys for calls that carry none (``False``: only explicit keys).
-        tools: glob patterns of the tools that get derived keys (default: all). Explicit keys
-            are always honoured.
-        exclude_tools: glob patterns of the tools that never get derived keys.
-        dedupe_read_only: derive keys for tools whose ``tools/list`` entry says
-            ``readOnlyHint: true`` too (default: such tools always run, for fresh data).
-        cancel_grace: seconds a cancelled SEP-3182 call keeps its key while the server has not
-            answered (MCP servers need not answer a cancelled request).
         max_line_bytes: longest message accepted; a longer one is skipped and answered with an
             error.
 
@@ -189,38 +179,21 @@ class IdempotentProxy:
     def __init__(
         self,
         store: IdempotencyStore,
+        options: RelayOptions | None = None,
         *,
-        run_id: str | None = None,
         key_scope: str = "mcp-proxy/keys",
-        lease_ttl: float = 30.0,
-        retention: float = 600.0,
-        sep_retention: float = 86400.0,
-        in_flight: Literal["wait", "reject"] = "wait",
-        implicit: bool = True,
-        tools: Sequence[str] = ("*",),
-        exclude_tools: Sequence[str] = (),
-        dedupe_read_only: bool = False,
-        cancel_grace: float = 60.0,
         max_line_bytes: int = _DEFAULT_MAX_LINE,
+        **fields: Any,
     ) -> None:
         if max_line_bytes < 1:
             raise ConfigurationError(f"max_line_bytes must be positive, not {max_line_bytes!r}")
-        self._core = ToolCallCore(
-            store,
-            run_id=run_id,
-            key_scope=key_scope,
-            lease_ttl=lease_ttl,
-            retention=retention,
-            sep_retention=sep_retention,
-            in_flight=in_flight,
-            implicit=implicit,
-            tools=tools,
-            exclude_tools=exclude_tools,
-            dedupe_read_only=dedupe_read_only,
-            cancel_grace=cancel_grace,
-        )
+        if options is None:
+            options = RelayOptions(**fields)
+        elif fields:
+            raise ConfigurationError("give RelayOptions or its fields, not both")
+        self._core = ToolCallCore(store, options, key_scope=key_scope)
         self.run_id = self._core.run_id
-        self._lease_ttl = lease_ttl
+        self._lease_ttl = options.lease_ttl
         self._max_line = max_line_bytes
         self._responses: dict[str, asyncio.Future[ServerResponse]] = {}
         self._client_writer: ByteWriter | None = None

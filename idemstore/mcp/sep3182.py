@@ -18,6 +18,9 @@ What callers may rely on:
   (-32600).
 - ``REFUSAL_CODES``: JSON-RPC errors meaning the request was refused before any tool ran; they
   are never recorded, even under a SEP key (nothing happened that a retry could duplicate).
+  ``REQUEST_CANCELLED`` (-32800, the SDK's answer to a cancelled call) is never recorded either:
+  the tool never finished. ``idemstore.mcp.outcome_policy`` holds the whole rule.
+- ``REPLAYED_META_KEY``: the ``result._meta`` member every consumer sets on a replay.
 - ``with_capability(result)`` adds ``capabilities.tools.idempotency`` to an ``initialize`` or
   ``server/discover`` result.
 """
@@ -40,8 +43,13 @@ __all__ = [
     "IN_PROGRESS_CODE",
     "KEY_FIELD",
     "METHOD_NOT_FOUND",
+    "OUTCOME_UNKNOWN",
+    "OUTCOME_UNRECORDED",
     "PARSE_ERROR",
     "REFUSAL_CODES",
+    "REPLAYED_META_KEY",
+    "REQUEST_CANCELLED",
+    "SCHEMA_MISSING",
     "SERVER_EXITED",
     "STORE_UNAVAILABLE",
     "conflict_error",
@@ -60,11 +68,23 @@ KEY_FIELD = "idempotencyKey"
 CAPABILITY = "idempotency"
 """The member of ``capabilities.tools`` that declares support."""
 
+REPLAYED_META_KEY = "idemstore/idempotent-replayed"
+"""``result._meta`` member (value ``true``) on a replayed result, and only on one.
+
+SEP-3182 names no marker, and ``io.modelcontextprotocol/`` names are the specification's own,
+so the name is namespaced by this project; it says what HTTP's ``Idempotent-Replayed: true``
+header says.
+"""
+
 # error.data.type values.
 IN_PROGRESS = "idempotency_key_in_progress"
 CONFLICT = "idempotency_key_conflict"
 INVALID_KEY = "idempotency_key_invalid"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
+# Beyond the SEP's own (idemstore.refusals): never retryable under the same key.
+OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
+OUTCOME_UNRECORDED = "idempotency_outcome_unrecorded"
+SCHEMA_MISSING = "idempotency_schema_missing"
 SERVER_EXITED = "mcp_server_exited"
 
 # JSON-RPC 2.0 codes.
@@ -73,6 +93,7 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800  # the MCP SDK's answer to a request its client cancelled
 
 CONFLICT_CODE = INVALID_PARAMS
 IN_PROGRESS_CODE = INVALID_REQUEST

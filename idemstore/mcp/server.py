@@ -27,22 +27,23 @@ from typing import TYPE_CHECKING, Any
 from idemstore.callers import CallerSources, asgi_headers, caller_scope, fit_scope
 from idemstore.errors import (
     CanonicalizationError,
-    ConflictError,
     IdemstoreError,
-    InProgressError,
     InvalidKeyError,
     MissingDependencyError,
 )
-from idemstore.execution import ExecutionPolicy
+from idemstore.execution import ExecutionPolicy, TakeoverPolicy
 from idemstore.hashing import fingerprint
-from idemstore.mcp import sep3182
+from idemstore.mcp import outcomes, sep3182
+from idemstore.mcp.outcome_policy import decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
+from idemstore.mcp.refusal_errors import refusal_error
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
 from idemstore.records import MAX_KEY_LENGTH, check_identity
+from idemstore.refusals import Refusal, refusal_of
 
 try:
     import mcp_types
-    from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
+    from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError
     from fastmcp.server.dependencies import fastmcp_request_ctx
     from fastmcp.server.dependencies import get_access_token as _fastmcp_access_token
     from fastmcp.server.middleware import Middleware
@@ -51,7 +52,6 @@ try:
     from mcp.server.request_state import authenticated_principal
     from mcp.shared.exceptions import MCPError
     from mcp_types import SERVER_INFO_META_KEY
-    from mcp_types.methods import is_input_required
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(
@@ -127,7 +127,8 @@ def _error_outcome(exc: MCPError) -> ToolOutcome:
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.data is not None:
         body["data"] = error.data
-    return ToolOutcome("error", body, record=error.code not in sep3182.REFUSAL_CODES, original=exc)
+    record = decide({"error": body}, "sep") == "record"  # never a refusal, nor -32800
+    return ToolOutcome("error", body, record=record, original=exc)
 
 
 def _raise_outcome(kind: str, exc: BaseException) -> ToolOutcome:
@@ -172,6 +173,7 @@ class _Sep3182:
         advertise_retention: bool,
         max_key_length: int,
         max_response_bytes: int | None,
+        on_takeover: TakeoverPolicy,
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
         self._policy = ExecutionPolicy(
@@ -179,6 +181,7 @@ class _Sep3182:
             lease_ttl=lease_ttl,
             retention=retention,
             in_flight="reject",
+            on_takeover=on_takeover,
             consumer="mcp_server",
         )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
@@ -292,12 +295,8 @@ class _Sep3182:
         except _NotRecorded:
             assert fresh is not None
             return fresh
-        except InProgressError:
-            raise _wire_error(sep3182.in_progress_error(call.key)) from None
-        except ConflictError:
-            raise _wire_error(sep3182.conflict_error(call.key)) from None
-        except IdemstoreError as exc:
-            if fresh is not None:
+        except Exception as exc:
+            if fresh is not None and isinstance(exc, IdemstoreError):
                 # The tool ran; its caller gets what it produced even though the store failed.
                 logger.warning(
                     "outcome of tool %r under idempotency key %r could not be recorded: %s",
@@ -306,8 +305,14 @@ class _Sep3182:
                     exc,
                 )
                 return fresh
-            logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
-            raise _wire_error(sep3182.store_unavailable_error(call.key)) from exc
+            refusal = refusal_of(exc)
+            if refusal is None:
+                raise
+            if refusal.retryable or refusal is Refusal.SCHEMA_MISSING:
+                logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
+            # Only a key's fault is told (the store's own messages may name its database).
+            why = str(exc) if refusal is Refusal.INVALID_KEY else ""
+            raise _wire_error(refusal_error(refusal, call.key, why)) from None
         if not result.replayed:
             assert fresh is not None
             return fresh
@@ -317,26 +322,6 @@ class _Sep3182:
             logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
             message = f"The record for {KEY_FIELD} {call.key!r} is unreadable"
             raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
-
-
-def _core(
-    store: IdempotencyStore,
-    retention: float,
-    lease_ttl: float,
-    scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None,
-    advertise_retention: bool,
-    max_key_length: int,
-    max_response_bytes: int | None,
-) -> _Sep3182:
-    return _Sep3182(
-        store,
-        retention=retention,
-        lease_ttl=lease_ttl,
-        scope=scope,
-        advertise_retention=advertise_retention,
-        max_key_length=max_key_length,
-        max_response_bytes=max_response_bytes,
-    )
 
 
 # -- the low-level SDK adapter -------------------------------------------------------------------
@@ -360,6 +345,9 @@ class ServerIdempotency:
         advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability.
         max_key_length: longest key accepted (longer ones are invalid params).
         max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.
+        on_takeover: a call whose key was held by a call that died (lease lapsed) without an
+            outcome: ``"run"`` the tool again (default), or ``"refuse"`` it, and every retry,
+            with ``data.type = "idempotency_outcome_unknown"`` (docs/refusals.md).
     """
 
     __slots__ = ("_sep", "_stamp")
@@ -374,19 +362,21 @@ class ServerIdempotency:
         advertise_retention: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
+        on_takeover: TakeoverPolicy = "run",
     ) -> None:
         # The SDK's serverInfo stamp of 2026-era results, learnt from the discover result or
         # a tool result this server produced (a middleware cannot reach the Server): a replay
         # rendered for a 2026 connection carries it too, once known.
         self._stamp: object = None
-        self._sep = _core(
+        self._sep = _Sep3182(
             store,
-            retention,
-            lease_ttl,
-            scope,
-            advertise_retention,
-            max_key_length,
-            max_response_bytes,
+            retention=retention,
+            lease_ttl=lease_ttl,
+            scope=scope,
+            advertise_retention=advertise_retention,
+            max_key_length=max_key_length,
+            max_response_bytes=max_response_bytes,
+            on_takeover=on_takeover,
         )
 
     @property
@@ -422,7 +412,7 @@ class ServerIdempotency:
             except Exception as exc:
                 return _raise_outcome("exception", exc)
             wire = _dump(result)
-            if is_input_required(wire):
+            if decide({"result": wire}, "sep") == "release":  # an MRTR input_required ask
                 return ToolOutcome("result", wire, record=False, original=result)
             self._learn_stamp(wire)
             return ToolOutcome("result", era_neutral(wire), original=result)
@@ -444,7 +434,7 @@ def _deliver_lowlevel(outcome: ToolOutcome, version: str, stamp: object) -> Hand
         return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
     body = outcome.body
     if outcome.kind == "result":
-        return render_result(body, version, stamp)
+        return render_result(outcomes.replay_marked(body), version, stamp)
     if outcome.kind == "error":
         raise _wire_error(body)
     raise ReplayedToolError(body.get("message", ""))
@@ -479,15 +469,17 @@ class FastMCPIdempotency(Middleware):
         advertise_retention: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
+        on_takeover: TakeoverPolicy = "run",
     ) -> None:
-        self._sep = _core(
+        self._sep = _Sep3182(
             store,
-            retention,
-            lease_ttl,
-            scope,
-            advertise_retention,
-            max_key_length,
-            max_response_bytes,
+            retention=retention,
+            lease_ttl=lease_ttl,
+            scope=scope,
+            advertise_retention=advertise_retention,
+            max_key_length=max_key_length,
+            max_response_bytes=max_response_bytes,
+            on_takeover=on_takeover,
         )
 
     @property
@@ -581,6 +573,7 @@ def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
         return original  # type: ignore[return-value]
     body = outcome.body
     if outcome.kind == "result":
+        body = outcomes.replay_marked(body)
         wire = mcp_types.CallToolResult.model_validate(body)
         structured = body.get("structuredContent")
         if structured is None or isinstance(structured, dict):
@@ -597,6 +590,6 @@ def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
     if body.get("class") == "not_found":
         raise NotFoundError(message)
     if body.get("class") == "tool_error":
-        # FastMCP turns a ToolError into the isError result the client saw the first time.
-        raise ToolError(message)
+        # The isError result FastMCP made of the (already masked) ToolError, marked.
+        return ToolResult(content=message, is_error=True, meta=outcomes.replay_marked({})["_meta"])
     raise ReplayedToolError(message)

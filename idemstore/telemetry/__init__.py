@@ -2,9 +2,11 @@
 
 Nothing here runs until ``instrument()`` is called: stores are not wrapped, consumers take their
 plain path, and the ``opentelemetry`` packages are not even imported. After it, stores opened
-with ``open_store`` (and every store a consumer or the sweeper uses) record through the
-OpenTelemetry API: with no SDK configured that API does nothing, so the numbers appear once the
-application installs a ``MeterProvider``/``TracerProvider`` (or passes them here).
+with ``open_store`` record through the OpenTelemetry API, and so do the calls consumers and the
+sweeper make (``instrument()`` registers an observer with ``idemstore.execution_hooks``, which
+the execution path reports to; it hands them a recording view of a store built directly, and
+never changes the caller's store). With no SDK configured that API does nothing, so the numbers
+appear once the application installs a ``MeterProvider``/``TracerProvider`` (or passes them).
 
 The metric and span names are listed in ``docs/observability.md`` and in ``METRICS`` below.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
+from idemstore.execution_hooks import register_observer
+from idemstore.telemetry.attributes import backend_name
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -53,7 +57,11 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "{lease}",
         "idemstore.backend, idemstore.operation",
     ),
-    "idemstore.heartbeat.failures": ("counter", "{heartbeat}", "idemstore.backend, error.type"),
+    "idemstore.heartbeat.failures": (
+        "counter",
+        "{heartbeat}",
+        "idemstore.backend, idemstore.heartbeat.failure, error.type",
+    ),
     "idemstore.wait.duration": ("histogram", "s", "idemstore.backend, idemstore.wait.outcome"),
     "idemstore.wait.timeouts": ("counter", "{wait}", "idemstore.backend"),
     "idemstore.sweep.removed": ("counter", "{record}", "idemstore.backend"),
@@ -65,15 +73,6 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }
 
 _current: Instruments | None = None
-
-
-def backend_name(store: object) -> str:
-    """The engine a store runs on, as the store declares it (a ``backend`` attribute), else
-    its class name without the ``Store`` suffix (``RedisStore`` -> ``redis``)."""
-    declared = getattr(store, "backend", None)
-    if isinstance(declared, str) and declared:
-        return declared
-    return type(store).__name__.removesuffix("Store").lower() or "unknown"
 
 
 def current() -> Instruments | None:
@@ -104,6 +103,7 @@ def instrument(
     if record_keys not in (False, True, "hash"):
         raise ConfigurationError(f"record_keys must be False, True or 'hash', not {record_keys!r}")
     try:
+        from idemstore.telemetry.consumer import ConsumerObserver
         from idemstore.telemetry.instruments import Instruments
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("opentelemetry"):
@@ -112,16 +112,18 @@ def instrument(
             "idemstore.instrument() needs the OpenTelemetry API: pip install 'idemstore[otel]'"
         ) from exc
     _current = Instruments(meter_provider, tracer_provider, record_keys)
+    register_observer(ConsumerObserver(_current))
 
 
 def uninstrument() -> None:
-    """Stop recording: consumers and newly opened stores take the plain path again.
+    """Stop recording: consumers, the sweeper and newly opened stores take the plain path again.
 
-    A store wrapped earlier keeps recording: one the application holds, and the store of a
-    consumer that handled a call while instrumented.
+    A store wrapped earlier and held by the application (one ``open_store`` returned while
+    instrumented) keeps recording.
     """
     global _current
     _current = None
+    register_observer(None)
 
 
 def instrumented(store: IdempotencyStore, *, backend: str | None = None) -> IdempotencyStore:

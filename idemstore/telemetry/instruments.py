@@ -6,10 +6,10 @@ Imported only by ``instrument()``: importing it needs ``opentelemetry-api``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import time
 from contextlib import AbstractContextManager
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
@@ -20,7 +20,8 @@ from opentelemetry.trace import (
     SpanKind,
 )
 
-from idemstore import __version__
+from idemstore.telemetry.attributes import KEY, KEY_HASH, SCOPE
+from idemstore.telemetry.store import InstrumentedStore
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -32,22 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["Instruments"]
 
 SCOPE_NAME = "idemstore"
-
-# Attribute names (one place; the docs table lists them).
-BACKEND = "idemstore.backend"
-OPERATION = "idemstore.operation"
-OUTCOME = "idemstore.outcome"
-FENCE = "idemstore.fence"
-TAKEOVER = "idemstore.reserve.takeover"
-RESERVE_OUTCOME = "idemstore.reserve.outcome"
-WAIT_OUTCOME = "idemstore.wait.outcome"
-CONSUMER = "idemstore.consumer"
-CALL_OUTCOME = "idemstore.call.outcome"
-REMOVED = "idemstore.sweep.removed"
-KEY = "idemstore.key"
-SCOPE = "idemstore.scope"
-KEY_HASH = "idemstore.key.hash"
-ERROR_TYPE = "error.type"
 
 # Store operations take from microseconds (memory) to hundreds of milliseconds (a remote
 # engine under load); the SDK's default buckets start at 5 (meant for milliseconds).
@@ -87,11 +72,9 @@ class Instruments:
         "_tracer_provider",
         "_tracing",
         "_untraced",
-        "_wrapper",
         "consumer_calls",
         "fenced_out",
         "heartbeat_failures",
-        "observe_begin",
         "operation_duration",
         "record_keys",
         "reserve_outcomes",
@@ -107,14 +90,9 @@ class Instruments:
         tracer_provider: TracerProvider | None,
         record_keys: KeyRecording,
     ) -> None:
-        # Imported here: both modules read this module's attribute names.
-        from idemstore.telemetry.consumer import observe_begin
-        from idemstore.telemetry.store import InstrumentedStore
-
-        self.observe_begin = functools.partial(observe_begin, self)
-        self._wrapper = InstrumentedStore
-        meter = metrics.get_meter(SCOPE_NAME, __version__, meter_provider)
-        self.tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
+        version = _installed_version()
+        meter = metrics.get_meter(SCOPE_NAME, version, meter_provider)
+        self.tracer = trace.get_tracer(SCOPE_NAME, version or None, tracer_provider)
         self._tracer_provider = tracer_provider
         self._tracing = False
         self._untraced = 0
@@ -138,7 +116,7 @@ class Instruments:
         self.heartbeat_failures = meter.create_counter(
             "idemstore.heartbeat.failures",
             unit="{heartbeat}",
-            description="Lease extensions (heartbeats) that raised instead of answering.",
+            description="Heartbeats that failed to extend their lease: lost, or a store error.",
         )
         self.wait_duration = meter.create_histogram(
             "idemstore.wait.duration",
@@ -149,7 +127,7 @@ class Instruments:
         self.wait_timeouts = meter.create_counter(
             "idemstore.wait.timeouts",
             unit="{wait}",
-            description="Waits that ended at their timeout with the key still held.",
+            description="Waits that ran out their timeout with the key still in progress.",
         )
         self.swept = meter.create_counter(
             "idemstore.sweep.removed",
@@ -164,13 +142,12 @@ class Instruments:
 
     def wrap(self, store: IdempotencyStore, *, backend: str | None = None) -> IdempotencyStore:
         """``store`` recording into these instruments (re-wrapped if it recorded elsewhere)."""
-        wrapper = self._wrapper
-        if isinstance(store, wrapper):
+        if isinstance(store, InstrumentedStore):
             if store.instruments is self:
                 return store
             backend = backend or store.backend
             store = store.wrapped
-        return wrapper(store, self, backend=backend)
+        return InstrumentedStore(store, self, backend=backend)
 
     def key_attributes(self, attributes: dict[str, Any], key: object, scope: object) -> None:
         """Add the key to span ``attributes`` as the user chose: not at all, hashed, or raw."""
@@ -216,3 +193,13 @@ class Instruments:
 
     def record_operation(self, attributes: dict[str, Any], started: float) -> None:
         self.operation_duration.record(time.perf_counter() - started, attributes)
+
+
+def _installed_version() -> str:
+    """idemstore's version for the instrumentation scope, from the installed distribution
+    (the metadata the build wrote from ``idemstore.__version__``): importing the package
+    for it would make telemetry import what imports telemetry. Empty when not installed."""
+    try:
+        return metadata.version("idemstore")
+    except metadata.PackageNotFoundError:
+        return ""

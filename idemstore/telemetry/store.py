@@ -7,22 +7,24 @@ specifics) are read from the wrapped store.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from opentelemetry.trace import StatusCode
 
 from idemstore.protocol import Status, answers_inline
-from idemstore.telemetry import backend_name
-from idemstore.telemetry.instruments import (
+from idemstore.telemetry.attributes import (
     BACKEND,
     ERROR_TYPE,
     FENCE,
     OPERATION,
     OUTCOME,
     RESERVE_OUTCOME,
+    SWEEP_REMOVED,
     TAKEOVER,
     WAIT_OUTCOME,
+    backend_name,
 )
 
 if TYPE_CHECKING:
@@ -88,8 +90,6 @@ class InstrumentedStore:
                 span.set_attribute(ERROR_TYPE, error)
                 # The type only: an exception's text may quote a key or a response.
                 span.set_status(StatusCode.ERROR, error)
-                if operation == "extend" and isinstance(exc, Exception):
-                    instruments.heartbeat_failures.add(1, {**self._base, ERROR_TYPE: error})
                 raise
             instruments.record_operation(attributes, started)
             describe(result, span)
@@ -167,17 +167,17 @@ class InstrumentedStore:
         return await self._observe("get", self.wrapped.get(key, scope=scope), describe, key, scope)
 
     async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
-        started = time.perf_counter()
+        # The clock wait measures its timeout on (the loop's, monotonic); whether a lease ran
+        # is the engine's to say, by its clock, never this machine's wall clock.
+        clock = asyncio.get_running_loop().time
+        started = clock()
 
         def describe(record: Record | None, span: Span) -> None:
-            waited = time.perf_counter() - started
-            # wait returns early once the key is settled or its lease lapsed; a record it
-            # returns with a lease still running means the timeout ended it.
+            waited = clock() - started
+            # wait returns early once no live lease holds the key (by the engine's clock);
+            # one that returns the key still in progress after its timeout ran out of time.
             timed_out = (
-                record is not None
-                and record.status is Status.IN_PROGRESS
-                and record.lease_expires_at is not None
-                and record.lease_expires_at > time.time()
+                record is not None and record.status is Status.IN_PROGRESS and waited >= timeout
             )
             outcome = "timeout" if timed_out else "settled"
             span.set_attribute(OUTCOME, outcome)
@@ -197,7 +197,7 @@ class InstrumentedStore:
 
     async def sweep(self, *, limit: int = 1000) -> int:
         def describe(removed: int, span: Span) -> None:
-            span.set_attribute("idemstore.sweep.removed", removed)
+            span.set_attribute(SWEEP_REMOVED, removed)
             if removed:
                 self.instruments.swept.add(removed, self._base)
 

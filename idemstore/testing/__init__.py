@@ -24,6 +24,10 @@ suite runs on, as a test id of its own:
 With no ``idemstore_contract`` the suite runs on every registered fixture variant: that is
 what idemstore's own test run does. The suite's tests take the fixture ``store``; a test
 module of a backend's own may take it too.
+
+For a backend's own tests, two tools: ``FaultProxy`` (a loopback TCP proxy in front of the
+engine that adds latency, drops requests or replies, resets connections and goes half-open)
+and ``FakeClock`` (a ``clock=`` the test moves by hand, frozen, ticking or skewed).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import pytest
 
 from idemstore.registry import engines, fixture_variants, load_target, scheme_of
 from idemstore.schema import run_schema
+from idemstore.testing.clocks import FakeClock
+from idemstore.testing.faults import FaultProxy
 from idemstore.testing.fixtures import backend_unavailable
 from idemstore.urls import open_store, redact_url
 
@@ -51,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTRACT_DIR",
     "ContractTarget",
+    "FakeClock",
+    "FaultProxy",
     "backend_unavailable",
     "contract_targets",
     "idemstore_contract_target",

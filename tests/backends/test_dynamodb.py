@@ -24,6 +24,7 @@ from idemstore import (
 )
 from idemstore.backends.dynamodb import DynamoDBStore
 from idemstore.local_servers import free_port
+from idemstore.testing import FakeClock, FaultProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
@@ -32,16 +33,6 @@ if TYPE_CHECKING:
 
 FP = "fp-a"
 LONG = 60.0
-
-
-class Clock:
-    """Wall-clock time plus an offset the test moves forward."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
 
 
 def counting_session() -> tuple[Any, Counter[str]]:
@@ -75,9 +66,9 @@ async def acquire(store: DynamoDBStore, key: str, lease_ttl: float = LONG) -> Le
 
 
 def raw_item(admin: Any, table: str, store: DynamoDBStore, key: str, scope: str = "") -> Any:
-    from idemstore.backends.dynamodb import _partition_key
+    from idemstore.backends.dynamodb.items import partition_key
 
-    return admin.get_item(TableName=table, Key=_partition_key(scope, key), ConsistentRead=True).get(
+    return admin.get_item(TableName=table, Key=partition_key(scope, key), ConsistentRead=True).get(
         "Item"
     )
 
@@ -87,7 +78,7 @@ def raw_item(admin: Any, table: str, store: DynamoDBStore, key: str, scope: str 
 
 async def test_every_operation_is_one_http_request(dynamodb_store_url: str) -> None:
     session, sent = counting_session()
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, session=session, clock=clock) as store:
 
         async def counted(operation: Awaitable[Any]) -> tuple[Any, int]:
@@ -143,7 +134,7 @@ async def test_a_store_uses_one_client_for_all_its_requests(dynamodb_store_url: 
 async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_exactly_once(
     dynamodb_store_url: str,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
         key = new_key()
         first = await acquire(store, key, lease_ttl=1)
@@ -173,7 +164,7 @@ async def test_concurrent_reclaims_after_release_acquire_exactly_once(
 
 
 async def test_late_complete_racing_a_takeover_has_one_winner(dynamodb_store_url: str) -> None:
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
         for _ in range(10):
             key = new_key()
@@ -201,7 +192,7 @@ async def test_late_complete_racing_a_takeover_has_one_winner(dynamodb_store_url
 async def test_expired_item_that_ttl_has_not_deleted_is_hidden_and_its_fence_continued(
     dynamodb_store_url: str, dynamodb_admin: Any, dynamodb_table: str
 ) -> None:
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
         key = new_key()
         lease = await acquire(store, key)
@@ -215,7 +206,7 @@ async def test_expired_item_that_ttl_has_not_deleted_is_hidden_and_its_fence_con
 
 
 async def test_delete_of_an_expired_item_reports_no_live_record(dynamodb_store_url: str) -> None:
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
         key = new_key()
         lease = await acquire(store, key)
@@ -238,7 +229,7 @@ async def test_ttl_attribute_is_the_retention_deadline_plus_skew_in_whole_second
 
 
 async def test_clock_skew_margin_delays_a_takeover(dynamodb_store_url: str) -> None:
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock, clock_skew=5) as store:
         key = new_key()
         await acquire(store, key, lease_ttl=1)
@@ -337,72 +328,6 @@ async def test_sdk_retry_of_a_landed_complete_reports_success(dynamodb_store_url
 # -- wait against a hung endpoint -------------------------------------------------------------
 
 
-class HangingProxy:
-    """A TCP proxy to the endpoint that forwards until ``hang()``, then holds every byte
-    while keeping the connections open: to the client, a server that stopped answering."""
-
-    def __init__(self, upstream: str) -> None:
-        address = upstream.removeprefix("http://")
-        self.host, _, port = address.rpartition(":")
-        self.upstream = int(port)
-        self.port = 0
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[Any]] = set()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def hang(self) -> None:
-        self._flowing.clear()
-
-    def resume(self) -> None:
-        self._flowing.set()
-
-    async def __aenter__(self) -> HangingProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self._flowing.set()
-        # Cut every connection rather than cancel the handlers: their reads end by themselves.
-        for writer in self._writers:
-            writer.transport.abort()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        self._writers.add(client_w)
-        server_r, server_w = await asyncio.open_connection(self.host, self.upstream)
-        self._writers.add(server_w)
-
-        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            try:
-                while data := await source.read(65536):
-                    await self._flowing.wait()
-                    sink.write(data)
-                    await sink.drain()
-            finally:
-                sink.transport.abort()
-
-        try:
-            await asyncio.gather(
-                pump(client_r, server_w), pump(server_r, client_w), return_exceptions=True
-            )
-        finally:
-            self._writers.difference_update((client_w, server_w))
-            self._handlers.discard(task)
-
-
 # Without a bound of its own, one read inside wait lasted max_attempts read timeouts.
 HUNG = "&read_timeout=1&max_attempts=2"
 
@@ -410,8 +335,9 @@ HUNG = "&read_timeout=1&max_attempts=2"
 async def test_wait_on_a_hung_endpoint_fails_within_its_timeout_when_nothing_was_read(
     dynamodb_endpoint: str, dynamodb_table: str
 ) -> None:
-    async with HangingProxy(dynamodb_endpoint) as proxy:
-        url = url_for(proxy.url, dynamodb_table, HUNG)
+    direct_url = url_for(dynamodb_endpoint, dynamodb_table, HUNG)
+    async with FaultProxy.for_url(direct_url) as proxy:
+        url = proxy.route(direct_url)
         async with DynamoDBStore.from_url(url) as store:
             key = new_key()
             await acquire(store, key)
@@ -425,8 +351,9 @@ async def test_wait_on_a_hung_endpoint_fails_within_its_timeout_when_nothing_was
 async def test_wait_on_an_endpoint_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
     dynamodb_endpoint: str, dynamodb_table: str
 ) -> None:
-    async with HangingProxy(dynamodb_endpoint) as proxy:
-        url = url_for(proxy.url, dynamodb_table, HUNG)
+    direct_url = url_for(dynamodb_endpoint, dynamodb_table, HUNG)
+    async with FaultProxy.for_url(direct_url) as proxy:
+        url = proxy.route(direct_url)
         async with DynamoDBStore.from_url(url) as store:
             key = new_key()
             lease = await acquire(store, key)
@@ -443,9 +370,10 @@ async def test_wait_on_an_endpoint_that_hangs_meanwhile_returns_the_last_record_
 async def test_close_during_the_first_connect_fails_the_operation_and_keeps_no_client(
     dynamodb_endpoint: str, dynamodb_table: str
 ) -> None:
-    async with HangingProxy(dynamodb_endpoint) as proxy:
+    direct_url = url_for(dynamodb_endpoint, dynamodb_table, "&auto_create=true")
+    async with FaultProxy.for_url(direct_url) as proxy:
         # auto_create makes the first connect talk to the table (DescribeTable) before use.
-        store = DynamoDBStore.from_url(url_for(proxy.url, dynamodb_table, "&auto_create=true"))
+        store = DynamoDBStore.from_url(proxy.route(direct_url))
         proxy.hang()
         operation = asyncio.create_task(store.get(new_key()))
         await asyncio.sleep(0.3)  # the operation waits for DescribeTable's answer
@@ -559,7 +487,7 @@ async def test_auto_create_creates_the_missing_table_on_first_use(
 async def test_sweep_deletes_expired_items_and_keeps_live_ones(
     dynamodb_store_url: str, dynamodb_admin: Any, dynamodb_table: str
 ) -> None:
-    clock = Clock()
+    clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
         doomed = [new_key() for _ in range(5)]
         for key in doomed:
@@ -593,7 +521,7 @@ async def test_sweep_with_a_failing_delete_finishes_the_others_then_raises(
 ) -> None:
     from aiobotocore.session import AioSession
 
-    clock = Clock()
+    clock = FakeClock.ticking()
     session = AioSession()
     fail_first_delete_and_slow_the_others(session)
     url = dynamodb_store_url + "&max_attempts=1"

@@ -29,7 +29,8 @@ from tests.conftest import backend_unavailable
 
 asyncpg = pytest.importorskip("asyncpg")
 
-from idemstore.backends.postgres import PostgresStore, _hash64  # noqa: E402
+from idemstore.backends.postgres import PostgresStore  # noqa: E402
+from idemstore.backends.postgres.statements import hash64  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -110,9 +111,9 @@ def test_bad_options_are_configuration_errors(query: str) -> None:
 
 
 def test_lock_keys_keep_scope_and_key_apart() -> None:
-    assert _hash64("public", "a:b", "c") != _hash64("public", "a", "b:c")
-    assert _hash64("public", "", "k") != _hash64("other", "", "k")
-    assert -(2**63) <= _hash64("public", "", "k") < 2**63
+    assert hash64("public", "a:b", "c") != hash64("public", "a", "b:c")
+    assert hash64("public", "", "k") != hash64("other", "", "k")
+    assert -(2**63) <= hash64("public", "", "k") < 2**63
 
 
 # -- migrations ------------------------------------------------------------------------------
@@ -637,7 +638,7 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
         async def reserve_v1(key: str, lease_ttl: float, retention: float) -> Any:
             return await pool.fetchrow(
                 sql["reserve"],
-                _hash64(postgres_schema, "", key),
+                hash64(postgres_schema, "", key),
                 "",
                 key,
                 FP,
@@ -715,7 +716,7 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
 
         async def reserve_v3(key: str) -> Any:
             return await pool.fetchrow(
-                sql["reserve"], _hash64(postgres_schema, "", key), "", key, FP,
+                sql["reserve"], hash64(postgres_schema, "", key), "", key, FP,
                 uuid.uuid4().hex, LONG, LONG,
             )  # fmt: skip
 

@@ -26,6 +26,7 @@ from idemstore import (
     open_store,
 )
 from idemstore.local_servers import ServerUnavailableError, free_port
+from idemstore.testing import FaultProxy
 from tests.conftest import backend_unavailable
 
 pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
@@ -340,88 +341,8 @@ async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
 # -- redis-py's retries of scripts that had run -----------------------------------------------
 
 
-class FaultyProxy:
-    """A TCP proxy to Redis that can swallow the reply to the next request containing some
-    bytes and cut that connection (as if the network failed after Redis ran the command), or
-    hold every byte until ``resume()`` (a server that is slow to answer)."""
-
-    def __init__(self, upstream: int) -> None:
-        self.upstream = upstream
-        self.port = 0
-        self.dropped = 0
-        self._marker: bytes | None = None
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task[Any]] = set()
-
-    def drop_reply_to(self, marker: bytes) -> None:
-        self._marker = marker
-
-    def hang(self) -> None:
-        self._flowing.clear()
-
-    def resume(self) -> None:
-        self._flowing.set()
-
-    async def __aenter__(self) -> FaultyProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self._flowing.set()
-        # Cut every connection rather than cancel the handlers: their reads end by themselves.
-        for writer in self._writers:
-            writer.transport.abort()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        self._writers.add(client_w)
-        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.upstream)
-        self._writers.add(server_w)
-        drop = asyncio.Event()
-
-        async def requests() -> None:
-            try:
-                while data := await client_r.read(65536):
-                    if self._marker is not None and self._marker in data:
-                        self._marker = None
-                        drop.set()  # before the request leaves: its reply is the next to come
-                    await self._flowing.wait()
-                    server_w.write(data)
-                    await server_w.drain()
-            finally:
-                server_w.transport.abort()
-
-        async def replies() -> None:
-            try:
-                while data := await server_r.read(65536):
-                    if drop.is_set():
-                        self.dropped += 1
-                        return
-                    await self._flowing.wait()
-                    client_w.write(data)
-                    await client_w.drain()
-            finally:
-                client_w.transport.abort()
-
-        try:
-            await asyncio.gather(requests(), replies(), return_exceptions=True)
-        finally:
-            self._writers.difference_update((client_w, server_w))
-            self._handlers.discard(task)
-
-
 @pytest.fixture
-async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultyProxy, str]]:
+async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultProxy, str]]:
     """A reply-dropping proxy and a store URL through it, with every script already loaded
     (else the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
     ((_, port),) = nodes_of(redis_server_url)
@@ -429,21 +350,21 @@ async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultyProxy, str
     for script in SCRIPTS.values():
         await client.script_load(script.source)
     await client.aclose()
-    async with FaultyProxy(port) as proxy:
+    async with FaultProxy("127.0.0.1", port) as proxy:
         yield proxy, f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
 
 
 async def test_a_first_reserve_whose_reply_was_lost_and_retried_acquires_once(
-    dropper: tuple[FaultyProxy, str],
+    dropper: tuple[FaultProxy, str],
 ) -> None:
     # The first run took the script's fresh-key branch; the driver's retry finds its own
     # token and must answer as that first run did, with the same lease.
     proxy, url = dropper
     async with open_store(url) as store:
         key = new_key()
-        proxy.drop_reply_to(key.encode())
+        proxy.drop_next_reply(containing=key.encode())
         reservation = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
-        assert proxy.dropped == 1
+        assert proxy.counts["replies dropped"] == 1
         assert reservation.outcome is Outcome.ACQUIRED and not reservation.takeover
         lease = reservation.lease
         assert lease is not None and lease.fence == 1
@@ -494,30 +415,30 @@ async def test_a_resent_release_reports_success_after_the_key_was_acquired_again
 
 
 async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
-    dropper: tuple[FaultyProxy, str],
+    dropper: tuple[FaultProxy, str],
 ) -> None:
     proxy, url = dropper
     async with open_store(url) as store:
         key = new_key()
         lease = await acquire(store, key)
-        proxy.drop_reply_to(lease.token.encode())
+        proxy.drop_next_reply(containing=lease.token.encode())
         assert await store.complete(lease, b"result") is True
-        assert proxy.dropped == 1
+        assert proxy.counts["replies dropped"] == 1
         record = await store.get(key)
         assert record is not None and record.response == b"result"
         assert await store.complete(lease, b"result") is False  # a second call is refused
 
 
 async def test_a_release_whose_reply_was_lost_and_retried_reports_success(
-    dropper: tuple[FaultyProxy, str],
+    dropper: tuple[FaultProxy, str],
 ) -> None:
     proxy, url = dropper
     async with open_store(url) as store:
         key = new_key()
         lease = await acquire(store, key)
-        proxy.drop_reply_to(lease.token.encode())
+        proxy.drop_next_reply(containing=lease.token.encode())
         assert await store.release(lease) is True
-        assert proxy.dropped == 1
+        assert proxy.counts["replies dropped"] == 1
         assert await store.get(key) is None
         assert await store.release(lease) is False  # a second call is refused
 
@@ -529,7 +450,7 @@ async def test_close_during_the_first_cluster_connect_fails_the_operation_and_ke
     redis_cluster_server_url: str,
 ) -> None:
     (_, port), *_ = nodes_of(redis_cluster_server_url)
-    async with FaultyProxy(port) as proxy:
+    async with FaultProxy("127.0.0.1", port) as proxy:
         proxy.hang()
         store = RedisStore.from_url(
             f"redis+cluster://127.0.0.1:{proxy.port}/?prefix=t-{uuid.uuid4().hex[:12]}:"

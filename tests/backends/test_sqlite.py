@@ -30,6 +30,7 @@ from idemstore.backends.sqlite import SQLiteStore, split_statements
 from idemstore.backends.sqlite import store as sqlite_backend
 from idemstore.cli import main
 from idemstore.migrate import load_migrations
+from idemstore.testing import FakeClock
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
@@ -37,19 +38,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 LONG = 60.0
-
-
-class FakeClock:
-    """A clock tests move by hand: epoch seconds, starting at a fixed instant."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def file_url(path: Path, query: str = "") -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.gateway.conftest import gateway_url
 from tests.gateway.processes import free_port, start_upstream
 from tests.gateway.rpc import call, open_session, post
@@ -149,7 +150,9 @@ async def test_a_replay_is_rendered_as_the_retry_accepts(
     assert replay.status == 200
     assert replay.media == media
     assert len(replay.messages()) == 1
-    assert replay.final() == {**first.final(), "id": 2}
+    final = replay.final()
+    assert final["result"]["_meta"].pop(REPLAYED_META_KEY) is True
+    assert final == {**first.final(), "id": 2}
     assert upstream.executions("record") == ["record"]
 
 

@@ -14,6 +14,10 @@ that file (one a line, read anew on every request so a test can revoke one) pres
 of the ways upstreams accept: ``Authorization: Bearer T``, a ``session=T`` cookie, an
 ``?api_key=T`` query parameter or an ``X-Api-Key: T`` header; anything else gets 401. The
 ``whoami`` tool answers with the token its request carried (and logs an execution).
+
+``exact`` executes and answers ``EXACT_RESULT`` (bytes ``json.dumps`` cannot write), as one
+event or, with ``{"json": true}``, as a JSON body; ``cancelled`` executes and answers
+``-32800 Request cancelled``, as the SDK's 2025-era transport does for a cancelled call.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ import uvicorn
 from fastmcp import Context, FastMCP
 
 LOG: Path
+
+EXACT_RESULT = (
+    b'{ "content":[{"type":"text","text":"caf\\u00e9"}],'
+    b'"structuredContent":{"big":1e400,"one":1.0,"zero":-0.0},"isError":false }'
+)
 
 
 def executed(name: str) -> None:
@@ -86,7 +95,7 @@ def build() -> FastMCP[Any]:
     return mcp
 
 
-def _tool_name(body: bytes) -> str | None:
+def _tools_call(body: bytes) -> dict[str, Any] | None:
     try:
         message = json.loads(body)
     except ValueError:
@@ -94,7 +103,7 @@ def _tool_name(body: bytes) -> str | None:
     if isinstance(message, dict) and message.get("method") == "tools/call":
         params = message.get("params")
         if isinstance(params, dict) and isinstance(params.get("name"), str):
-            return params["name"]
+            return message
     return None
 
 
@@ -133,8 +142,28 @@ class Authenticated:
         await self.app(scope, receive, send)
 
 
+async def _answer_raw(send: Any, message: dict[str, Any]) -> None:
+    """``exact`` and ``cancelled``: the final response written byte by byte, not by FastMCP."""
+    name = message["params"]["name"]
+    executed(name)
+    request_id = json.dumps(message["id"]).encode()
+    if name == "exact":
+        data = b'{"result": ' + EXACT_RESULT + b', "jsonrpc":"2.0","id":' + request_id + b"}"
+    else:
+        error = b'{"code":-32800,"message":"Request cancelled"}'
+        data = b'{"jsonrpc":"2.0","id":' + request_id + b',"error":' + error + b"}"
+    arguments = message["params"].get("arguments") or {}
+    if arguments.get("json"):
+        headers = [(b"content-type", b"application/json")]
+    else:
+        headers = [(b"content-type", b"text/event-stream")]
+        data = b"event: message\ndata: " + data + b"\n\n"
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
 class Failures:
-    """ASGI wrapper: the two failing tools, answered before FastMCP sees them."""
+    """ASGI wrapper: the failing and byte-exact tools, answered before FastMCP sees them."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -150,7 +179,11 @@ class Failures:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        name = _tool_name(body)
+        tools_call = _tools_call(body)
+        name = tools_call["params"]["name"] if tools_call is not None else None
+        if tools_call is not None and name in ("exact", "cancelled"):
+            await _answer_raw(send, tools_call)
+            return
         if name == "http_500":
             executed(name)
             await send({"type": "http.response.start", "status": 500, "headers": []})

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from idemstore.asgi import IdempotencyMiddleware, parse_idempotency_key
+from idemstore.testing import FakeClock
 from tests.http.apps import create_app
 from tests.http.conftest import ALICE, BOB, keyed
 
@@ -390,13 +391,13 @@ async def test_request_body_over_the_limit_is_413(make_client: Callable[..., Any
 async def test_outcome_past_retention_runs_again(framework: str) -> None:
     from idemstore.backends.memory import MemoryStore
 
-    now = [1_000_000.0]
-    app = create_app(framework, MemoryStore(clock=lambda: now[0]), retention=60)
+    clock = FakeClock(1_000_000.0)
+    app = create_app(framework, MemoryStore(clock=clock), retention=60)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://t"
     ) as client:
         await client.post("/orders", json={}, headers=keyed("k-ret"))
-        now[0] += 61
+        clock.advance(61)
         again = await client.post("/orders", json={}, headers=keyed("k-ret"))
     assert "idempotent-replayed" not in again.headers
     assert calls(app, "create_order") == 2

@@ -10,6 +10,9 @@ server processes can share one file). Tools:
 - ``tool_error {}``: answers with a result whose ``isError`` is true.
 - ``crash {}``: exits the process with status 3 before answering.
 - ``ask {}``: an MRTR tool: ``input_required`` first, a result once ``inputResponses`` come.
+- ``exact {}``: answers with ``EXACT_RESULT``, bytes ``json.dumps`` cannot write (``1e400``,
+  ``1.0``, ``-0.0``, a ``\\u00e9`` escape), its ``jsonrpc`` and ``id`` members last.
+- ``cancelled {}``: answers ``-32800 Request cancelled``, as the SDK does for a cancelled call.
 
 Every tool but ``crash`` answers ``arguments.seconds`` (default 0) after it executed.
 
@@ -51,7 +54,14 @@ TOOLS = [
     {"name": "tool_error", "description": "isError result.", "inputSchema": {"type": "object"}},
     {"name": "crash", "description": "Exit mid-call.", "inputSchema": {"type": "object"}},
     {"name": "ask", "description": "Needs input (MRTR).", "inputSchema": {"type": "object"}},
+    {"name": "exact", "description": "Odd but valid bytes.", "inputSchema": {"type": "object"}},
+    {"name": "cancelled", "description": "-32800.", "inputSchema": {"type": "object"}},
 ]
+
+EXACT_RESULT = (
+    b'{ "content":[{"type":"text","text":"caf\\u00e9"}],'
+    b'"structuredContent":{"big":1e400,"one":1.0,"zero":-0.0},"isError":false }'
+)
 
 
 class MockServer:
@@ -157,6 +167,15 @@ class MockServer:
             return
         if ordinal == 1 and self.args.hold_first:
             await asyncio.sleep(self.args.hold_first)
+        if name == "exact":
+            head = b'{"result": ' + EXACT_RESULT + b', "jsonrpc":"2.0","id":'
+            sys.stdout.buffer.write(head + json.dumps(request_id).encode() + b"}\n")
+            sys.stdout.buffer.flush()
+            return
+        if name == "cancelled":
+            error = {"code": -32800, "message": "Request cancelled"}
+            self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+            return
         if name == "fail":
             error = {"code": -32001, "message": f"the tool failed (execution {execution})"}
             self.send({"jsonrpc": "2.0", "id": request_id, "error": error})

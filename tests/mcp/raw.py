@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
+
 ROOT = Path(__file__).resolve().parents[2]
 MOCK_SERVER = str(Path(__file__).with_name("mock_server.py"))
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -37,6 +39,16 @@ async def until_executed(counter: Path, count: int = 1) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"the server did not execute {count} call(s)")
+
+
+def unmarked(result: dict[str, Any]) -> dict[str, Any]:
+    """A replayed result without the replay marker (and a ``_meta`` it alone filled)."""
+    meta = result.get("_meta")
+    if not isinstance(meta, dict):
+        return result
+    meta = {k: v for k, v in meta.items() if k != REPLAYED_META_KEY}
+    rest = {k: v for k, v in result.items() if k != "_meta"}
+    return {**rest, "_meta": meta} if meta else rest
 
 
 class RawPeer:

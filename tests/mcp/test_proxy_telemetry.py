@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemstore.mcp.proxy import IdempotentProxy
 from idemstore.urls import open_store
-from tests.mcp.raw import executions
+from tests.mcp.raw import executions, unmarked
 from tests.mcp.test_proxy_library import start  # noqa: F401  (the harness fixture)
 from tests.telemetry.conftest import telemetry  # noqa: F401  (the in-memory SDK fixture)
 
@@ -31,7 +31,7 @@ async def test_a_deduplicated_retry_counts_as_replayed_for_the_proxy(
     retried = await harness.next_message()
     harness.to_proxy.close()
     assert len(executions(counter)) == 1
-    assert json.dumps(first["result"]) == json.dumps(retried["result"])
+    assert json.dumps(first["result"]) == json.dumps(unmarked(retried["result"]))
     calls = "idemstore.consumer.calls"
     assert telemetry.total(calls, **{"idemstore.consumer": "mcp_proxy"}) == 2
     replayed = {"idemstore.consumer": "mcp_proxy", "idemstore.call.outcome": "replayed"}

@@ -18,6 +18,7 @@ from mcp_types import CallToolRequestParams, Request
 from pydantic import TypeAdapter
 
 from idemstore import open_store
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.mcp_server.servers import ADAPTERS, Tools, build
 
 if TYPE_CHECKING:
@@ -58,6 +59,16 @@ async def call(
         return await client.session.send_request(KeyedCall(params=params), _RAW)
     except MCPError as exc:
         return exc
+
+
+def unmarked(outcome: dict[str, Any] | MCPError) -> dict[str, Any] | MCPError:
+    """A replayed result without the replay marker (and a ``_meta`` it alone filled): what
+    the original answered. Errors are never marked and come back as they are."""
+    if not isinstance(outcome, dict) or not isinstance(outcome.get("_meta"), dict):
+        return outcome
+    meta = {k: v for k, v in outcome["_meta"].items() if k != REPLAYED_META_KEY}
+    rest = {k: v for k, v in outcome.items() if k != "_meta"}
+    return {**rest, "_meta": meta} if meta else rest
 
 
 def error_of(outcome: dict[str, Any] | MCPError) -> dict[str, Any]:

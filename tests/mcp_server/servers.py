@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 ADAPTERS = ("lowlevel", "fastmcp")
 
-TOOL_NAMES = ("charge", "fail_result", "explode", "reject", "slow", "ask")
+TOOL_NAMES = ("charge", "fail_result", "explode", "reject", "slow", "ask", "relay_cancelled")
 
 
 class Tools:
@@ -38,6 +38,7 @@ class Tools:
         self.log_path = log_path
         self.started = anyio.Event()
         self.gate = anyio.Event()
+        self.interrupted = anyio.Event()  # a slow call was cancelled while it waited
 
     def ran(self, name: str, arguments: dict[str, Any]) -> int:
         self.calls.append((name, arguments))
@@ -56,10 +57,14 @@ class Tools:
     async def slow(self, amount: float, seconds: float = 0.0) -> str:
         n = self.ran("slow", {"amount": amount})
         self.started.set()
-        if seconds:
-            await anyio.sleep(seconds)
-        else:
-            await self.gate.wait()
+        try:
+            if seconds:
+                await anyio.sleep(seconds)
+            else:
+                await self.gate.wait()
+        except anyio.get_cancelled_exc_class():
+            self.interrupted.set()
+            raise
         return f"slow {amount} (execution {n})"
 
 
@@ -93,6 +98,10 @@ def lowlevel_server(tools: Tools, store: IdempotencyStore, **options: Any) -> Se
         elif name == "reject":
             n = tools.ran(name, args)
             raise MCPError(code=-32050, message=f"rejected (execution {n})", data={"n": n})
+        elif name == "relay_cancelled":
+            # A tool relaying to another server whose call was cancelled: its -32800, as is.
+            tools.ran(name, args)
+            raise MCPError(code=-32800, message="Request cancelled")
         elif name == "ask":
             tools.ran(name, args)
             if params.request_state is None:

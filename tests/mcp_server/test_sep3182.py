@@ -19,7 +19,8 @@ from pydantic import TypeAdapter
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import StoreUnavailableError
 from idemstore.mcp.server import CONFLICT, IN_PROGRESS, INVALID_KEY, ServerIdempotency
-from tests.mcp_server.conftest import Harness, call, connect, error_of
+from idemstore.testing import FakeClock
+from tests.mcp_server.conftest import Harness, call, connect, error_of, unmarked
 from tests.mcp_server.servers import Tools, build
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ async def test_retry_with_same_arguments_replays_without_running(harness: Harnes
     second = await harness.call("charge", {"amount": 5}, key="k-1")
     assert harness.tools.count("charge") == 1
     assert isinstance(first, dict)
-    assert second == first
+    assert unmarked(second) == first
 
 
 async def test_equivalent_arguments_replay(harness: Harness) -> None:
@@ -85,14 +86,14 @@ async def test_equivalent_arguments_replay(harness: Harness) -> None:
         "charge", {"meta": {"b": [1.0, 2], "a": 1.0}, "note": "café", "amount": 1.0}, key="k-eq"
     )
     assert harness.tools.count("charge") == 1
-    assert again == first
+    assert unmarked(again) == first
 
 
 async def test_absent_and_empty_arguments_are_equivalent(harness: Harness) -> None:
     first = await harness.call("charge", None, key="k-empty")
     again = await harness.call("charge", {}, key="k-empty")
     assert harness.tools.count("charge") == 1
-    assert again == first
+    assert unmarked(again) == first
 
 
 async def test_other_key_runs_again(harness: Harness) -> None:
@@ -119,7 +120,7 @@ async def test_other_tool_under_the_same_key_is_a_conflict(harness: Harness) -> 
 async def test_conflict_does_not_disturb_the_recorded_outcome(harness: Harness) -> None:
     first = await harness.call("charge", {"amount": 5}, key="k-d")
     await harness.call("charge", {"amount": 7}, key="k-d")
-    assert await harness.call("charge", {"amount": 5}, key="k-d") == first
+    assert unmarked(await harness.call("charge", {"amount": 5}, key="k-d")) == first
     assert harness.tools.count("charge") == 1
 
 
@@ -142,7 +143,7 @@ async def test_duplicate_in_flight_is_rejected_at_once_without_running(harness: 
     assert error["data"] == {"type": IN_PROGRESS, "idempotencyKey": "k-slow"}
     assert harness.tools.count("slow") == 1
     # Once the original finished, a retry gets its outcome.
-    assert await harness.call("slow", {"amount": 1}, key="k-slow") == outcomes[0]
+    assert unmarked(await harness.call("slow", {"amount": 1}, key="k-slow")) == outcomes[0]
     assert harness.tools.count("slow") == 1
 
 
@@ -150,7 +151,7 @@ async def test_is_error_result_is_replayed(harness: Harness) -> None:
     first = await harness.call("fail_result", {}, key="k-fail")
     again = await harness.call("fail_result", {}, key="k-fail")
     assert isinstance(first, dict) and first["isError"] is True
-    assert again == first
+    assert unmarked(again) == first
     assert harness.tools.count("fail_result") == 1
 
 
@@ -163,7 +164,7 @@ async def test_exception_raised_by_tool_is_replayed(harness: Harness) -> None:
         assert error_of(again) == error_of(first)
     else:
         assert first["isError"] is True
-        assert again == first
+        assert unmarked(again) == first
 
 
 async def test_protocol_error_raised_by_tool_is_replayed(harness: Harness) -> None:
@@ -174,7 +175,7 @@ async def test_protocol_error_raised_by_tool_is_replayed(harness: Harness) -> No
         assert error_of(first)["data"] == {"n": 1}
         assert error_of(again) == error_of(first)
     else:
-        assert again == first
+        assert unmarked(again) == first
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,7 @@ async def test_invalid_key_is_invalid_params_and_does_not_run(
 async def test_key_at_the_length_limit_is_accepted(harness: Harness) -> None:
     key = "x" * 255
     first = await harness.call("charge", {"amount": 5}, key=key)
-    assert await harness.call("charge", {"amount": 5}, key=key) == first
+    assert unmarked(await harness.call("charge", {"amount": 5}, key=key)) == first
     assert harness.tools.count("charge") == 1
 
 
@@ -225,7 +226,7 @@ async def test_input_required_is_not_recorded_and_continuations_bypass(harness: 
 async def test_replay_reaches_a_new_connection(harness: Harness) -> None:
     first = await harness.call("charge", {"amount": 5}, key="k-conn")
     async with connect(harness.server, harness.era) as other:
-        assert await call(other, "charge", {"amount": 5}, key="k-conn") == first
+        assert unmarked(await call(other, "charge", {"amount": 5}, key="k-conn")) == first
     assert harness.tools.count("charge") == 1
 
 
@@ -252,7 +253,7 @@ async def test_keys_are_scoped_to_the_authenticated_principal(harness: Harness) 
     assert alice != bob
     token = _as("alice")
     try:
-        assert await harness.call("charge", {"amount": 5}, key="shared-key") == alice
+        assert unmarked(await harness.call("charge", {"amount": 5}, key="shared-key")) == alice
     finally:
         auth_context_var.reset(token)
 
@@ -265,7 +266,8 @@ async def test_scope_callable_separates_callers(make_harness: Callable[..., Any]
     async with make_harness(scope=tenant) as h:
         a = await h.call("charge", {"amount": 5}, key="k-s", _meta={"tenant": "a"})
         b = await h.call("charge", {"amount": 5}, key="k-s", _meta={"tenant": "b"})
-        assert await h.call("charge", {"amount": 5}, key="k-s", _meta={"tenant": "a"}) == a
+        again = await h.call("charge", {"amount": 5}, key="k-s", _meta={"tenant": "a"})
+        assert unmarked(again) == a
         assert h.tools.count("charge") == 2
         assert a != b
 
@@ -279,7 +281,7 @@ async def test_servers_in_one_process_share_the_default_scope(
         connect(build(adapter, tools_two, store), era) as two,
     ):
         first = await call(one, "charge", {"amount": 5}, key="k-proc")
-        assert await call(two, "charge", {"amount": 5}, key="k-proc") == first
+        assert unmarked(await call(two, "charge", {"amount": 5}, key="k-proc")) == first
     assert tools_one.count("charge") + tools_two.count("charge") == 1
 
 
@@ -297,15 +299,15 @@ async def test_string_scope_separates_servers(
 
 
 async def test_outcome_past_retention_runs_again(adapter: str, era: str) -> None:
-    now = [1_000_000.0]
-    store = MemoryStore(clock=lambda: now[0])
+    clock = FakeClock(1_000_000.0)
+    store = MemoryStore(clock=clock)
     tools = Tools()
     async with connect(build(adapter, tools, store, retention=60), era) as client:
         await call(client, "charge", {"amount": 5}, key="k-ret")
-        now[0] += 30
+        clock.advance(30)
         await call(client, "charge", {"amount": 5}, key="k-ret")
         assert tools.count("charge") == 1
-        now[0] += 31
+        clock.advance(31)
         await call(client, "charge", {"amount": 5}, key="k-ret")
     assert tools.count("charge") == 2
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -28,6 +29,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from idemstore import Outcome, Status, open_store
+from idemstore.testing import FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -40,28 +42,16 @@ pytestmark = pytest.mark.slow
 EPS = 1e-3
 
 
-class Clocks:
-    """The owner reads ``now``; the taker reads ``now + skew``. Tests move ``now`` by hand."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-        self.skew = 0.0
-
-    def owner(self) -> float:
-        return self.now
-
-    def taker(self) -> float:
-        return self.now + self.skew
-
-
+@dataclass(frozen=True)
 class Pair:
-    def __init__(
-        self, owner: IdempotencyStore, taker: IdempotencyStore, clocks: Clocks, margin: float
-    ) -> None:
-        self.owner = owner
-        self.taker = taker
-        self.clocks = clocks
-        self.margin = margin
+    """The owner reads ``clock``; the taker reads ``taker_clock``, ``taker_clock.offset``
+    (the skew) seconds ahead. Tests move ``clock.now`` by hand."""
+
+    owner: IdempotencyStore
+    taker: IdempotencyStore
+    clock: FakeClock
+    taker_clock: FakeClock
+    margin: float
 
 
 # backend id -> (URL fixture, documented margin in seconds, extra store options)
@@ -77,12 +67,13 @@ async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
     """Two stores on one file or table, with the owner's and the taker's clocks."""
     fixture, margin, options = BACKENDS[request.param]
     url = request.getfixturevalue(fixture)
-    clocks = Clocks()
+    clock = FakeClock(time.time())
+    taker_clock = clock.skewed()
     async with (
-        open_store(url, clock=clocks.owner, **options) as owner,
-        open_store(url, clock=clocks.taker, **options) as taker,
+        open_store(url, clock=clock, **options) as owner,
+        open_store(url, clock=taker_clock, **options) as taker,
     ):
-        yield Pair(owner, taker, clocks, margin)
+        yield Pair(owner, taker, clock, taker_clock, margin)
 
 
 def _key() -> str:
@@ -107,21 +98,21 @@ CLOCK_SETTINGS = settings(
 async def test_within_the_margin_no_live_lease_is_taken_and_the_stale_owner_is_fenced_out(
     pair: Pair, skew_share: float, behind: float, ttl: float, probe: float
 ) -> None:
-    clocks = pair.clocks
+    clock, taker_clock = pair.clock, pair.taker_clock
     # Ahead by at most 99% of the margin (SQLite: not at all), or behind by up to 5 s.
-    clocks.skew = skew_share * (pair.margin if skew_share > 0 else behind)
-    event(f"taker {'ahead' if clocks.skew > 0 else 'behind or level'}")
+    taker_clock.offset = skew_share * (pair.margin if skew_share > 0 else behind)
+    event(f"taker {'ahead' if taker_clock.offset > 0 else 'behind or level'}")
     key = _key()
-    start = clocks.now
+    start = clock.now
     first = await pair.owner.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     lease = first.lease
     assert lease is not None
     # Any time the lease is live by the owner's clock: the taker must find it in progress.
-    clocks.now = start + min(probe * ttl, ttl - EPS)
+    clock.now = start + min(probe * ttl, ttl - EPS)
     early = await pair.taker.reserve(key, "fp", lease_ttl=ttl, retention=3600)
-    assert early.outcome is Outcome.IN_PROGRESS, (clocks.skew, clocks.now - start, ttl)
+    assert early.outcome is Outcome.IN_PROGRESS, (taker_clock.offset, clock.now - start, ttl)
     # Once the lease has lapsed by the taker's clock, with the margin: a takeover.
-    clocks.now = start + ttl + pair.margin - clocks.skew + EPS
+    clock.now = start + ttl + pair.margin - taker_clock.offset + EPS
     taken = await pair.taker.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     assert taken.outcome is Outcome.ACQUIRED and taken.takeover is True
     assert taken.lease is not None and taken.lease.fence == lease.fence + 1
@@ -148,30 +139,30 @@ async def test_within_the_margin_no_live_lease_is_taken_and_the_stale_owner_is_f
 async def test_within_the_margin_a_completed_record_replays_until_its_retention_ends(
     pair: Pair, skew_share: float, retention: float, probe: float
 ) -> None:
-    clocks = pair.clocks
-    clocks.skew = skew_share * pair.margin if skew_share > 0 else skew_share * 5
+    clock, taker_clock = pair.clock, pair.taker_clock
+    taker_clock.offset = skew_share * pair.margin if skew_share > 0 else skew_share * 5
     key = _key()
-    start = clocks.now
+    start = clock.now
     first = await pair.owner.reserve(key, "fp", lease_ttl=30, retention=retention)
     assert first.lease is not None
     assert await pair.owner.complete(first.lease, b"done") is True
     # Any time before the retention ends by the writer's clock: a replay, never a new run.
-    clocks.now = start + min(probe * retention, retention - EPS)
+    clock.now = start + min(probe * retention, retention - EPS)
     again = await pair.taker.reserve(key, "fp", lease_ttl=30, retention=retention)
-    assert again.outcome is Outcome.COMPLETED, (clocks.skew, clocks.now - start, retention)
+    assert again.outcome is Outcome.COMPLETED, (taker_clock.offset, clock.now - start, retention)
     assert again.record is not None and again.record.response == b"done"
 
 
 async def test_within_the_margin_the_owner_keeps_its_lease_by_extending_it(pair: Pair) -> None:
     """A heartbeat by the owner's clock keeps a taker (ahead by 99% of the margin) out."""
-    clocks = pair.clocks
-    clocks.skew = 0.99 * pair.margin
+    clock, taker_clock = pair.clock, pair.taker_clock
+    taker_clock.offset = 0.99 * pair.margin
     key = _key()
     first = await pair.owner.reserve(key, "fp", lease_ttl=3, retention=3600)
     lease = first.lease
     assert lease is not None
     for _ in range(10):
-        clocks.now += 1  # a beat every third of the lease
+        clock.now += 1  # a beat every third of the lease
         extended = await pair.owner.extend(lease, lease_ttl=3)
         assert extended is not None
         lease = extended
@@ -190,19 +181,19 @@ async def test_a_taker_ahead_beyond_the_margin_takes_a_live_lease_early_but_is_f
     """Measured: the takeover comes exactly ``excess`` (= skew - margin) seconds before the
     owner's own clock says its lease ends. Both then run the work; only one outcome is
     stored, because the stale owner fails the token-and-fence check."""
-    clocks = pair.clocks
-    clocks.skew = pair.margin + excess
+    clock, taker_clock = pair.clock, pair.taker_clock
+    taker_clock.offset = pair.margin + excess
     ttl = 60.0
     key = _key()
-    start = clocks.now
+    start = clock.now
     first = await pair.owner.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     lease = first.lease
     assert lease is not None
-    clocks.now = start + ttl - excess - EPS
+    clock.now = start + ttl - excess - EPS
     held = await pair.taker.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     assert held.outcome is Outcome.IN_PROGRESS
-    clocks.now = start + ttl - excess + EPS
-    assert clocks.now < lease.lease_expires_at  # live by the owner's clock...
+    clock.now = start + ttl - excess + EPS
+    assert clock.now < lease.lease_expires_at  # live by the owner's clock...
     taken = await pair.taker.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     assert taken.outcome is Outcome.ACQUIRED and taken.takeover is True  # ...yet taken over
     assert taken.lease is not None
@@ -219,18 +210,18 @@ async def test_a_taker_ahead_beyond_the_margin_runs_a_completed_key_again_early(
 ) -> None:
     """Measured: a completed record counts as expired ``excess`` seconds before its
     retention ends by the writer's clock, so a retry in that window runs the work again."""
-    clocks = pair.clocks
-    clocks.skew = pair.margin + excess
+    clock, taker_clock = pair.clock, pair.taker_clock
+    taker_clock.offset = pair.margin + excess
     retention = 3600.0
     key = _key()
-    start = clocks.now
+    start = clock.now
     first = await pair.owner.reserve(key, "fp", lease_ttl=30, retention=retention)
     assert first.lease is not None
     assert await pair.owner.complete(first.lease, b"done") is True
-    clocks.now = start + retention - excess - EPS
+    clock.now = start + retention - excess - EPS
     replay = await pair.taker.reserve(key, "fp", lease_ttl=30, retention=retention)
     assert replay.outcome is Outcome.COMPLETED
-    clocks.now = start + retention - excess + EPS
+    clock.now = start + retention - excess + EPS
     assert await pair.owner.get(key) is not None  # the writer still sees its record...
     again = await pair.taker.reserve(key, "fp", lease_ttl=30, retention=retention)
     assert again.outcome is Outcome.ACQUIRED  # ...the skewed client runs it again
@@ -241,16 +232,16 @@ async def test_a_taker_ahead_beyond_the_margin_runs_a_completed_key_again_early(
 async def test_a_taker_behind_takes_a_dead_owners_lease_late(pair: Pair, lag: float) -> None:
     """Measured: a taker whose clock is behind by ``lag`` takes a lapsed lease over
     ``lag + margin`` seconds after the owner's deadline: safe, only later."""
-    clocks = pair.clocks
-    clocks.skew = -lag
+    clock, taker_clock = pair.clock, pair.taker_clock
+    taker_clock.offset = -lag
     ttl = 10.0
     key = _key()
-    start = clocks.now
+    start = clock.now
     first = await pair.owner.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     assert first.lease is not None
-    clocks.now = start + ttl + pair.margin + lag - EPS
+    clock.now = start + ttl + pair.margin + lag - EPS
     still = await pair.taker.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     assert still.outcome is Outcome.IN_PROGRESS
-    clocks.now = start + ttl + pair.margin + lag + EPS
+    clock.now = start + ttl + pair.margin + lag + EPS
     taken = await pair.taker.reserve(key, "fp", lease_ttl=ttl, retention=3600)
     assert taken.outcome is Outcome.ACQUIRED and taken.takeover is True

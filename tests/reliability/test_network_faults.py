@@ -1,4 +1,4 @@
-"""Network faults between the store and its engine (tests/reliability/fault_proxy.py in front
+"""Network faults between the store and its engine (``idemstore.testing.FaultProxy`` in front
 of PostgreSQL, Redis and, for the single-fault tests, DynamoDB's endpoint): every call ends in
 a result or a typed ``IdemstoreError`` within a bound the configured timeouts give, the store
 carries on by itself once the network is back, and the history of worker processes running
@@ -11,12 +11,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
 from idemstore import Outcome, Status, StoreUnavailableError, open_store
-from tests.reliability.fault_proxy import FaultProxy
+from idemstore.testing import FaultProxy
 from tests.reliability.history import FaultScenario, WorkerConfig, run_history
 
 if TYPE_CHECKING:
@@ -40,25 +39,6 @@ class Proxied:
     direct_url: str
     proxy: FaultProxy
     bound: float  # the longest a call may take: what its timeouts allow, plus SLACK
-
-
-def engine_address(url: str) -> tuple[str, int]:
-    """Where the store at ``url`` connects: its host, or its ``endpoint_url`` (DynamoDB)."""
-    endpoint = dict(parse_qsl(urlsplit(url).query)).get("endpoint_url")
-    parts = urlsplit(endpoint or url)
-    return parts.hostname or "127.0.0.1", parts.port or 0
-
-
-def via(url: str, port: int) -> str:
-    """``url`` with the engine's address replaced by the proxy's."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    if "endpoint_url" in query:
-        query["endpoint_url"] = f"http://127.0.0.1:{port}"
-        return urlunsplit(parts._replace(query=urlencode(query)))
-    user = parts.netloc.rpartition("@")[0]
-    netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 # Per backend: the fixture of a fresh store URL, the timeout options, and the bound they give.
@@ -89,12 +69,9 @@ BACKENDS: dict[str, tuple[str, str, float]] = {
 def proxied(request: pytest.FixtureRequest, seed: int) -> Iterator[Proxied]:
     fixture, options, bound = BACKENDS[request.param]
     direct = request.getfixturevalue(fixture)
-    proxy = FaultProxy(*engine_address(direct), seed=seed).start()
-    try:
-        url = via(direct, proxy.port) + "&" + options
+    with FaultProxy.for_url(direct, seed=seed) as proxy:
+        url = proxy.route(direct) + "&" + options
         yield Proxied(request.param, url, direct, proxy, bound)
-    finally:
-        proxy.stop()
 
 
 def new_key() -> str:
@@ -152,7 +129,7 @@ async def test_calls_over_a_half_open_connection_fail_typed_within_the_bound(
 ) -> None:
     async with open_store(proxied.url) as store:
         held = await acquire(store, new_key())
-        proxied.proxy.half_open(True)
+        proxied.proxy.hang()
         try:
             calls: dict[str, Callable[[], Awaitable[Any]]] = {
                 "reserve": lambda: store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG),
@@ -174,7 +151,7 @@ async def test_calls_over_a_half_open_connection_fail_typed_within_the_bound(
             ), result
             assert seconds < 1.0 + proxied.bound
         finally:
-            proxied.proxy.half_open(False)
+            proxied.proxy.resume()
         await recovered(store)
         # The complete that timed out may or may not have reached the engine; either way the
         # record is the holder's and the store still works.
@@ -291,18 +268,18 @@ class NetworkFaultSchedule(FaultScenario):
         for _ in range(3):
             proxy.drop_connections()
             spell(0.3)
-        proxy.half_open(True)
+        proxy.hang()
         spell(2.0)
-        proxy.half_open(False)
+        proxy.resume()
         spell(0.5)
         proxy.latency = 0.01
         proxy.drop_rate = 0.03
         spell(1.5)
         proxy.latency = 0.0
         proxy.drop_rate = 0.0
-        proxy.half_open(True)
+        proxy.hang()
         spell(1.0)
-        proxy.half_open(False)
+        proxy.resume()
         spell(0.5)
         self.counts.update(proxy.counts)
 

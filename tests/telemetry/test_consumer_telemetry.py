@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore import ConflictError, Idempotency, InProgressError
+import idemstore
+from idemstore import ConflictError, Idempotency, InProgressError, LeaseKeeper, open_store
+from idemstore.backends.memory import MemoryStore
 from idemstore.execution import ExecutionPolicy
 
 if TYPE_CHECKING:
@@ -109,3 +111,71 @@ async def test_a_lost_lease_ends_its_consumer_span_as_not_recorded(
     (consumer,) = telemetry.spans("idemstore runner")
     assert consumer.attributes["idemstore.outcome"] == "not_recorded"
     assert telemetry.total("idemstore.lease.fenced_out", **{"idemstore.operation": "complete"}) == 1
+
+
+async def test_a_heartbeat_whose_extend_raises_counts_as_a_store_error(
+    telemetry: Telemetry,
+) -> None:
+    store = open_store("memory://")
+    async with store:
+        held = await store.reserve("hb", FINGERPRINT, lease_ttl=30, retention=60)
+        assert held.lease is not None
+    # The store is closed: every beat's extend raises.
+    keeper = LeaseKeeper(store, held.lease, lease_ttl=0.3)
+    await asyncio.sleep(0.25)  # beats every lease_ttl / 3
+    await keeper.stop()
+    failures = "idemstore.heartbeat.failures"
+    store_errors = {"idemstore.heartbeat.failure": "store_error"}
+    assert telemetry.total(failures) == telemetry.total(failures, **store_errors) >= 1
+    (point, *_) = telemetry.points(failures)
+    assert point.attributes["error.type"] == "RuntimeError"  # a closed MemoryStore says so
+    assert point.attributes["idemstore.backend"] == "memory"
+
+
+async def test_a_heartbeat_that_finds_its_lease_lost_counts_as_lease_lost(
+    telemetry: Telemetry,
+) -> None:
+    policy = ExecutionPolicy(MemoryStore(), lease_ttl=0.3)
+    claim = await policy.begin("lost-beat", FINGERPRINT)
+    assert not isinstance(claim, idemstore.Replay)
+    await policy.store.delete("lost-beat")  # an operator removed the key
+    await asyncio.sleep(0.15)  # the first beat (lease_ttl / 3) finds the lease gone
+    assert claim.lapsed
+    await claim.release()
+    failures = "idemstore.heartbeat.failures"
+    assert telemetry.total(failures, **{"idemstore.heartbeat.failure": "lease_lost"}) == 1
+    assert telemetry.total(failures) == 1
+    (point,) = telemetry.points(failures)
+    assert "error.type" not in point.attributes
+    fenced = {"idemstore.operation": "extend"}
+    assert telemetry.total("idemstore.lease.fenced_out", **fenced) == 1
+
+
+async def test_a_consumer_records_through_a_view_and_the_callers_store_stays_as_given(
+    telemetry: Telemetry,
+) -> None:
+    store = MemoryStore()
+    policy = ExecutionPolicy(store, consumer="view-test")
+
+    async def work() -> bytes:
+        return b"done"
+
+    await policy.run("v", FINGERPRINT, work)
+    await policy.run("v", FINGERPRINT, work)
+    assert policy.store is store  # not replaced by a wrapper
+    assert len(telemetry.spans("idemstore view-test")) == 2
+    assert len(telemetry.spans("idemstore reserve")) == 2
+    assert telemetry.total("idemstore.consumer.calls", **{"idemstore.backend": "memory"}) == 2
+
+
+async def test_after_uninstrument_a_consumer_records_no_more(telemetry: Telemetry) -> None:
+    policy = ExecutionPolicy(MemoryStore())
+
+    async def work() -> bytes:
+        return b"done"
+
+    await policy.run("u1", FINGERPRINT, work)
+    idemstore.uninstrument()
+    await policy.run("u2", FINGERPRINT, work)
+    assert telemetry.total("idemstore.consumer.calls") == 1
+    assert len(telemetry.spans("idemstore reserve")) == 1

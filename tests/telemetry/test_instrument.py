@@ -246,3 +246,14 @@ def test_opentelemetry_instrument_needs_no_line_of_code(tmp_path: Path) -> None:
         ["idemstore runner"] * 2 + ["idemstore reserve"] * 2 + ["idemstore complete"]
     )
     assert '"idemstore.call.outcome": "replayed"' in done.stdout
+
+
+def test_the_observability_page_lists_every_metric_with_its_kind_unit_and_attributes() -> None:
+    page = (ROOT / "docs" / "observability.md").read_text()
+    for name, (kind, unit, attributes) in idemstore.telemetry.METRICS.items():
+        rows = [line for line in page.splitlines() if line.startswith(f"| `{name}` |")]
+        assert len(rows) == 1, name
+        cells = [cell.strip() for cell in rows[0].split("|")]
+        assert cells[2].startswith(kind) and unit in cells[2], (name, cells[2])
+        for attribute in attributes.split(", "):
+            assert f"`{attribute}`" in cells[3], (name, attribute)

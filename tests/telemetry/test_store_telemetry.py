@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import idemstore
 from idemstore import ConflictError, Idempotency, InProgressError, Sweeper, open_store
 from idemstore.backends.memory import MemoryStore
-from idemstore.protocol import Outcome
+from idemstore.protocol import Outcome, Status
+from idemstore.testing import FakeClock
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore
@@ -123,6 +125,26 @@ async def test_wait_records_its_duration_and_counts_a_timeout(
     assert telemetry.total("idemstore.wait.duration", **{"idemstore.wait.outcome": "timeout"}) == 1
 
 
+@pytest.mark.parametrize("engine_clock", [1000.0, 1e10], ids=["behind", "ahead"])
+async def test_wait_timeouts_follow_the_engines_lease_clock_not_this_machines(
+    telemetry: Telemetry, engine_clock: float
+) -> None:
+    # The engine's clock (the memory store's, here) is far from this machine's wall clock:
+    # only the store may say whether a lease still runs.
+    clock = FakeClock(engine_clock)
+    store = idemstore.telemetry.instrumented(MemoryStore(clock=clock))
+    held = await store.reserve("w", FINGERPRINT, lease_ttl=30, retention=60)
+    assert held.lease is not None
+    record = await store.wait("w", timeout=0.05)  # still held when the timeout runs out
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert telemetry.total("idemstore.wait.timeouts") == 1
+    clock.advance(31)  # the lease lapsed, by the engine's clock: wait returns at once
+    record = await store.wait("w", timeout=5)
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert telemetry.total("idemstore.wait.timeouts") == 1
+    assert telemetry.total("idemstore.wait.duration", **{"idemstore.wait.outcome": "settled"}) == 1
+
+
 async def test_sweep_removals_are_counted(store: IdempotencyStore, telemetry: Telemetry) -> None:
     for i in range(3):
         reservation = await store.reserve(f"s{i}", FINGERPRINT, lease_ttl=30, retention=0.1)
@@ -134,31 +156,34 @@ async def test_sweep_removals_are_counted(store: IdempotencyStore, telemetry: Te
     assert telemetry.total("idemstore.sweep.removed") == removed
 
 
-async def test_a_failing_extend_counts_as_a_heartbeat_failure(
+async def test_a_failing_extend_outside_a_heartbeat_is_an_operation_error_only(
     store_url: str, telemetry: Telemetry
 ) -> None:
     store = open_store(store_url)
     async with store:
         held = await store.reserve("hb", FINGERPRINT, lease_ttl=30, retention=60)
         assert held.lease is not None
-    # The store is closed: the heartbeat's extend raises instead of answering.
+    # The store is closed: extend raises instead of answering.
     with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises
         await store.extend(held.lease, lease_ttl=30)
-    assert telemetry.total("idemstore.heartbeat.failures") == 1
     errors = [s for s in telemetry.spans("idemstore extend") if "error.type" in s.attributes]
     assert len(errors) == 1
+    duration = "idemstore.store.operation.duration"
+    assert telemetry.total(duration, **{"idemstore.operation": "extend"}) == 1
+    # No heartbeat made that call: idemstore.heartbeat.failures counts the LeaseKeeper's.
+    assert telemetry.total("idemstore.heartbeat.failures") == 0
 
 
 async def test_the_sweeper_counts_removals_even_of_a_store_built_directly(
     telemetry: Telemetry,
 ) -> None:
-    now = [1000.0]
-    store = MemoryStore(clock=lambda: now[0])  # built before any wrapping, clock injected
+    clock = FakeClock(1000.0)
+    store = MemoryStore(clock=clock)  # built before any wrapping, clock injected
     for i in range(4):
         reservation = await store.reserve(f"s{i}", FINGERPRINT, lease_ttl=30, retention=60)
         assert reservation.lease is not None
         await store.complete(reservation.lease, b"x")
-    now[0] += 61
+    clock.advance(61)
     assert await Sweeper(store, limit=3).sweep_once() == 4
     assert telemetry.total("idemstore.sweep.removed", **{"idemstore.backend": "memory"}) == 4
     # Two batches (3, then 1): two sweep operations timed.

@@ -1,0 +1,97 @@
+"""The ASGI middleware's options, checked when it is built: a mistake fails at start-up with a
+message that says what to pass, not with a 500 on the first keyed request."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from idemstore.errors import ConfigurationError
+from idemstore.protocol import IdempotencyStore
+from idemstore.urls import open_store
+
+if TYPE_CHECKING:
+    from idemstore.asgi import RoutePredicate, Scope
+
+__all__ = ["check_app", "check_size", "method_set", "required_predicate", "store_of"]
+
+# RFC 9110's token: what a method name may be made of.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def check_app(app: object) -> None:
+    if not callable(app):
+        raise TypeError(f"app must be an ASGI app (an async callable), not {app!r}")
+
+
+def store_of(store: object) -> tuple[IdempotencyStore, bool]:
+    """The store to use, and whether the middleware owns it (opened it from a URL)."""
+    if isinstance(store, str):
+        # No I/O: the store connects on first use. Its URL is checked now.
+        return open_store(store), True
+    if not isinstance(store, IdempotencyStore):
+        raise TypeError(
+            "store must be an IdempotencyStore (such as open_store('postgresql://...')) or a"
+            f" store URL string, not {type(store).__name__}"
+        )
+    return store, False
+
+
+def method_set(methods: object) -> frozenset[str]:
+    """The upper-cased method names ``methods`` gives (one name, or several)."""
+    names: Iterable[object]
+    if isinstance(methods, str):
+        names = (methods,)
+    elif isinstance(methods, Iterable):
+        names = tuple(methods)
+    else:
+        raise TypeError(f"methods must be method names such as ('POST', 'PATCH'), not {methods!r}")
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"methods must be strings such as 'POST', not {name!r}")
+        if not _TOKEN.fullmatch(name):
+            raise ConfigurationError(f"methods: {name!r} is not an HTTP method name")
+    if not names:
+        raise ConfigurationError(
+            "methods must name at least one method (such as ('POST', 'PATCH')); without any"
+            " the middleware would do nothing"
+        )
+    return frozenset(str(name).upper() for name in names)
+
+
+def required_predicate(required: object) -> RoutePredicate:
+    """Whether a request needs a key: ``True``/``False``, path patterns, or a predicate."""
+    if isinstance(required, bool):
+        flag = required
+        return lambda _scope: flag
+    if callable(required):
+        return required
+    if isinstance(required, str):
+        required = (required,)
+    if not isinstance(required, Iterable):
+        raise TypeError(
+            "required must be True, False, path patterns such as ['/orders/*'], or a predicate"
+            f" given the ASGI scope, not {required!r}"
+        )
+    patterns = tuple(required)
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"required: path patterns must be strings such as '/orders/*', not {pattern!r}"
+            )
+    return lambda scope: _matches(scope, patterns)
+
+
+def _matches(scope: Scope, patterns: tuple[str, ...]) -> bool:
+    path = scope.get("path", "")
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
+
+
+def check_size(name: str, value: object, *, least: int = 0) -> int:
+    """A number of bytes (or characters): an int, not a bool, of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        what = "a non-negative int" if least == 0 else f"an int of at least {least}"
+        raise ConfigurationError(f"{name} must be {what}, not {value!r}")
+    return value
