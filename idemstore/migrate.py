@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from idemstore.errors import SchemaError
-from idemstore.registry import SQL_MIGRATIONS, engine_for_url
+from idemstore.registry import SQL_MIGRATIONS, engine_for_url, scheme_of
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ class MigrationRun:
     def render(self) -> str:
         """What ``idemstore migrate`` prints: plain text, one fact per line."""
         if self.engine is None:
-            scheme = self.url.split("://", 1)[0]
+            scheme = scheme_of(self.url)
             return f"{scheme}:// stores keep no schema: nothing to migrate"
         if self.mode == "status":
             lines = [f"{self.engine} migrations from {self.source}"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from idemstore.errors import SchemaError
 from idemstore.migrate import SQLMigrations
-from idemstore.registry import SQL_MIGRATIONS, TABLE, engine_for_url, load_target
+from idemstore.registry import SQL_MIGRATIONS, TABLE, engine_for_url, load_target, scheme_of
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class _NoSchemaReport:
     up_to_date: bool = True
 
     def render(self) -> str:
-        scheme = self.url.split("://", 1)[0]
+        scheme = scheme_of(self.url)
         return f"{scheme}:// stores keep no schema: nothing to migrate"
 
 

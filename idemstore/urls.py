@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import re
 from dataclasses import dataclass, field
@@ -11,7 +10,13 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from idemstore import telemetry
 from idemstore.errors import ConfigurationError, MissingDependencyError
-from idemstore.registry import engine_for_scheme, known_schemes, register_backend
+from idemstore.registry import (
+    engine_for_scheme,
+    known_schemes,
+    load_target,
+    register_backend,
+    scheme_of,
+)
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
@@ -83,13 +88,15 @@ def malformed_url_error(url: str, exc: ValueError) -> ConfigurationError:
     return ConfigurationError(f"malformed store URL {redact_url(url)!r}: {reason}")
 
 
-def _scheme_of(url: str) -> str:
-    if not isinstance(url, str) or "://" not in url:
+def _required_scheme(url: str) -> str:
+    """``url``'s scheme, read the registry's one way; a string without one is refused."""
+    scheme = scheme_of(url) if isinstance(url, str) else ""
+    if not scheme:
         raise ConfigurationError(
             f"{redact_url(url) if isinstance(url, str) else url!r} is not a store URL; "
             f"expected SCHEME://..., with SCHEME one of: {', '.join(known_schemes())}"
         )
-    return url.split("://", 1)[0].lower()
+    return scheme
 
 
 def open_store(url: str, **options: Any) -> IdempotencyStore:
@@ -97,18 +104,18 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
 
     The store connects on first use (or on ``async with``); this call does no I/O.
     """
-    scheme = _scheme_of(url)
+    scheme = _required_scheme(url)
     engine = engine_for_scheme(scheme)
     if engine is None:
         raise ConfigurationError(
             f"unknown store scheme {scheme!r}; known schemes: {', '.join(known_schemes())}"
         )
     require_driver(engine.driver, engine.extra, f"the {scheme}:// backend")
-    module_name, class_name = engine.store.split(":", 1)
     try:
-        module = importlib.import_module(module_name)
+        cls = load_target(engine.store)
     except ModuleNotFoundError as exc:
-        if exc.name == module_name and module_name.startswith("idemstore."):
+        module = engine.store.partition(":")[0]
+        if exc.name == module and module.startswith("idemstore."):
             raise ConfigurationError(
                 f"the {scheme}:// backend is not part of this version of idemstore yet"
             ) from None
@@ -116,7 +123,6 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
             f"the {scheme}:// backend could not import {exc.name!r}: "
             f"pip install 'idemstore[{engine.extra or 'all'}]'"
         ) from exc
-    cls = getattr(module, class_name)
     store = cast("IdempotencyStore", cls.from_url(url, **options))
     # After idemstore.instrument() the store records spans and metrics; before, it is returned
     # as built (no wrapper, no cost).
@@ -156,7 +162,7 @@ class StoreURL:
 
 def parse_store_url(url: str, options: dict[str, Any] | None = None) -> StoreURL:
     """Split ``url``; keyword ``options`` win over query parameters of the same name."""
-    scheme = _scheme_of(url)
+    scheme = _required_scheme(url)
     try:
         parts = urlsplit(url)
         port = parts.port

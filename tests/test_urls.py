@@ -13,7 +13,7 @@ from idemstore import (
     register_backend,
 )
 from idemstore.backends.memory import MemoryStore
-from idemstore.registry import engine_for_scheme, engines, load_target
+from idemstore.registry import engine_for_scheme, engines, load_target, scheme_of
 from idemstore.urls import known_schemes, redact_url
 
 if TYPE_CHECKING:
@@ -219,3 +219,32 @@ def test_every_engine_target_is_importable() -> None:
             module = importlib.import_module(engine.fixture_module)
             for variant in engine.variants:
                 assert hasattr(module, variant.fixture), (engine.name, variant.fixture)
+
+
+def test_open_store_reads_the_scheme_as_the_registry_does() -> None:
+    # One reading: any case, and a string without "://" has none.
+    assert isinstance(open_store("MEMORY://"), MemoryStore)
+    assert scheme_of("MEMORY://") == "memory"
+    assert scheme_of("memory") == ""
+    with pytest.raises(ConfigurationError, match="is not a store URL"):
+        open_store("memory")
+
+
+def test_a_store_target_in_a_missing_idemstore_module_is_not_part_of_this_version(
+    scratch_registry: None,
+) -> None:
+    register_backend("later", "idemstore.backends.later:LaterStore")
+    with pytest.raises(ConfigurationError, match="not part of this version of idemstore"):
+        open_store("later://")
+
+
+def test_a_store_target_dotted_inside_its_module_is_loaded_like_any_registry_target(
+    scratch_registry: None,
+) -> None:
+    # open_store loads targets with the registry's load_target, so "module:Outer.Inner" works.
+    register_backend("nested", "tests.test_urls:Nested.Store")
+    assert isinstance(open_store("nested://"), MemoryStore)
+
+
+class Nested:
+    Store = MemoryStore

@@ -10,17 +10,29 @@ from typing import TYPE_CHECKING, Any, Self
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import InlineStoreEnvelope, lost_reserve
+from idemstore.backends.store_options import Option, Options, at_least, check_clock
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.stats import StatsTally, StoreStats
-from idemstore.urls import parse_store_url, pop_int
+from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["MemoryStore"]
+__all__ = ["OPTIONS", "MemoryStore"]
+
+OPTIONS = Options(
+    Option(
+        "max_key_length",
+        int,
+        MAX_KEY_LENGTH,
+        "longest key accepted, in characters",
+        check=at_least(1),
+    ),
+    Option("clock", object, time.time, "the time source, epoch seconds", check_clock, url=False),
+)
 
 # Enum members as module constants: on Python 3.11 ``Status.IN_PROGRESS`` is a descriptor
 # call (about 0.1 µs), and a fresh reserve and complete name four of them.
@@ -79,7 +91,8 @@ class MemoryStore(InlineStoreEnvelope):
         clock: Callable[[], float] = time.time,
         max_key_length: int = MAX_KEY_LENGTH,
     ) -> None:
-        super().__init__(max_key_length=max_key_length)
+        given = OPTIONS.check(locals())
+        super().__init__(max_key_length=given["max_key_length"])
         self._clock = clock
         self._entries: dict[tuple[str, str], _Entry] = {}
         # Events of the waits on each key; the sets outlive entries (a reserve replaces one).
@@ -90,9 +103,7 @@ class MemoryStore(InlineStoreEnvelope):
         parsed = parse_store_url(url, options)
         if parsed.netloc or parsed.path not in ("", "/"):
             raise ConfigurationError("a memory store URL takes no host or path: use memory://")
-        max_key_length = pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH)
-        parsed.reject_unknown()
-        return cls(max_key_length=max_key_length)
+        return cls(**OPTIONS.from_url(parsed))
 
     # -- helpers ------------------------------------------------------------------------
 

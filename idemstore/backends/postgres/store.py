@@ -40,22 +40,100 @@ from idemstore.backends.postgres.statements import (
     seconds,
 )
 from idemstore.backends.postgres.stats import STATS, counted
+from idemstore.backends.store_options import Option, Options, at_least
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
-from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str, redact_url
+from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from idemstore.stats import StoreStats
 
-__all__ = ["PostgresStore"]
+__all__ = ["OPTIONS", "PostgresStore"]
 
 # How long after a failed listener connection ``wait`` tries again.
 _LISTENER_RETRY = 1.0
+
+
+def _schema_name(name: str, value: str) -> str:
+    if not SCHEMA_NAME.match(value):
+        raise ConfigurationError(
+            f"{name} must be an identifier of letters, digits and underscores "
+            f"(at most 63, not starting with a digit), not {value!r}"
+        )
+    return value
+
+
+OPTIONS = Options(
+    Option(
+        "schema",
+        str,
+        "public",
+        "schema holding the tables and functions; letters, digits, `_`, at most 63 "
+        "characters; always quoted, so case is kept",
+        _schema_name,
+    ),
+    Option("pool_min_size", int, 1, "fewest connections the asyncpg pool keeps", at_least(0)),
+    Option("pool_max_size", int, 10, "most connections the asyncpg pool opens", at_least(1)),
+    Option(
+        "command_timeout",
+        float,
+        10.0,
+        "seconds a statement may take before it is cancelled (then `StoreUnavailableError`)",
+        check_duration,
+    ),
+    Option("connect_timeout", float, 5.0, "seconds to open a connection", check_duration),
+    Option(
+        "max_inactive_connection_lifetime",
+        float,
+        300.0,
+        "seconds an idle pooled connection is kept (`0`: for ever)",
+        at_least(0),
+    ),
+    Option(
+        "statement_cache_size",
+        int,
+        100,
+        "asyncpg's prepared-statement cache; **set `0` behind PgBouncer** (see below)",
+        at_least(0),
+    ),
+    Option(
+        "auto_migrate",
+        bool,
+        False,
+        "apply pending migrations on first use instead of raising `SchemaError`",
+    ),
+    Option("listen", bool, True, "use LISTEN/NOTIFY for `wait`; `false` polls"),
+    Option(
+        "listen_dsn",
+        str,
+        None,
+        "where the LISTEN connection goes: a direct server URL when the store URL is a PgBouncer",
+        shown_default="the store's URL",
+    ),
+    Option("sweep_batch_size", int, 500, "rows deleted per `sweep` transaction", at_least(1)),
+    Option("max_key_length", int, MAX_KEY_LENGTH, "longest accepted key", at_least(1)),
+)
+
+
+# The store's statements by name, each with ``{s}`` where its quoted schema goes.
+_TEMPLATES = {
+    "reserve": RESERVE,
+    "complete": COMPLETE,
+    "release": RELEASE,
+    "delete": DELETE,
+    "extend": EXTEND,
+    "get": GET,
+    "watch": WATCH,
+    "sweep": SWEEP_BATCH,
+    "applied": APPLIED_MIGRATIONS,
+    "versions": CREATE_VERSIONS_TABLE,
+    "stats": STATS,
+}
 
 
 async def _no_reset(connection: asyncpg.Connection) -> None:
@@ -119,46 +197,22 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
         wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
         same schema."""
-        if not SCHEMA_NAME.match(schema):
+        given = OPTIONS.check(locals())
+        if pool_min_size > pool_max_size:
             raise ConfigurationError(
-                f"schema must be an identifier of letters, digits and underscores "
-                f"(at most 63, not starting with a digit), not {schema!r}"
+                f"pool_min_size ({pool_min_size}) must not exceed pool_max_size ({pool_max_size})"
             )
-        if pool_min_size < 0 or pool_max_size < 1 or pool_min_size > pool_max_size:
-            raise ConfigurationError(
-                f"need 0 <= pool_min_size <= pool_max_size and pool_max_size >= 1, "
-                f"not {pool_min_size} and {pool_max_size}"
-            )
-        if statement_cache_size < 0:
-            raise ConfigurationError("statement_cache_size must be 0 (off) or more")
-        if sweep_batch_size < 1:
-            raise ConfigurationError("sweep_batch_size must be at least 1")
         super().__init__(max_key_length=max_key_length)
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
         self._errors = driver_errors(self._redacted)
         self._schema = schema
         quoted = quote_ident(schema)
-        self._sql = {
-            name: template.format(s=quoted)
-            for name, template in {
-                "reserve": RESERVE,
-                "complete": COMPLETE,
-                "release": RELEASE,
-                "delete": DELETE,
-                "extend": EXTEND,
-                "get": GET,
-                "watch": WATCH,
-                "sweep": SWEEP_BATCH,
-                "applied": APPLIED_MIGRATIONS,
-                "versions": CREATE_VERSIONS_TABLE,
-                "stats": STATS,
-            }.items()
-        }
+        self._sql = {name: template.format(s=quoted) for name, template in _TEMPLATES.items()}
         self._pool_min_size = pool_min_size
         self._pool_max_size = pool_max_size
-        self._command_timeout = check_duration("command_timeout", command_timeout)
-        self._connect_timeout = check_duration("connect_timeout", connect_timeout)
+        self._command_timeout: float = given["command_timeout"]
+        self._connect_timeout: float = given["connect_timeout"]
         self._statement_cache_size = statement_cache_size
         self._max_inactive_lifetime = max_inactive_connection_lifetime
         self._auto_migrate = auto_migrate
@@ -177,27 +231,12 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
         parsed = parse_store_url(url, options)
-        opts = parsed.options
-        kwargs: dict[str, Any] = {
-            "schema": pop_str(opts, "schema", "public"),
-            "pool_min_size": pop_int(opts, "pool_min_size", 1),
-            "pool_max_size": pop_int(opts, "pool_max_size", 10),
-            "command_timeout": pop_float(opts, "command_timeout", 10.0),
-            "connect_timeout": pop_float(opts, "connect_timeout", 5.0),
-            "statement_cache_size": pop_int(opts, "statement_cache_size", 100),
-            "max_inactive_connection_lifetime": pop_float(
-                opts, "max_inactive_connection_lifetime", 300.0
-            ),
-            "auto_migrate": pop_bool(opts, "auto_migrate", False),
-            "listen": pop_bool(opts, "listen", True),
-            "listen_dsn": pop_str(opts, "listen_dsn", "") or None,
-            "sweep_batch_size": pop_int(opts, "sweep_batch_size", 500),
-            "max_key_length": pop_int(opts, "max_key_length", MAX_KEY_LENGTH),
+        # asyncpg's connection parameters pass through to the DSN, as text.
+        connection = {
+            name: str(parsed.options.pop(name))
+            for name in sorted(CONNECTION_PARAMETERS & set(parsed.options))
         }
-        connection = {}
-        for name in sorted(CONNECTION_PARAMETERS & set(opts)):
-            connection[name] = str(opts.pop(name))
-        parsed.reject_unknown()
+        kwargs = OPTIONS.from_url(parsed, also_known=CONNECTION_PARAMETERS)
         connection.setdefault("application_name", "idemstore")
         # asyncpg reads the connection parameters from the DSN; our options never reach it.
         dsn = urlunsplit(("postgresql", parsed.netloc, parsed.path, urlencode(connection), ""))

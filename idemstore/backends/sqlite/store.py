@@ -47,6 +47,7 @@ from idemstore.backends.sqlite.statements import (
 )
 from idemstore.backends.sqlite.stats import STATS, counted
 from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
+from idemstore.backends.store_options import Option, Options, at_least, check_clock, one_of
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
     ConfigurationError,
@@ -61,14 +62,14 @@ from idemstore.migrate import (
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
-from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, pop_str
+from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
     from idemstore.stats import StoreStats
 
-__all__ = ["SQLiteStore"]
+__all__ = ["OPTIONS", "SQLiteStore"]
 
 _T = TypeVar("_T")
 
@@ -82,6 +83,32 @@ SWEEP_BATCH = 500
 BUSY_ATTEMPT = 0.025
 # Between attempts the store sleeps in asyncio (backoff.SQLITE_BUSY) until the configured
 # busy_timeout is spent.
+
+
+OPTIONS = Options(
+    Option(
+        "synchronous",
+        str,
+        "full",
+        "`full` or `normal`: what a commit waits for (see Durability)",
+        one_of(*SYNCHRONOUS_MODES),
+    ),
+    Option(
+        "busy_timeout",
+        float,
+        5.0,
+        "seconds to wait for another connection's write lock before `StoreUnavailableError`",
+        check_duration,
+    ),
+    Option(
+        "auto_migrate",
+        bool,
+        True,
+        "apply pending migrations on open; `false` raises `SchemaError` instead",
+    ),
+    Option("max_key_length", int, MAX_KEY_LENGTH, "longest key accepted", at_least(1)),
+    Option("clock", object, time.time, "the time source, epoch seconds", check_clock, url=False),
+)
 
 
 def _busy(exc: Exception) -> bool:
@@ -126,19 +153,13 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         max_key_length: int = MAX_KEY_LENGTH,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        given = OPTIONS.check(locals())
         if not isinstance(database, str) or not database:
             raise ConfigurationError("database must be a file path or ':memory:'")
-        mode = synchronous.lower() if isinstance(synchronous, str) else synchronous
-        if mode not in SYNCHRONOUS_MODES:
-            raise ConfigurationError(
-                f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
-            )
-        if not callable(clock):
-            raise ConfigurationError(f"clock must be a callable returning epoch seconds: {clock!r}")
-        super().__init__(max_key_length=max_key_length)
+        super().__init__(max_key_length=given["max_key_length"])
         self._database = database
-        self._synchronous = mode
-        self._busy_timeout = check_duration("busy_timeout", busy_timeout)
+        self._synchronous: str = given["synchronous"]
+        self._busy_timeout: float = given["busy_timeout"]
         self._auto_migrate = auto_migrate
         self._clock = clock
         self._driver_errors = driver_errors(database, self._busy_timeout)
@@ -155,8 +176,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
     def from_url(cls, url: str, **options: Any) -> Self:
         """``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``.
 
-        Options: ``synchronous`` (full|normal), ``busy_timeout`` (seconds), ``auto_migrate``,
-        ``max_key_length``; ``clock`` as a keyword only.
+        Options: those of ``OPTIONS`` (``clock`` as a keyword only).
         """
         parsed = parse_store_url(url, options)
         if parsed.netloc:
@@ -171,20 +191,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
                 "a sqlite:// URL needs a database: sqlite:///relative/path.db, "
                 "sqlite:////absolute/path.db or sqlite:///:memory:"
             )
-        synchronous = pop_str(parsed.options, "synchronous", "full")
-        busy_timeout = pop_float(parsed.options, "busy_timeout", 5.0)
-        auto_migrate = pop_bool(parsed.options, "auto_migrate", True)
-        max_key_length = pop_int(parsed.options, "max_key_length", MAX_KEY_LENGTH)
-        clock = parsed.options.pop("clock", time.time)
-        parsed.reject_unknown()
-        return cls(
-            database,
-            synchronous=synchronous,
-            busy_timeout=busy_timeout,
-            auto_migrate=auto_migrate,
-            max_key_length=max_key_length,
-            clock=clock,
-        )
+        return cls(database, **OPTIONS.from_url(parsed))
 
     @property
     def database(self) -> str:
