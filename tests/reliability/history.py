@@ -353,6 +353,10 @@ class _Execution:
     takeover: bool
     acquired_at: float
     deadline: float
+    # When this worker's reserve call began and returned (its own clock): the real-time
+    # bounds of the acquisition, whatever stamp the client computed for the lease.
+    called_at: float
+    returned_at: float
     completing: dict[str, Any] | None = None
     releasing: bool = False
     end: dict[str, Any] | None = None
@@ -440,6 +444,8 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
                     event["takeover"],
                     event["acquired_at"],
                     event["lease_expires_at"],
+                    event["t0"],
+                    event["t1"],
                 )
                 counts["executions"] += 1
                 counts["takeovers"] += event["takeover"]
@@ -487,9 +493,12 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
         runs = sorted(executions.get(key, {}).values(), key=lambda r: r.acquired_at)
         counts["killed in mid-work"] += sum(1 for r in runs if r.end is None)
         counts["re-executions"] += max(0, len(runs) - 1)
-        # Fences strictly rise in the order the engine handed the leases out.
-        for before, after in itertools.pairwise(runs):
-            if after.fence <= before.fence:
+        # Fences strictly rise in real time: an acquisition whose reserve returned before
+        # another's reserve was even sent came first, so its fence must be lower. Overlapping
+        # calls have no order to check (a stamp the client computed before sending, or that
+        # an SDK retry reused, is no evidence of when the engine acted).
+        for before, after in itertools.permutations(runs, 2):
+            if before.returned_at < after.called_at and after.fence <= before.fence:
                 violations.append(f"{key}: fence {after.fence} acquired after fence {before.fence}")
         by_fence = sorted(runs, key=lambda r: r.fence)
         for before, after in itertools.pairwise(by_fence):

@@ -244,3 +244,38 @@ def test_checker_catches_other_arguments_acquiring_a_key() -> None:
 def test_checker_catches_a_key_left_unfinished() -> None:
     report = check_history([acquired("k", 1, 1.0)], {"k": None})
     assert any("not completed at the end" in v for v in report.violations)
+
+
+def _released(key: str, fence: int, at: float) -> Any:
+    ids = {"w": "a", "key": key, "fence": fence, "token": f"tok{fence}"}
+    return [
+        {"ev": "releasing", **ids, "t0": at},
+        {"ev": "end", **ids, "t0": at, "t1": at, "outcome": "released"},
+    ]
+
+
+def test_checker_stays_silent_on_a_delayed_retry_whose_client_stamp_is_older() -> None:
+    # Worker b computed its lease stamp at 1.0 and its reserve was retried by the SDK until 1.5;
+    # a's reserve (sent at 1.1) got fence 1 first and released. The stamps say fence 2 came
+    # first, but the two reserve calls overlapped in real time: no order can be read from them.
+    early_b = acquired("k", 2, 1.0, w="b") | {"t0": 1.0, "t1": 1.5}
+    events = [
+        acquired("k", 1, 1.1) | {"t0": 1.1, "t1": 1.2},
+        *_released("k", 1, 1.3),
+        early_b,
+        *completed("k", 2, 2.0, b"r"),
+    ]
+    report = check_history(events, final("k", 2, b"r"))
+    assert not any("acquired after" in v for v in report.violations), report.violations
+
+
+def test_checker_reports_a_real_fence_inversion() -> None:
+    # Fence 2's reserve returned before fence 1's was sent: in real time 2 came first.
+    events = [
+        acquired("k", 2, 1.0) | {"t0": 1.0, "t1": 1.1},
+        *_released("k", 2, 1.2),
+        acquired("k", 1, 2.0, w="b") | {"t0": 2.0, "t1": 2.1, "token": "tok1"},
+        *completed("k", 1, 2.5, b"r"),
+    ]
+    report = check_history(events, final("k", 1, b"r"))
+    assert any("fence 1 acquired after fence 2" in v for v in report.violations)

@@ -27,8 +27,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from idemstore.registry import fixture_variants
-from tests.mcp.raw import ROOT, RawPeer, executions, mock_command, proxy_command
+from tests.mcp.raw import ROOT, RawPeer, executions, mock_command, proxy_command, unmarked
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -75,7 +76,8 @@ class Proxy:
         answer = await self.peer.response(first, timeout=60)
         await self.peer.call(retry, "charge", arguments={"amount": amount})
         replay = await self.peer.response(retry, timeout=60)
-        assert answer["result"] == replay["result"], (answer, replay)
+        assert unmarked(replay["result"]) == answer["result"], (answer, replay)
+        assert replay["result"]["_meta"] == {REPLAYED_META_KEY: True}
         assert answer["result"]["content"][0]["text"].startswith(f"charged {amount} ")
         key = f"sep-{uuid.uuid4().hex}"
         sep_ids = [f"valid-{uuid.uuid4().hex}" for _ in range(2)]
@@ -85,7 +87,7 @@ class Proxy:
                 request_id, "charge", arguments={"amount": amount + 1}, idempotencyKey=key
             )
             results.append((await self.peer.response(request_id, timeout=60))["result"])
-        assert results[0] == results[1]
+        assert unmarked(results[1]) == results[0]
         ran = [e for e in executions(self.counter) if _amount(e) in (amount, amount + 1)]
         assert len(ran) == 2, ran
 
@@ -241,7 +243,7 @@ async def test_the_fixed_corpus_of_malformed_lines(proxy: Proxy) -> None:
     corpus = fixed_corpus()
     await proxy.send_lines(corpus)
     big = [await proxy.peer.response(f"big-{n}", timeout=120) for n in (1, 2)]
-    assert big[0]["result"] == big[1]["result"]
+    assert unmarked(big[1]["result"]) == big[0]["result"]
     assert big[0]["result"]["content"][0]["text"] == "y" * TEN_MB
     await proxy.still_serves()
     # Every request the proxy answers itself was answered, with its own id where it can be
