@@ -108,9 +108,10 @@ def add_gateway_parser(commands: Any) -> None:
             "deduplicate together."
         ),
     )
-    gateway.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to serve")
+    # Required, but from any source (flag, environment or file): defer_defaults checks them.
+    gateway.add_argument("--listen", metavar="HOST:PORT", help="where to serve (required)")
     gateway.add_argument(
-        "--upstream", required=True, metavar="URL", help="the MCP endpoint, e.g. http://h:9000/mcp"
+        "--upstream", metavar="URL", help="the MCP endpoint, e.g. http://h:9000/mcp (required)"
     )
     gateway.add_argument(
         "--store", default="memory://", metavar="URL", help="store URL (default memory://)"
