@@ -24,8 +24,9 @@ MARKED = re.compile(
 # Each store whose constructor checks its options with a table, and the table.
 TABLES = {
     "idemstore.backends.memory:MemoryStore": "idemstore.backends.memory:OPTIONS",
-    "idemstore.backends.sqlite:SQLiteStore": "idemstore.backends.sqlite.store:OPTIONS",
-    "idemstore.backends.postgres:PostgresStore": "idemstore.backends.postgres.store:OPTIONS",
+    "idemstore.backends.sqlite:SQLiteStore": "idemstore.backends.sqlite.options:OPTIONS",
+    "idemstore.backends.postgres:PostgresStore": "idemstore.backends.postgres.options:OPTIONS",
+    "idemstore.backends.dynamodb:DynamoDBStore": "idemstore.backends.dynamodb.options:OPTIONS",
 }
 
 

@@ -6,7 +6,8 @@ fence, ``complete``/``release``/``extend`` an ``UpdateItem`` conditioned on toke
 margin. See docs/backends/dynamodb.md.
 
 Modules: ``store`` (the store), ``items`` (attributes, expressions, decoding), ``table`` (the
-table for ``idemstore migrate``), ``client_errors`` (botocore's errors mapped).
+table for ``idemstore migrate``), ``client_errors`` (botocore's errors mapped), ``options``
+(its options table).
 """
 
 from __future__ import annotations

@@ -41,14 +41,15 @@ from idemstore.backends.dynamodb.items import (
     text,
     utf8_len,
 )
+from idemstore.backends.dynamodb.options import OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import MAX_FINGERPRINT_LENGTH, MAX_KEY_LENGTH, check_duration, new_token
-from idemstore.urls import parse_store_url, pop_bool, pop_float, pop_int, redact_url
+from idemstore.records import MAX_FINGERPRINT_LENGTH, MAX_KEY_LENGTH, new_token
+from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -124,44 +125,27 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         session: Any = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        given = OPTIONS.check(locals())
         if not isinstance(table, str) or not _TABLE_NAME.match(table):
             raise ConfigurationError(
                 f"DynamoDB table name {table!r} is invalid: 3 to 255 characters of "
                 "A-Z a-z 0-9 _ . -"
             )
-        if isinstance(endpoint_url, str) and "@" in endpoint_url.split("?", 1)[0]:
-            # botocore logs and reports the endpoint as given, password and all; DynamoDB
-            # signs requests with AWS credentials and never reads these.
-            raise ConfigurationError(
-                "endpoint_url must not carry a user or password (DynamoDB takes credentials "
-                f"from the AWS chain): {redact_url(endpoint_url)!r}"
-            )
-        if not callable(clock):
-            raise ConfigurationError(
-                f"clock must be a callable returning epoch seconds, not {clock!r}"
-            )
-        if not math.isfinite(clock_skew) or clock_skew < 0:
-            raise ConfigurationError(f"clock_skew must be >= 0 seconds, not {clock_skew!r}")
-        if compress_min_bytes < 0:
-            raise ConfigurationError(f"compress_min_bytes must be >= 0, not {compress_min_bytes!r}")
-        if max_attempts < 1 or max_pool_connections < 1:
-            raise ConfigurationError("max_attempts and max_pool_connections must be at least 1")
-        for name, seconds in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
-            check_duration(name, seconds)
-        super().__init__(max_key_length=max_key_length)
+        check_region(region, endpoint_url)
+        super().__init__(max_key_length=given["max_key_length"])
         self._table = table
         self._region = region
         self._endpoint_url = endpoint_url
         self._profile = profile
         self._auto_create = auto_create
-        self._skew = float(clock_skew)
+        self._skew: float = given["clock_skew"]
         self._compress_min_bytes = compress_min_bytes
         self._config = {
             # "standard" retries throttling and transient errors with backoff; past
             # max_attempts the error surfaces as StoreUnavailableError.
             "retries": {"max_attempts": max_attempts, "mode": "standard"},
-            "connect_timeout": float(connect_timeout),
-            "read_timeout": float(read_timeout),
+            "connect_timeout": given["connect_timeout"],
+            "read_timeout": given["read_timeout"],
             "max_pool_connections": max_pool_connections,
         }
         self._session = session
@@ -175,9 +159,8 @@ class DynamoDBStore(StoreEnvelope[_Client]):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
-        """``dynamodb://TABLE``; options: region, endpoint_url, profile, auto_create,
-        clock_skew, compress_min_bytes, max_attempts, connect_timeout, read_timeout,
-        max_pool_connections, max_key_length (and ``session``, ``clock`` as keywords)."""
+        """``dynamodb://TABLE``; options: those of ``OPTIONS`` (``session`` and ``clock`` as
+        keywords only)."""
         parsed = parse_store_url(url, options)
         if parsed.username is not None or parsed.password is not None or parsed.port is not None:
             # Not a table name; and the error must not echo a password.
@@ -190,25 +173,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
                 f"a DynamoDB store URL names its table: dynamodb://TABLE?region=..., "
                 f"not {redact_url(url)!r}"
             )
-        opts = parsed.options
-        store = cls(
-            parsed.netloc,
-            region=_pop_optional_str(opts, "region"),
-            endpoint_url=_pop_optional_str(opts, "endpoint_url"),
-            profile=_pop_optional_str(opts, "profile"),
-            auto_create=pop_bool(opts, "auto_create", False),
-            clock_skew=pop_float(opts, "clock_skew", 0.1),
-            compress_min_bytes=pop_int(opts, "compress_min_bytes", 1024),
-            max_attempts=pop_int(opts, "max_attempts", 3),
-            connect_timeout=pop_float(opts, "connect_timeout", 2.0),
-            read_timeout=pop_float(opts, "read_timeout", 5.0),
-            max_pool_connections=pop_int(opts, "max_pool_connections", 50),
-            max_key_length=pop_int(opts, "max_key_length", MAX_KEY_LENGTH),
-            session=opts.pop("session", None),
-            clock=opts.pop("clock", time.time),
-        )
-        parsed.reject_unknown()
-        return store
+        return cls(parsed.netloc, **OPTIONS.from_url(parsed))
 
     # -- connection --------------------------------------------------------------------------
 
@@ -535,12 +500,3 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         """Create the table (on-demand billing), wait until it is active, enable TTL; False
         when it already existed as needed. Another key schema raises ``SchemaError``."""
         return await self._tables.create(await self._client())
-
-
-def _pop_optional_str(options: dict[str, Any], name: str) -> str | None:
-    value = options.pop(name, None)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ConfigurationError(f"option {name} must be a string, not {value!r}")
-    return value

@@ -22,6 +22,7 @@ from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import StoreEnvelope
 from idemstore.backends.postgres.client_errors import driver_errors
 from idemstore.backends.postgres.listening import Subscription
+from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.statements import (
     APPLIED_MIGRATIONS,
     COMPLETE,
@@ -32,7 +33,6 @@ from idemstore.backends.postgres.statements import (
     GET,
     RELEASE,
     RESERVE,
-    SCHEMA_NAME,
     SWEEP_BATCH,
     WATCH,
     hash64,
@@ -40,12 +40,11 @@ from idemstore.backends.postgres.statements import (
     seconds,
 )
 from idemstore.backends.postgres.stats import STATS, counted
-from idemstore.backends.store_options import Option, Options, at_least
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
+from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
@@ -53,71 +52,10 @@ if TYPE_CHECKING:
 
     from idemstore.stats import StoreStats
 
-__all__ = ["OPTIONS", "PostgresStore"]
+__all__ = ["PostgresStore"]
 
 # How long after a failed listener connection ``wait`` tries again.
 _LISTENER_RETRY = 1.0
-
-
-def _schema_name(name: str, value: str) -> str:
-    if not SCHEMA_NAME.match(value):
-        raise ConfigurationError(
-            f"{name} must be an identifier of letters, digits and underscores "
-            f"(at most 63, not starting with a digit), not {value!r}"
-        )
-    return value
-
-
-OPTIONS = Options(
-    Option(
-        "schema",
-        str,
-        "public",
-        "schema holding the tables and functions; letters, digits, `_`, at most 63 "
-        "characters; always quoted, so case is kept",
-        _schema_name,
-    ),
-    Option("pool_min_size", int, 1, "fewest connections the asyncpg pool keeps", at_least(0)),
-    Option("pool_max_size", int, 10, "most connections the asyncpg pool opens", at_least(1)),
-    Option(
-        "command_timeout",
-        float,
-        10.0,
-        "seconds a statement may take before it is cancelled (then `StoreUnavailableError`)",
-        check_duration,
-    ),
-    Option("connect_timeout", float, 5.0, "seconds to open a connection", check_duration),
-    Option(
-        "max_inactive_connection_lifetime",
-        float,
-        300.0,
-        "seconds an idle pooled connection is kept (`0`: for ever)",
-        at_least(0),
-    ),
-    Option(
-        "statement_cache_size",
-        int,
-        100,
-        "asyncpg's prepared-statement cache; **set `0` behind PgBouncer** (see below)",
-        at_least(0),
-    ),
-    Option(
-        "auto_migrate",
-        bool,
-        False,
-        "apply pending migrations on first use instead of raising `SchemaError`",
-    ),
-    Option("listen", bool, True, "use LISTEN/NOTIFY for `wait`; `false` polls"),
-    Option(
-        "listen_dsn",
-        str,
-        None,
-        "where the LISTEN connection goes: a direct server URL when the store URL is a PgBouncer",
-        shown_default="the store's URL",
-    ),
-    Option("sweep_batch_size", int, 500, "rows deleted per `sweep` transaction", at_least(1)),
-    Option("max_key_length", int, MAX_KEY_LENGTH, "longest accepted key", at_least(1)),
-)
 
 
 # The store's statements by name, each with ``{s}`` where its quoted schema goes.

@@ -30,6 +30,7 @@ from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import SQLITE_BUSY, retrying
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.sqlite.client_errors import driver_errors
+from idemstore.backends.sqlite.options import OPTIONS
 from idemstore.backends.sqlite.statements import (
     COMPLETE,
     DELETE,
@@ -47,7 +48,6 @@ from idemstore.backends.sqlite.statements import (
 )
 from idemstore.backends.sqlite.stats import STATS, counted
 from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
-from idemstore.backends.store_options import Option, Options, at_least, check_clock, one_of
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import (
     ConfigurationError,
@@ -61,7 +61,7 @@ from idemstore.migrate import (
     pending_migrations,
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation
-from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
+from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
@@ -69,12 +69,11 @@ if TYPE_CHECKING:
 
     from idemstore.stats import StoreStats
 
-__all__ = ["OPTIONS", "SQLiteStore"]
+__all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
 
 ENGINE = "sqlite"
-SYNCHRONOUS_MODES = ("full", "normal")
 # sweep deletes at most this many rows per write transaction, so other writers (and other
 # processes) get the lock between batches however large the backlog.
 SWEEP_BATCH = 500
@@ -83,32 +82,6 @@ SWEEP_BATCH = 500
 BUSY_ATTEMPT = 0.025
 # Between attempts the store sleeps in asyncio (backoff.SQLITE_BUSY) until the configured
 # busy_timeout is spent.
-
-
-OPTIONS = Options(
-    Option(
-        "synchronous",
-        str,
-        "full",
-        "`full` or `normal`: what a commit waits for (see Durability)",
-        one_of(*SYNCHRONOUS_MODES),
-    ),
-    Option(
-        "busy_timeout",
-        float,
-        5.0,
-        "seconds to wait for another connection's write lock before `StoreUnavailableError`",
-        check_duration,
-    ),
-    Option(
-        "auto_migrate",
-        bool,
-        True,
-        "apply pending migrations on open; `false` raises `SchemaError` instead",
-    ),
-    Option("max_key_length", int, MAX_KEY_LENGTH, "longest key accepted", at_least(1)),
-    Option("clock", object, time.time, "the time source, epoch seconds", check_clock, url=False),
-)
 
 
 def _busy(exc: Exception) -> bool:
