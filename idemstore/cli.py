@@ -40,12 +40,15 @@ SCENARIO_NAMES = (
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000
 DEFAULT_PAYLOAD_BYTES = 256
+# The epilog of every command that takes a store URL.
+OPTIONS_POINTER = "A store URL's options: `idemstore options ENGINE` (e.g. postgres) lists them."
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from typing import Any
 
     from idemstore.protocol import Record
+    from idemstore.registry import Engine
     from idemstore.schema import SchemaMode
 
 __all__ = ["main"]
@@ -177,6 +180,43 @@ async def _bench(args: argparse.Namespace) -> int:
     return EXIT_ABSENT if result.violations else 0
 
 
+async def _options(args: argparse.Namespace) -> int:
+    from idemstore.registry import engines, load_target
+
+    if args.engine is None:
+        print(f"{'engine':<10}  schemes")
+        for engine in engines():
+            print(f"{engine.name:<10}  {', '.join(s + '://' for s in engine.schemes)}")
+        print(f"\n{OPTIONS_POINTER}")
+        return 0
+    engine = _engine_named(args.engine)
+    schemes = ", ".join(scheme + "://" for scheme in engine.schemes)
+    print(f"{engine.name}: {schemes}")
+    if engine.driver and engine.extra:
+        print(f"Needs {engine.driver}: pip install 'idemstore[{engine.extra}]'")
+    if engine.options is None:
+        print(f"the {engine.name} engine declares no options table; see its documentation")
+        return EXIT_ABSENT
+    print("Give options in the store URL (?name=value&...) or as keywords to open_store.\n")
+    # The table's module imports no driver: this works before the extra is installed.
+    sys.stdout.write(load_target(engine.options).text(width=80))
+    return 0
+
+
+def _engine_named(name: str) -> Engine:
+    """The engine called ``name``, or whose scheme (or a URL of it) ``name`` is."""
+    from idemstore.registry import engine_for_scheme, engines, scheme_of
+
+    wanted = name.lower()
+    engine = {engine.name: engine for engine in engines()}.get(wanted) or engine_for_scheme(
+        scheme_of(wanted) or wanted
+    )
+    if engine is None:
+        known = ", ".join(engine.name for engine in engines())
+        raise ConfigurationError(f"no engine or URL scheme is called {name!r}; known: {known}")
+    return engine
+
+
 async def _migrate(args: argparse.Namespace) -> int:
     from idemstore.schema import run_schema
 
@@ -196,7 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     migrate = commands.add_parser(
-        "migrate", help="bring a store's schema up to date (or print / report it)"
+        "migrate",
+        help="bring a store's schema up to date (or print / report it)",
+        epilog=OPTIONS_POINTER,
     )
     migrate.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
     mode = migrate.add_mutually_exclusive_group()
@@ -212,13 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.set_defaults(handler=_migrate)
 
-    inspect = commands.add_parser("inspect", help="show the live record for a key")
+    inspect = commands.add_parser(
+        "inspect", help="show the live record for a key", epilog=OPTIONS_POINTER
+    )
     inspect.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
     inspect.add_argument("key", metavar="KEY")
     inspect.add_argument("--scope", default="", help="the key's scope (default: '')")
     inspect.set_defaults(handler=_inspect)
 
-    sweep = commands.add_parser("sweep", help="remove records past their retention")
+    sweep = commands.add_parser(
+        "sweep", help="remove records past their retention", epilog=OPTIONS_POINTER
+    )
     sweep.add_argument("url", metavar="URL")
     sweep.add_argument(
         "--every", type=positive_float, metavar="SECONDS", help="repeat until Ctrl-C / SIGTERM"
@@ -235,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
             " in one query; Redis and DynamoDB read at most --limit records (see"
             " docs/observability.md for what each costs)."
         ),
+        epilog=OPTIONS_POINTER,
     )
     stats.add_argument("url", metavar="URL")
     stats.add_argument(
@@ -253,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Measure each store URL (no URL: the embedded memory and SQLite backends) on every"
             " scenario at every concurrency, beside its engine's raw-driver floor."
         ),
+        epilog=OPTIONS_POINTER,
     )
     bench.add_argument(
         "url", metavar="URL", nargs="*", help="store URLs (default: memory:// and a temp SQLite)"
@@ -307,6 +355,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="every column (ops, p90, p99.9, errors); the default table fits 100 columns",
     )
     bench.set_defaults(handler=_bench)
+
+    options = commands.add_parser(
+        "options",
+        help="list the options a store URL may carry, per engine (no driver needed)",
+        description=(
+            "With no argument, list the engines and their URL schemes; with an engine's name or"
+            " scheme (or a store URL), print the options its URLs take: name, type, default and"
+            " meaning, from the options table the store itself checks them with."
+        ),
+    )
+    options.add_argument(
+        "engine", metavar="ENGINE_OR_SCHEME", nargs="?", help="e.g. postgres, sqlite, dynamodb"
+    )
+    options.set_defaults(handler=_options)
 
     add_proxy_parser(commands)
     add_gateway_parser(commands)

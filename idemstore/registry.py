@@ -70,6 +70,9 @@ class Engine:
     with the fixture returning a fresh store URL; ``fixture_module`` is the module of pytest
     fixtures that defines them (loaded by ``idemstore.testing``; ``None`` when the fixtures
     come from a plugin or conftest of their own).
+    ``options`` is ``"module:NAME"`` of the store's ``Options`` table, in a module that
+    imports no driver: ``idemstore options`` prints it without the driver installed (``None``:
+    the engine declares no table, and the CLI says so).
     ``labels`` maps a scheme to the name bench reports give it when that is not ``name``
     (a Redis Cluster is measured apart from a single Redis). ``report_packages`` are further
     distributions whose versions a bench report states.
@@ -88,11 +91,12 @@ class Engine:
     fixture_module: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
     report_packages: tuple[str, ...] = ()
+    options: str | None = None
 
     def __post_init__(self) -> None:
         if not self.schemes:
             raise ConfigurationError(f"engine {self.name!r} declares no URL scheme")
-        for target in (self.store, self.floor, self.launcher):
+        for target in (self.store, self.floor, self.launcher, self.options):
             if target is not None and ":" not in target:
                 raise ConfigurationError(
                     f"backend target must look like 'package.module:Class', not {target!r}"
@@ -108,6 +112,7 @@ _BUILTIN: tuple[Engine, ...] = (
         name="memory",
         schemes=("memory",),
         store="idemstore.backends.memory:MemoryStore",
+        options="idemstore.backends.memory:OPTIONS",
         floor="idemstore.bench.floors:MemoryFloor",
         embedded="memory://",
         fixture_module="idemstore.testing.fixtures.memory",
@@ -117,6 +122,7 @@ _BUILTIN: tuple[Engine, ...] = (
         name="sqlite",
         schemes=("sqlite",),
         store="idemstore.backends.sqlite:SQLiteStore",
+        options="idemstore.backends.sqlite.options:OPTIONS",
         driver="aiosqlite",
         extra="sqlite",
         schema=SQL_MIGRATIONS,
@@ -134,6 +140,7 @@ _BUILTIN: tuple[Engine, ...] = (
         name="postgres",
         schemes=("postgresql", "postgres"),
         store="idemstore.backends.postgres:PostgresStore",
+        options="idemstore.backends.postgres.options:OPTIONS",
         driver="asyncpg",
         extra="postgres",
         schema=SQL_MIGRATIONS,
@@ -165,6 +172,7 @@ _BUILTIN: tuple[Engine, ...] = (
         name="dynamodb",
         schemes=("dynamodb",),
         store="idemstore.backends.dynamodb:DynamoDBStore",
+        options="idemstore.backends.dynamodb.options:OPTIONS",
         driver="aiobotocore",
         extra="dynamodb",
         schema=TABLE,

@@ -11,7 +11,8 @@ A backend declares one ``Options`` table beside its store class. From it come:
   defaults apply to the rest);
 - the options table of the backend's docs page: ``OPTIONS.markdown()``, which
   ``tests/test_store_options.py`` compares with the page between
-  ``<!-- store-options: module:NAME -->`` and ``<!-- /store-options -->``.
+  ``<!-- store-options: module:NAME -->`` and ``<!-- /store-options -->``;
+- the CLI help, ``idemstore options ENGINE``: ``OPTIONS.text()``, the same rows as plain text.
 
 The constructor keeps its typed keyword signature (mypy and IDEs read it); the same test
 checks that the signature and the table agree on every name and default.
@@ -19,6 +20,8 @@ checks that the signature and the table agree on every name and default.
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +46,9 @@ _PARSERS: dict[type, Callable[[dict[str, Any], str, Any], Any]] = {
     bool: pop_bool,
 }
 _KIND_PHRASES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+_KIND_NAMES = {str: "str", int: "int", float: "float", bool: "bool", object: "object"}
+# Markdown emphasis and code marks, which a terminal would show as noise.
+_MARKUP = re.compile(r"`|\*\*")
 
 
 def _is_kind(value: object, kind: type) -> bool:
@@ -144,6 +150,31 @@ class Options:
         rows = ["| option | default | meaning |", "|---|---|---|"]
         rows += [f"| `{o.name}` | {o.shown()} | {o.doc} |" for o in self if o.url]
         return "\n".join(rows) + "\n"
+
+    def text(self, width: int = 80) -> str:
+        """The options a URL may carry as plain text no wider than ``width``: a line of name,
+        type and default per option, its doc wrapped below it; then the keyword-only ones."""
+        shown = [o for o in self if o.url]
+        name_width = max([len("option")] + [len(o.name) for o in shown])
+        head = f"{{:<{name_width}}}  {{:<5}}  "
+        lines = [head.format("option", "type") + "default"]
+        for option in shown:
+            first = head.format(option.name, _KIND_NAMES[option.kind])
+            default = textwrap.wrap(
+                _MARKUP.sub("", option.shown()), max(width - len(first), 20)
+            ) or [""]
+            lines.append(first + default[0])
+            lines += [" " * len(first) + more for more in default[1:]]
+            lines += textwrap.wrap(
+                _MARKUP.sub("", option.doc),
+                width,
+                initial_indent="    ",
+                subsequent_indent="    ",
+            )
+        keywords = [o.name for o in self if not o.url]
+        if keywords:
+            lines += ["", *textwrap.wrap(f"As keywords only: {', '.join(keywords)}", width)]
+        return "\n".join(lines) + "\n"
 
 
 # -- checks the tables share ----------------------------------------------------------------

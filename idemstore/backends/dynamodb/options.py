@@ -102,7 +102,8 @@ OPTIONS = Options(
         "clock_skew",
         float,
         0.1,
-        "seconds by which this host's clock may differ from the other clients' clocks (see below)",
+        "seconds by which this host's clock may differ from the other clients' clocks: "
+        "deadlines count as passed that much later",
         _margin,
     ),
     Option(

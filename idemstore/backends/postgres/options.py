@@ -53,7 +53,7 @@ OPTIONS = Options(
         "statement_cache_size",
         int,
         100,
-        "asyncpg's prepared-statement cache; **set `0` behind PgBouncer** (see below)",
+        "asyncpg's prepared-statement cache; **set `0` behind PgBouncer**",
         at_least(0),
     ),
     Option(

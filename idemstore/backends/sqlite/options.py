@@ -20,7 +20,7 @@ OPTIONS = Options(
         "synchronous",
         str,
         "full",
-        "`full` or `normal`: what a commit waits for (see Durability)",
+        "`full` (a commit survives power loss) or `normal` (faster; may lose the last commits)",
         one_of(*SYNCHRONOUS_MODES),
     ),
     Option(
