@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from idemstore.backends.driver_errors import DriverErrors, Rule
 from idemstore.backends.dynamodb.items import error_code, error_message
+from idemstore.backends.dynamodb.options import CHAIN
 from idemstore.errors import (
     ConfigurationError,
     ResponseTooLargeError,
@@ -77,6 +78,13 @@ def driver_errors(where: str, url: str) -> DriverErrors:
                 lambda exc: ConfigurationError(
                     "no AWS region for the DynamoDB store: add ?region=... to the URL or set "
                     "AWS_DEFAULT_REGION"
+                ),
+            ),
+            Rule(
+                _botocore("InvalidRegionError"),
+                lambda exc: ConfigurationError(
+                    f"region {getattr(exc, 'kwargs', {}).get('region_name')!r}{CHAIN} is not a "
+                    "valid AWS region name: use one like eu-west-1, or add ?region=... to the URL"
                 ),
             ),
             Rule(

@@ -18,7 +18,10 @@ from idemstore.errors import ConfigurationError
 from idemstore.records import MAX_KEY_LENGTH, check_duration
 from idemstore.urls import redact_url
 
-__all__ = ["OPTIONS", "check_region"]
+__all__ = ["CHAIN", "OPTIONS", "check_region"]
+
+# Where botocore finds a region the URL does not give, as error messages name it.
+CHAIN = " (from the AWS chain: AWS_DEFAULT_REGION, AWS_REGION or the profile)"
 
 # What botocore accepts as a region at all: one DNS label (it becomes part of a host name).
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
@@ -27,25 +30,29 @@ _HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _AWS_REGION = re.compile(r"^[a-z]{2,4}(?:-[a-z]+)+-[0-9]{1,2}$")
 
 
-def _region(name: str, value: Any) -> Any:
-    if not _HOST_LABEL.match(value):
+def _check_label(region: str, found_in: str) -> None:
+    if not _HOST_LABEL.match(region):
         raise ConfigurationError(
-            f"{name} {value!r} is not a valid AWS region name: letters, digits and hyphens, "
-            "like eu-west-1"
+            f"region {region!r}{found_in} is not a valid AWS region name: letters, digits and "
+            "hyphens, like eu-west-1"
         )
+
+
+def _region(name: str, value: Any) -> Any:
+    _check_label(value, "")
     return value
 
 
-def check_region(region: str | None, endpoint_url: str | None) -> None:
-    """Refuse a region botocore cannot use, given or found in the AWS chain. A local endpoint
-    (DynamoDB Local, moto) takes any one-label name (``local``); AWS only names like
-    ``eu-west-1``."""
+def check_region(region: str | None, endpoint_url: str | None, *, found_in: str = "") -> None:
+    """Refuse a region botocore cannot use (``found_in`` says where it came from, for the
+    message). A local endpoint (DynamoDB Local, moto) takes any one-label name (``local``);
+    AWS only names like ``eu-west-1``."""
     if region is None:
         return
-    _region("region", region)
+    _check_label(region, found_in)
     if endpoint_url is None and not _AWS_REGION.match(region):
         raise ConfigurationError(
-            f"region {region!r} is not an AWS region: use a name like eu-west-1 or "
+            f"region {region!r}{found_in} is not an AWS region: use a name like eu-west-1 or "
             "us-east-1 (or give endpoint_url for a local endpoint)"
         )
 

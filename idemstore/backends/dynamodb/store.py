@@ -41,7 +41,7 @@ from idemstore.backends.dynamodb.items import (
     text,
     utf8_len,
 )
-from idemstore.backends.dynamodb.options import OPTIONS, check_region
+from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
@@ -142,8 +142,9 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         self._compress_min_bytes = compress_min_bytes
         self._config = {
             # "standard" retries throttling and transient errors with backoff; past
-            # max_attempts the error surfaces as StoreUnavailableError.
-            "retries": {"max_attempts": max_attempts, "mode": "standard"},
+            # max_attempts the error surfaces as StoreUnavailableError. botocore's own
+            # "max_attempts" key counts retries only (one attempt more than asked for).
+            "retries": {"total_max_attempts": max_attempts, "mode": "standard"},
             "connect_timeout": given["connect_timeout"],
             "read_timeout": given["read_timeout"],
             "max_pool_connections": max_pool_connections,
@@ -192,6 +193,10 @@ class DynamoDBStore(StoreEnvelope[_Client]):
                     config=AioConfig(**self._config),
                 )
             )
+            # The region may come from the AWS chain: checked before the first request,
+            # which would report a bad one as an unreachable endpoint.
+            found_in = "" if self._region else CHAIN
+            check_region(client.meta.region_name, self._endpoint_url, found_in=found_in)
         except Exception as exc:
             await stack.aclose()
             raise self._errors.translate(exc) from exc
