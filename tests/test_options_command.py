@@ -137,3 +137,12 @@ def test_options_print_with_every_engine_driver_unimportable() -> None:
     for name in WITH_TABLES:
         assert f"{name}: " in done.stdout
         assert "max_key_length" in done.stdout
+
+
+def test_the_cli_reference_shows_the_command_s_current_output(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    shown = page.split("$ idemstore options sqlite\n", 1)[1].split("```", 1)[0]
+    assert main(["options", "sqlite"]) == 0
+    assert shown == capsys.readouterr().out
