@@ -616,6 +616,8 @@ def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
         "redis://localhost/?expiry_grace=-1",
         "redis://localhost/?expiry_grace=1e20",
         "redis://localhost/?socket_timeout=0",
+        "rediss://localhost/?ssl_cert_reqs=sometimes",
+        "redis://localhost/?retries=-1",
     ],
 )
 def test_bad_urls_are_configuration_errors(url: str) -> None:

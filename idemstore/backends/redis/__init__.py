@@ -7,9 +7,10 @@ are hash fields compared with the server's ``TIME``; the key's own expiry remove
 itself shortly after its retention ends (``expiry_grace``). ``wait`` is woken by a PUBLISH
 that ``complete``, ``release`` and ``delete`` send from inside their script.
 
-Modules: ``store`` (the store), ``url_options`` (URLs and options), ``scripts`` (loads the
-Lua), ``codec`` (key names and hash fields), ``notifier`` (the shared pub/sub connection),
-``replication`` (Sentinel and ``wait_replicas``), ``client_errors`` (redis-py's exceptions).
+Modules: ``store`` (the store), ``options`` (its options table; imports no driver),
+``urls`` (what a URL's hosts, user and path say), ``scripts`` (loads the Lua), ``codec`` (key
+names and hash fields), ``notifier`` (the shared pub/sub connection), ``replication``
+(Sentinel and ``wait_replicas``), ``client_errors`` (redis-py's exceptions).
 """
 
 from __future__ import annotations
