@@ -670,6 +670,63 @@ async def test_an_unreachable_server_is_store_unavailable_without_the_password()
     await store.close()
 
 
+PASSWORD = "s3cret-Pa55"
+
+
+@pytest.fixture
+def password_redis() -> Iterator[LocalRedis]:
+    """A server of this test's own that requires ``PASSWORD`` (its ``url`` gives none)."""
+    from idemstore.local_servers.redis import start_redis
+
+    try:
+        server = start_redis(requirepass=PASSWORD)
+    except ServerUnavailableError as exc:
+        backend_unavailable("redis", str(exc))
+    yield server
+    server.stop()
+
+
+def with_userinfo(url: str, userinfo: str) -> str:
+    return url.replace("redis://", f"redis://{userinfo}@", 1)
+
+
+async def test_a_server_requiring_a_password_the_url_lacks_says_where_it_goes(
+    password_redis: LocalRedis,
+) -> None:
+    store = open_store(password_redis.url)
+    with pytest.raises(ConfigurationError, match="requires a password") as caught:
+        await store.get(new_key())
+    assert "redis://:PASSWORD@HOST:PORT/0" in str(caught.value)
+    assert "HELLO" not in str(caught.value)
+    await store.close()
+
+
+async def test_entering_a_store_without_the_password_a_server_requires_fails_the_same_way(
+    password_redis: LocalRedis,
+) -> None:
+    with pytest.raises(ConfigurationError, match="requires a password"):
+        async with open_store(password_redis.url):
+            pass
+
+
+@pytest.mark.parametrize("userinfo", [":n0t-it", "default:n0t-it", "nobody:n0t-it"])
+async def test_a_wrong_user_or_password_is_refused_without_showing_the_password(
+    password_redis: LocalRedis, userinfo: str
+) -> None:
+    store = open_store(with_userinfo(password_redis.url, userinfo))
+    with pytest.raises(ConfigurationError, match="refused the user and password") as caught:
+        await store.get(new_key())
+    assert "n0t-it" not in str(caught.value)
+    await store.close()
+
+
+async def test_the_password_a_server_requires_is_given_in_the_url(
+    password_redis: LocalRedis,
+) -> None:
+    async with open_store(with_userinfo(password_redis.url, f":{PASSWORD}")) as store:
+        assert await acquire(store, new_key())
+
+
 @pytest.mark.slow
 async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
     own_redis: LocalRedis,

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 
-from idemstore.backends.driver_errors import DriverErrors, Rule, unavailable
+from idemstore.backends.driver_errors import DriverErrors, Rule, message_has, unavailable
 from idemstore.backends.redis.scripts import RANGE_ERROR
 from idemstore.errors import ConfigurationError, IdemstoreError
 
 __all__ = ["redis_errors"]
+
+# What Redis answers a client that gave no password (HELLO, AUTH-less commands) and one that
+# gave a wrong one; redis-py raises AuthenticationError for both.
+_NO_PASSWORD = ("HELLO must be called with the client already authenticated", "NOAUTH")
+_WRONG_PASSWORD = ("WRONGPASS", "invalid username-password pair", "invalid password")
+
+_PASSWORD_IN_URL = (
+    "the password goes in the store URL: redis://:PASSWORD@HOST:PORT/0, or redis://USER:PASSWORD@HOST:"
+    "PORT/0 for an ACL user (percent-encode characters such as '@', ':' and '/')"
+)
 
 
 def redis_errors(where: str) -> DriverErrors:
@@ -21,6 +36,20 @@ def redis_errors(where: str) -> DriverErrors:
             "(2**53 microseconds after the epoch, the last a Lua number holds exactly)"
         )
 
+    def refused(exc: BaseException) -> IdemstoreError:
+        # Redis never echoes the password, and ``where`` is redacted.
+        if message_has(*_WRONG_PASSWORD)(exc):
+            return ConfigurationError(
+                f"redis store {where} refused the user and password of the store URL "
+                f"(wrong password, unknown or disabled user); {_PASSWORD_IN_URL}"
+            )
+        if message_has(*_NO_PASSWORD)(exc):
+            return ConfigurationError(
+                f"redis store {where} requires a password and the store URL gives none; "
+                f"{_PASSWORD_IN_URL}"
+            )
+        return ConfigurationError(f"redis store {where} refused to authenticate: {exc}")
+
     return DriverErrors(
         catches=(RedisError, RedisClusterException, OSError, TimeoutError),
         rules=(
@@ -28,6 +57,7 @@ def redis_errors(where: str) -> DriverErrors:
                 lambda exc: isinstance(exc, ResponseError) and str(exc).startswith(RANGE_ERROR),
                 out_of_range,
             ),
+            Rule(lambda exc: isinstance(exc, AuthenticationError), refused),
         ),
         otherwise=unavailable(f"redis store {where}"),
     )
