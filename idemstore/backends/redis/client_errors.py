@@ -11,9 +11,13 @@ from redis.exceptions import (
 
 from idemstore.backends.driver_errors import DriverErrors, Rule, message_has, unavailable
 from idemstore.backends.redis.scripts import RANGE_ERROR
-from idemstore.errors import ConfigurationError, IdemstoreError
+from idemstore.errors import ConfigurationError, IdemstoreError, StoreUnavailableError
 
-__all__ = ["redis_errors"]
+__all__ = ["CONNECT_TIMEOUT", "redis_errors"]
+
+# redis-py's words for a TCP connect that ran out of socket_connect_timeout; the store says
+# the same of a handshake that did.
+CONNECT_TIMEOUT = "Timeout connecting to server"
 
 # What Redis answers a client that gave no password (HELLO, AUTH-less commands) and one that
 # gave a wrong one; redis-py raises AuthenticationError for both.
@@ -50,6 +54,12 @@ def redis_errors(where: str) -> DriverErrors:
             )
         return ConfigurationError(f"redis store {where} refused to authenticate: {exc}")
 
+    def connect_timed_out(exc: BaseException) -> IdemstoreError:
+        return StoreUnavailableError(
+            f"redis store {where} did not complete a connection within "
+            "socket_connect_timeout (is a Redis server listening there, and up?)"
+        )
+
     return DriverErrors(
         catches=(RedisError, RedisClusterException, OSError, TimeoutError),
         rules=(
@@ -58,6 +68,7 @@ def redis_errors(where: str) -> DriverErrors:
                 out_of_range,
             ),
             Rule(lambda exc: isinstance(exc, AuthenticationError), refused),
+            Rule(lambda exc: CONNECT_TIMEOUT in str(exc), connect_timed_out),
         ),
         otherwise=unavailable(f"redis store {where}"),
     )

@@ -66,15 +66,18 @@ OPTIONS = Options(
         "socket_connect_timeout",
         float,
         5.0,
-        "seconds to wait for a connection",
+        "seconds to open a connection: the TCP connect, then the handshake (`HELLO`, "
+        "`AUTH`, `SELECT`) each within it; one that runs out is not retried (see "
+        "[Errors](#errors))",
         check_duration,
     ),
     Option(
         "retries",
         int,
         2,
-        "retries after a connection error or an attempt that ran out of time (with backoff, "
-        "at most 0.5 s)",
+        "retries after a connection error, or after an attempt that ran out of "
+        "`socket_timeout` on a server that answered the store before (with backoff, at most "
+        "0.5 s)",
         at_least(0),
     ),
     Option(

@@ -21,12 +21,14 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
 from idemstore.backends.envelope import StoreEnvelope
-from idemstore.backends.redis.client_errors import redis_errors
+from idemstore.backends.redis.client_errors import CONNECT_TIMEOUT, redis_errors
 from idemstore.backends.redis.codec import (
     GLOB_SPECIAL,
     MAX_DURATION,
@@ -92,8 +94,10 @@ def _check_together(nodes: list[tuple[str, int]], cluster: bool, given: dict[str
         raise ConfigurationError("ssl_* options need a rediss:// URL (or ssl=true)")
 
 
-def _timed_out(exc: Exception) -> bool:
-    return isinstance(exc, TimeoutError)
+def _retry(retries: int, *errors: type[RedisError]) -> Retry:
+    """redis-py's retries of ``errors``, with the store's backoff."""
+    backoff = ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2)
+    return Retry(backoff, retries, supported_errors=errors)
 
 
 def _driver_options(
@@ -107,17 +111,30 @@ def _driver_options(
         "socket_connect_timeout": given["socket_connect_timeout"],
         # Responses are raw bytes: never let the driver decode them.
         "decode_responses": False,
-        # redis-py retries connection errors (and connect timeouts) itself; a reply that
-        # does not come in time is retried by _call.
-        "retry": Retry(
-            ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2),
-            given["retries"],
-        ),
+        # redis-py retries connection errors itself, but not a connect that ran out of time
+        # (the endpoint is down or hung: another try would only multiply the wait); a reply
+        # that does not come in time is retried by _call.
+        "retry": _retry(given["retries"], RedisConnectionError),
     }
     if given["ssl"]:
         options["ssl"] = True
         options.update({name: given[name] for name in TLS_SETTINGS})
     return options
+
+
+async def _handshake_within_connect_timeout(connection: Any) -> None:
+    """redis-py's handshake (``HELLO``, ``AUTH``, ``SELECT``), within the connect timeout.
+
+    redis-py bounds the TCP connect by ``socket_connect_timeout`` but waits for the
+    handshake's replies like for any reply: on the data connections, which have no socket
+    timeout, until the attempt's own timer. A listener that accepts and never answers must
+    fail the connect like one that never accepts.
+    """
+    try:
+        async with asyncio.timeout(connection.socket_connect_timeout):
+            await connection.on_connect()
+    except TimeoutError:
+        raise RedisTimeoutError(CONNECT_TIMEOUT) from None
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -132,6 +149,7 @@ class RedisStore(StoreEnvelope[Any]):
     """
 
     __slots__ = (
+        "_answered",
         "_attempt_timeout",
         "_client_options",
         "_cluster",
@@ -200,13 +218,18 @@ class RedisStore(StoreEnvelope[Any]):
         # cost the hot path more than the script's whole server time.
         self._attempt_timeout: float = given["socket_timeout"]
         self._retries = retries
+        self._answered = False
         options = _driver_options(username, password, given)
         # A cluster's shard pub/sub connections keep redis-py's socket timeout (off the hot
         # path); a single server's come from the data pool, and the notifier bounds its own
         # waits there (subscribing within the wait's timeout, reads of at most 1 s).
-        self._shards = ShardNotifiers(dict(options))
+        self._shards = ShardNotifiers(
+            {**options, "retry": _retry(retries, RedisConnectionError, RedisTimeoutError)}
+        )
         if not cluster:
+            # (RedisCluster takes no handshake of ours: _open bounds its discovery.)
             options["db"] = db
+            options["redis_connect_func"] = _handshake_within_connect_timeout
         self._client_options = {**options, "socket_timeout": None}
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
@@ -315,7 +338,8 @@ class RedisStore(StoreEnvelope[Any]):
         """EVALSHA, or EVAL when the node does not know the script (yet, or any more).
 
         Each attempt has ``socket_timeout`` for its reply (connecting included); one that
-        runs out is retried, ``retries`` times, with redis-py's backoff. A retry is safe: every
+        runs out on a server that answered before is retried, ``retries`` times, with
+        redis-py's backoff. A retry is safe: every
         script answers a repeat of its own call as it answered the first (reserve by its
         token, complete and release by their nonce).
         """
@@ -327,16 +351,24 @@ class RedisStore(StoreEnvelope[Any]):
             if not self._slots.take_now():
                 await self._acquire_slot()
             try:
-                return await retrying(
+                reply = await retrying(
                     lambda: self._attempt(client, script, key, args),
-                    retry_on=_timed_out,
+                    retry_on=self._stalled,
                     backoff=REDIS_TIMEOUTS,
                     attempts=self._retries + 1,
                 )
             finally:
                 self._slots.give()
+            self._answered = True
+            return reply
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
+
+    def _stalled(self, exc: Exception) -> bool:
+        """Whether an attempt that failed is worth another: one that ran out of time on a
+        server that answered this store before. One that never did is down or hung, and more
+        attempts would only hold the caller ``retries`` times longer."""
+        return isinstance(exc, TimeoutError) and self._answered
 
     async def _attempt(
         self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
@@ -560,6 +592,7 @@ class RedisStore(StoreEnvelope[Any]):
             async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
                 client = await self._connect()
                 await client.ping()
+            self._answered = True
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
 
