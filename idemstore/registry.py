@@ -156,6 +156,7 @@ _BUILTIN: tuple[Engine, ...] = (
         name="redis",
         schemes=("redis", "rediss", "redis+cluster", "redis+sentinel"),
         store="idemstore.backends.redis:RedisStore",
+        options="idemstore.backends.redis.options:OPTIONS",
         driver="redis",
         extra="redis",
         floor="idemstore.bench.floors:RedisFloor",

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 WITH_TABLES = [engine.name for engine in engines() if engine.options is not None]
 
 
+def test_every_built_in_engine_declares_its_options_table() -> None:
+    assert WITH_TABLES == ["memory", "sqlite", "postgres", "redis", "dynamodb"]
+
+
 @pytest.fixture
 def scratch_registry() -> Iterator[None]:
     """Registrations a test makes are undone afterwards."""

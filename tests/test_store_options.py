@@ -27,6 +27,19 @@ TABLES = {
     "idemstore.backends.sqlite:SQLiteStore": "idemstore.backends.sqlite.options:OPTIONS",
     "idemstore.backends.postgres:PostgresStore": "idemstore.backends.postgres.options:OPTIONS",
     "idemstore.backends.dynamodb:DynamoDBStore": "idemstore.backends.dynamodb.options:OPTIONS",
+    "idemstore.backends.redis:RedisStore": "idemstore.backends.redis.options:OPTIONS",
+}
+
+# Keywords a constructor takes that are not options: Postgres the URL shown in errors; Redis
+# that too, and what a URL's scheme, path and user part say (its hosts are positional).
+NOT_OPTIONS = {
+    "idemstore.backends.redis:RedisStore": {
+        "url",
+        "cluster",
+        "sentinel_service",
+        "username",
+        "password",
+    },
 }
 
 
@@ -67,9 +80,8 @@ def test_constructor_signature_and_table_declare_the_same_defaults(store: str) -
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY
     }
     declared = {option.name: option.default for option in table}
-    # A constructor may take keywords that are not options (Postgres: the URL shown in errors).
     assert {name: keywords[name] for name in declared if name in keywords} == declared
-    assert set(keywords) - set(declared) <= {"url"}
+    assert set(keywords) - set(declared) <= NOT_OPTIONS.get(store, {"url"})
 
 
 def test_an_unknown_option_is_refused_with_the_known_ones() -> None:
@@ -130,6 +142,7 @@ def test_the_constructor_check_returns_the_values_to_keep() -> None:
 def test_constructors_check_their_options_through_the_table() -> None:
     from idemstore.backends.memory import MemoryStore
     from idemstore.backends.postgres import PostgresStore
+    from idemstore.backends.redis import RedisStore
     from idemstore.backends.sqlite import SQLiteStore
 
     with pytest.raises(ConfigurationError, match="max_key_length must be at least 1"):
@@ -138,6 +151,8 @@ def test_constructors_check_their_options_through_the_table() -> None:
         SQLiteStore("x.db", synchronous="off")
     with pytest.raises(ConfigurationError, match="sweep_batch_size must be at least 1"):
         PostgresStore("postgresql://localhost/db", sweep_batch_size=0)
+    with pytest.raises(ConfigurationError, match="max_connections must be at least 1"):
+        RedisStore([("localhost", 6379)], max_connections=0)
 
 
 def test_a_table_refuses_an_option_declared_twice() -> None:

@@ -54,6 +54,8 @@ class LocalRedis:
     replica_of: int | None = None
     # Run as a Sentinel with this configuration (written once: Sentinel rewrites its file).
     sentinel_config: str | None = None
+    # The password of the default user (``--requirepass``); ``cli`` gives it.
+    requirepass: str | None = None
 
     def __post_init__(self) -> None:
         # redis-server changes into --dir before it opens --logfile: a relative directory
@@ -114,6 +116,8 @@ class LocalRedis:
             ]
         if self.replica_of is not None:
             argv += ["--replicaof", "127.0.0.1", str(self.replica_of)]
+        if self.requirepass is not None:
+            argv += ["--requirepass", self.requirepass]
         return argv
 
     def start(self) -> None:
@@ -142,10 +146,17 @@ class LocalRedis:
             capture_output=True,
             text=True,
             timeout=30,
+            env=self._cli_environment(),
         )
         if check and done.returncode != 0:
             raise ServerUnavailableError(f"redis-cli {' '.join(args)} failed: {done.stderr}")
         return done.stdout
+
+    def _cli_environment(self) -> dict[str, str] | None:
+        if self.requirepass is None:
+            return None
+        # Not on argv, where redis-cli warns of it (and ps shows it).
+        return {**os.environ, "REDISCLI_AUTH": self.requirepass}
 
     def shutdown(self, *, kill: bool = False) -> None:
         """Stop the process but keep its data: SIGTERM (a clean shutdown) or, with ``kill``,
@@ -188,11 +199,13 @@ def start_redis(
     appendonly: bool = False,
     appendfsync: str = "everysec",
     directory: Path | None = None,
+    requirepass: str | None = None,
 ) -> LocalRedis:
     """A running single ``redis-server`` on a free loopback port.
 
     ``appendonly=True, appendfsync="always"`` makes every acknowledged write survive a crash
-    of the server process (the durability tests use that).
+    of the server process (the durability tests use that). With ``requirepass`` the server
+    refuses clients that do not give that password (its ``url`` gives none).
     """
     if appendfsync not in ("always", "everysec", "no"):
         raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
@@ -205,6 +218,7 @@ def start_redis(
         appendonly=appendonly,
         appendfsync=appendfsync,
         owns_directory=owns,
+        requirepass=requirepass,
     )
     try:
         server.start()

@@ -616,6 +616,8 @@ def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
         "redis://localhost/?expiry_grace=-1",
         "redis://localhost/?expiry_grace=1e20",
         "redis://localhost/?socket_timeout=0",
+        "rediss://localhost/?ssl_cert_reqs=sometimes",
+        "redis://localhost/?retries=-1",
     ],
 )
 def test_bad_urls_are_configuration_errors(url: str) -> None:
@@ -666,6 +668,104 @@ async def test_an_unreachable_server_is_store_unavailable_without_the_password()
     assert caught.value.__cause__ is not None
     assert "hunter2" not in str(caught.value)
     await store.close()
+
+
+PASSWORD = "s3cret-Pa55"
+
+
+@pytest.fixture
+def password_redis() -> Iterator[LocalRedis]:
+    """A server of this test's own that requires ``PASSWORD`` (its ``url`` gives none)."""
+    from idemstore.local_servers.redis import start_redis
+
+    try:
+        server = start_redis(requirepass=PASSWORD)
+    except ServerUnavailableError as exc:
+        backend_unavailable("redis", str(exc))
+    yield server
+    server.stop()
+
+
+def with_userinfo(url: str, userinfo: str) -> str:
+    return url.replace("redis://", f"redis://{userinfo}@", 1)
+
+
+async def test_a_server_requiring_a_password_the_url_lacks_says_where_it_goes(
+    password_redis: LocalRedis,
+) -> None:
+    store = open_store(password_redis.url)
+    with pytest.raises(ConfigurationError, match="requires a password") as caught:
+        await store.get(new_key())
+    assert "redis://:PASSWORD@HOST:PORT/0" in str(caught.value)
+    assert "HELLO" not in str(caught.value)
+    await store.close()
+
+
+async def test_entering_a_store_without_the_password_a_server_requires_fails_the_same_way(
+    password_redis: LocalRedis,
+) -> None:
+    with pytest.raises(ConfigurationError, match="requires a password"):
+        async with open_store(password_redis.url):
+            pass
+
+
+@pytest.mark.parametrize("userinfo", [":n0t-it", "default:n0t-it", "nobody:n0t-it"])
+async def test_a_wrong_user_or_password_is_refused_without_showing_the_password(
+    password_redis: LocalRedis, userinfo: str
+) -> None:
+    store = open_store(with_userinfo(password_redis.url, userinfo))
+    with pytest.raises(ConfigurationError, match="refused the user and password") as caught:
+        await store.get(new_key())
+    assert "n0t-it" not in str(caught.value)
+    await store.close()
+
+
+async def test_the_password_a_server_requires_is_given_in_the_url(
+    password_redis: LocalRedis,
+) -> None:
+    async with open_store(with_userinfo(password_redis.url, f":{PASSWORD}")) as store:
+        assert await acquire(store, new_key())
+
+
+@pytest.fixture
+async def silent_endpoint() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
+    """A loopback port that accepts connections and never answers, and what it accepted."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1], accepted
+    for writer in accepted:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+# Shorter than the socket_timeout (5 s), so the connect's own bound is the one that ends it.
+SILENT = "socket_connect_timeout=0.2&retries=2"
+
+
+async def test_an_endpoint_that_never_answers_fails_a_call_on_its_first_connect(
+    silent_endpoint: tuple[int, list[asyncio.StreamWriter]],
+) -> None:
+    port, accepted = silent_endpoint
+    store = open_store(f"redis://127.0.0.1:{port}/0?{SILENT}")
+    with pytest.raises(StoreUnavailableError, match="within socket_connect_timeout"):
+        await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+    assert len(accepted) == 1  # neither redis-py nor the store tried again
+    await store.close()
+
+
+async def test_entering_a_store_whose_endpoint_never_answers_fails_on_its_first_connect(
+    silent_endpoint: tuple[int, list[asyncio.StreamWriter]],
+) -> None:
+    port, accepted = silent_endpoint
+    with pytest.raises(StoreUnavailableError, match="within socket_connect_timeout"):
+        async with open_store(f"redis://127.0.0.1:{port}/0?{SILENT}"):
+            pass
+    assert len(accepted) == 1
 
 
 @pytest.mark.slow

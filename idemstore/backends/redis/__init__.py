@@ -7,14 +7,28 @@ are hash fields compared with the server's ``TIME``; the key's own expiry remove
 itself shortly after its retention ends (``expiry_grace``). ``wait`` is woken by a PUBLISH
 that ``complete``, ``release`` and ``delete`` send from inside their script.
 
-Modules: ``store`` (the store), ``url_options`` (URLs and options), ``scripts`` (loads the
-Lua), ``codec`` (key names and hash fields), ``notifier`` (the shared pub/sub connection),
-``replication`` (Sentinel and ``wait_replicas``), ``client_errors`` (redis-py's exceptions).
+Modules: ``store`` (the store), ``options`` (its options table; imports no driver),
+``urls`` (what a URL's hosts, user and path say), ``scripts`` (loads the Lua), ``codec`` (key
+names and hash fields), ``notifier`` (the shared pub/sub connection), ``replication``
+(Sentinel and ``wait_replicas``), ``client_errors`` (redis-py's exceptions).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from idemstore.backends.redis.codec import record_key
-from idemstore.backends.redis.store import RedisStore
 
 __all__ = ["RedisStore", "record_key"]
+
+if TYPE_CHECKING:
+    from idemstore.backends.redis.store import RedisStore
+
+
+def __getattr__(name: str) -> Any:
+    # redis-py is imported with the store, on first use: ``options`` reads without it.
+    if name == "RedisStore":
+        from idemstore.backends.redis.store import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

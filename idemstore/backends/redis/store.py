@@ -21,12 +21,14 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
 from idemstore.backends.envelope import StoreEnvelope
-from idemstore.backends.redis.client_errors import redis_errors
+from idemstore.backends.redis.client_errors import CONNECT_TIMEOUT, redis_errors
 from idemstore.backends.redis.codec import (
     GLOB_SPECIAL,
     MAX_DURATION,
@@ -42,16 +44,18 @@ from idemstore.backends.redis.notifier import (
     Subscription,
     shard_pubsub_everywhere,
 )
+from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, TLS_SETTINGS
 from idemstore.backends.redis.replication import run_replicated, sentinel_client
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, METHOD, tally_rows
-from idemstore.backends.redis.url_options import DEFAULT_PREFIX, parse_redis_url
+from idemstore.backends.redis.urls import parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
-from idemstore.records import MAX_KEY_LENGTH, check_duration, new_token
+from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.stats import StatsTally
+from idemstore.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
@@ -60,18 +64,77 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStore"]
 
-# expiry_grace is bounded so that PEXPIREAT's argument (retention deadline + grace, in ms)
-# stays an integer a Lua number writes exactly.
-_MAX_GRACE = 100 * 365 * 86400.0
-
 # What a reserve script answers, as Outcome members bound once (on Python 3.11 naming a
 # member, Outcome.ACQUIRED, is a descriptor call on every reserve).
 _ACQUIRED = Outcome.ACQUIRED
 _FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
 
 
-def _timed_out(exc: Exception) -> bool:
-    return isinstance(exc, TimeoutError)
+def _check_together(nodes: list[tuple[str, int]], cluster: bool, given: dict[str, Any]) -> None:
+    """The rules that tie options together (the table checks each option alone)."""
+    if not nodes:
+        raise ConfigurationError("a redis store needs at least one host")
+    if cluster and given["db"]:
+        raise ConfigurationError("Redis Cluster has only database 0")
+    if given["wait_replicas"] and cluster:
+        raise ConfigurationError(
+            "wait_replicas is for redis:// and redis+sentinel:// stores, not Redis Cluster "
+            f"(got {given['wait_replicas']})"
+        )
+    socket_timeout = given["socket_timeout"]
+    if given["wait_replicas"] and given["wait_replicas_timeout"] >= min(
+        socket_timeout, given["operation_timeout"] or socket_timeout
+    ):
+        # WAIT holds its reply back that long: the socket must outlast it.
+        raise ConfigurationError(
+            f"wait_replicas_timeout ({given['wait_replicas_timeout']} s) must be shorter than "
+            f"socket_timeout ({socket_timeout} s)"
+        )
+    if not given["ssl"] and any(given[name] != TLS_SETTINGS[name] for name in TLS_SETTINGS):
+        raise ConfigurationError("ssl_* options need a rediss:// URL (or ssl=true)")
+
+
+def _retry(retries: int, *errors: type[RedisError]) -> Retry:
+    """redis-py's retries of ``errors``, with the store's backoff."""
+    backoff = ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2)
+    return Retry(backoff, retries, supported_errors=errors)
+
+
+def _driver_options(
+    username: str | None, password: str | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """What every redis-py client of the store is given."""
+    options: dict[str, Any] = {
+        "username": username,
+        "password": password,
+        "socket_timeout": given["socket_timeout"],
+        "socket_connect_timeout": given["socket_connect_timeout"],
+        # Responses are raw bytes: never let the driver decode them.
+        "decode_responses": False,
+        # redis-py retries connection errors itself, but not a connect that ran out of time
+        # (the endpoint is down or hung: another try would only multiply the wait); a reply
+        # that does not come in time is retried by _call.
+        "retry": _retry(given["retries"], RedisConnectionError),
+    }
+    if given["ssl"]:
+        options["ssl"] = True
+        options.update({name: given[name] for name in TLS_SETTINGS})
+    return options
+
+
+async def _handshake_within_connect_timeout(connection: Any) -> None:
+    """redis-py's handshake (``HELLO``, ``AUTH``, ``SELECT``), within the connect timeout.
+
+    redis-py bounds the TCP connect by ``socket_connect_timeout`` but waits for the
+    handshake's replies like for any reply: on the data connections, which have no socket
+    timeout, until the attempt's own timer. A listener that accepts and never answers must
+    fail the connect like one that never accepts.
+    """
+    try:
+        async with asyncio.timeout(connection.socket_connect_timeout):
+            await connection.on_connect()
+    except TimeoutError:
+        raise RedisTimeoutError(CONNECT_TIMEOUT) from None
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -80,19 +143,13 @@ def _timed_out(exc: Exception) -> bool:
 class RedisStore(StoreEnvelope[Any]):
     """A store in Redis or Redis Cluster. Build it with ``open_store(url)`` or ``from_url``.
 
-    Options (URL query parameters or keyword arguments): ``prefix`` (``idem:``), ``db``,
-    ``socket_timeout`` (5 s), ``socket_connect_timeout`` (5 s), ``retries`` (2),
-    ``operation_timeout`` (none: a hard cap on one call, retries included; without it a call
-    gives up after ``retries + 1`` attempts, each bounded by ``socket_timeout``),
-    ``max_connections`` (100 in-flight operations; more wait at most ``socket_timeout`` for a
-    free one), ``expiry_grace`` (60 s the key outlives its retention, invisible to reads),
-    ``max_key_length``, and for ``rediss://`` ``ssl_ca_certs``, ``ssl_certfile``,
-    ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``. ``redis+sentinel://`` follows
-    the primary the Sentinels name; ``wait_replicas`` (0) and ``wait_replicas_timeout`` (1 s)
-    make every write wait for that many replicas (see the ``replication`` module).
+    Its options (URL query parameters or keyword arguments) are ``options.OPTIONS``; see
+    docs/backends/redis.md. ``redis+sentinel://`` follows the primary the Sentinels name;
+    ``wait_replicas`` makes every write wait for that many replicas (see ``replication``).
     """
 
     __slots__ = (
+        "_answered",
         "_attempt_timeout",
         "_client_options",
         "_cluster",
@@ -120,99 +177,59 @@ class RedisStore(StoreEnvelope[Any]):
         nodes: list[tuple[str, int]],
         *,
         cluster: bool = False,
-        tls: bool = False,
-        db: int = 0,
+        sentinel_service: str | None = None,
         username: str | None = None,
         password: str | None = None,
+        url: str | None = None,
         prefix: str = DEFAULT_PREFIX,
+        db: int = 0,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
-        operation_timeout: float | None = None,
         retries: int = 2,
+        operation_timeout: float | None = None,
         max_connections: int = 100,
         expiry_grace: float = 60.0,
         max_key_length: int = MAX_KEY_LENGTH,
-        ssl_options: dict[str, Any] | None = None,
-        where: str | None = None,
-        sentinel_service: str | None = None,
         wait_replicas: int = 0,
         wait_replicas_timeout: float = 1.0,
+        ssl: bool = False,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_cert_reqs: str = "required",
+        ssl_check_hostname: bool = True,
     ) -> None:
-        if not nodes:
-            raise ConfigurationError("a redis store needs at least one host")
-        if "{" in prefix or "}" in prefix:
-            raise ConfigurationError(
-                f"prefix {prefix!r} must not contain '{{' or '}}': the record's hash tag "
-                "must be the first braces in the key"
-            )
-        if cluster and db:
-            raise ConfigurationError("Redis Cluster has only database 0")
-        for name, value in (
-            ("socket_timeout", socket_timeout),
-            ("socket_connect_timeout", socket_connect_timeout),
-        ):
-            check_duration(name, value)
-        if operation_timeout is not None:
-            check_duration("operation_timeout", operation_timeout)
-        if retries < 0:
-            raise ConfigurationError(f"retries must be 0 or more, not {retries}")
-        if max_connections < 1:
-            raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
-        if wait_replicas < 0 or (wait_replicas and cluster):
-            raise ConfigurationError(
-                f"wait_replicas must be 0 or more, and is for redis:// and redis+sentinel:// "
-                f"stores, not Redis Cluster (got {wait_replicas})"
-            )
-        if wait_replicas and check_duration("wait_replicas_timeout", wait_replicas_timeout) >= min(
-            socket_timeout, operation_timeout or socket_timeout
-        ):
-            # WAIT holds its reply back that long: the socket must outlast it.
-            raise ConfigurationError(
-                f"wait_replicas_timeout ({wait_replicas_timeout} s) must be shorter than "
-                f"socket_timeout ({socket_timeout} s)"
-            )
-        # Bounded so that PEXPIREAT's argument (retention deadline + grace, in ms) stays an
-        # integer a Lua number writes exactly.
-        if not math.isfinite(expiry_grace) or not 0 <= expiry_grace <= _MAX_GRACE:
-            raise ConfigurationError(
-                f"expiry_grace must be 0 to {_MAX_GRACE:.0f} seconds, not {expiry_grace!r}"
-            )
+        """``nodes``, ``cluster``, ``sentinel_service``, ``username`` and ``password`` are what
+        a URL's scheme, hosts, path and user part say; ``url``, when given, is shown (password
+        hidden) in errors. The other arguments are the options of ``options.OPTIONS``."""
+        given = OPTIONS.check(locals())
+        _check_together(nodes, cluster, given)
         super().__init__(max_key_length=max_key_length)
         self._nodes = list(nodes)
         self._cluster = cluster
         self._prefix = prefix
-        self._operation_timeout = operation_timeout
-        self._queue_timeout = operation_timeout or socket_timeout
-        self._grace_ms = str(math.ceil(min(expiry_grace, MAX_DURATION) * 1000)).encode()
-        self._where = where or ",".join(f"{h}:{p}" for h, p in nodes)
+        self._operation_timeout: float | None = given["operation_timeout"]
+        self._queue_timeout: float = self._operation_timeout or given["socket_timeout"]
+        self._grace_ms = str(math.ceil(min(given["expiry_grace"], MAX_DURATION) * 1000)).encode()
+        self._where = redact_url(url) if url else ",".join(f"{h}:{p}" for h, p in nodes)
         # Each attempt of a command is bounded here (see _call), not by redis-py's
         # socket_timeout: with one set, redis-py runs every send under asyncio.wait_for (a task
         # of its own per command on Python 3.11) and every read under a timer of its own, which
         # cost the hot path more than the script's whole server time.
-        self._attempt_timeout = socket_timeout
+        self._attempt_timeout: float = given["socket_timeout"]
         self._retries = retries
-        options: dict[str, Any] = {
-            "username": username,
-            "password": password,
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_connect_timeout,
-            # Responses are raw bytes: never let the driver decode them.
-            "decode_responses": False,
-            # redis-py retries connection errors (and connect timeouts) itself; a reply that
-            # does not come in time is retried by _call.
-            "retry": Retry(
-                ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2), retries
-            ),
-        }
-        if tls:
-            options["ssl"] = True
-            options.update(ssl_options or {})
+        self._answered = False
+        options = _driver_options(username, password, given)
         # A cluster's shard pub/sub connections keep redis-py's socket timeout (off the hot
         # path); a single server's come from the data pool, and the notifier bounds its own
         # waits there (subscribing within the wait's timeout, reads of at most 1 s).
-        self._shards = ShardNotifiers(dict(options))
+        self._shards = ShardNotifiers(
+            {**options, "retry": _retry(retries, RedisConnectionError, RedisTimeoutError)}
+        )
         if not cluster:
+            # (RedisCluster takes no handshake of ours: _open bounds its discovery.)
             options["db"] = db
+            options["redis_connect_func"] = _handshake_within_connect_timeout
         self._client_options = {**options, "socket_timeout": None}
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
@@ -221,17 +238,24 @@ class RedisStore(StoreEnvelope[Any]):
         self._sentinel_service = sentinel_service
         self._sentinel: Any = None
         self._wait_replicas = wait_replicas
-        self._wait_replicas_ms = math.ceil(wait_replicas_timeout * 1000)
+        self._wait_replicas_ms = math.ceil(given["wait_replicas_timeout"] * 1000)
         self._notifier = Notifier(self._open_pubsub)
         self._scripts: dict[str, Script] = SCRIPTS
         self._errors = redis_errors(self._where)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
-        nodes, settings, leftover = parse_redis_url(url, options)
-        store = cls(nodes, **settings)
-        leftover.reject_unknown()
-        return store
+        found = parse_redis_url(url, options)
+        settings = {"db": found.db, "ssl": found.ssl, **OPTIONS.from_url(found.parsed)}
+        return cls(
+            found.nodes,
+            cluster=found.cluster,
+            sentinel_service=found.sentinel_service,
+            username=found.username,
+            password=found.password,
+            url=url,
+            **settings,
+        )
 
     # -- connections ----------------------------------------------------------------------
 
@@ -314,7 +338,8 @@ class RedisStore(StoreEnvelope[Any]):
         """EVALSHA, or EVAL when the node does not know the script (yet, or any more).
 
         Each attempt has ``socket_timeout`` for its reply (connecting included); one that
-        runs out is retried, ``retries`` times, with redis-py's backoff. A retry is safe: every
+        runs out on a server that answered before is retried, ``retries`` times, with
+        redis-py's backoff. A retry is safe: every
         script answers a repeat of its own call as it answered the first (reserve by its
         token, complete and release by their nonce).
         """
@@ -326,16 +351,24 @@ class RedisStore(StoreEnvelope[Any]):
             if not self._slots.take_now():
                 await self._acquire_slot()
             try:
-                return await retrying(
+                reply = await retrying(
                     lambda: self._attempt(client, script, key, args),
-                    retry_on=_timed_out,
+                    retry_on=self._stalled,
                     backoff=REDIS_TIMEOUTS,
                     attempts=self._retries + 1,
                 )
             finally:
                 self._slots.give()
+            self._answered = True
+            return reply
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
+
+    def _stalled(self, exc: Exception) -> bool:
+        """Whether an attempt that failed is worth another: one that ran out of time on a
+        server that answered this store before. One that never did is down or hung, and more
+        attempts would only hold the caller ``retries`` times longer."""
+        return isinstance(exc, TimeoutError) and self._answered
 
     async def _attempt(
         self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
@@ -559,6 +592,7 @@ class RedisStore(StoreEnvelope[Any]):
             async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
                 client = await self._connect()
                 await client.ping()
+            self._answered = True
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
 
