@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
+import importlib.util
 import socket
 import sys
 import tempfile
@@ -173,11 +173,9 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
 async def run_gateway(load: Any) -> Measurement | Unavailable:
     """``tools/call`` through ``idemstore gateway`` (memory store) against the upstream direct."""
     for module in ("httpx", "starlette", "uvicorn"):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            why = f"{exc}: pip install 'idemstore[gateway]'"
-            return Unavailable("mcp gateway", why, scenario="gateway")
+        if importlib.util.find_spec(module) is None:
+            why = f"{module} is not installed"
+            return Unavailable("mcp gateway", why, scenario="gateway", extra="gateway")
     try:
         with tempfile.TemporaryDirectory(prefix="idemstore-bench-gateway-") as tmp:
             through, direct, executions = await _measure(load, Path(tmp))

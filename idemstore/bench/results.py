@@ -173,9 +173,16 @@ class Unavailable:
     backend: str
     reason: str
     scenario: str | None = None
+    # The idemstore extra whose absence skipped it ("gateway", "local", ...): not a failure.
+    extra: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "scenario": self.scenario, "reason": self.reason}
+        return {
+            "backend": self.backend,
+            "scenario": self.scenario,
+            "reason": self.reason,
+            "extra": self.extra,
+        }
 
 
 @dataclass(slots=True)
