@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from idemstore.bench.scenarios import STORE_SCENARIOS, TARGET_PROBES
+from idemstore.bench.scenarios import STORE_SCENARIOS, TARGET_PROBES, rounds_of
 from idemstore.registry import engine_for_url, engines
 
 if TYPE_CHECKING:
@@ -31,20 +31,25 @@ ONCE_PER_BENCH: tuple[str, ...] = ("hasher", "proxy", "gateway", "telemetry", "m
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
 TIMED_SIDES = {"hasher": 3, "proxy": 3, "gateway": 1}
-# Seconds a step takes besides its timed load, measured on the project's 2-core VM with
-# `--duration 0.25`: interpreter start-ups (proxy: 3 processes a round, gateway: 2), fixed
-# sample counts (probes, middleware, telemetry), preloads and warm-ups (store scenarios).
+# Seconds a step takes besides its timed load, measured on the project's 2-core VM (shared: a
+# load average of 6 to 9) with `--duration 0.5` and 1: fixed sample counts (probes, middleware,
+# telemetry) and interpreter start-ups (gateway: 2 processes; proxy: 5 every round).
 SETUP_SECONDS = {
-    "store": 0.1,
-    "wake": 0.4,
+    "wake": 0.8,
     "commands": 0.3,
     "replay-writes": 0.3,
     "hasher": 0.0,
-    "proxy": 5.0,
+    "proxy": 0.0,  # PROXY_ROUND_SECONDS per round instead
     "gateway": 2.5,
-    "telemetry": 1.0,
-    "middleware": 0.6,
+    "telemetry": 1.4,
+    "middleware": 1.1,
 }
+# 1.7 s with a load average of 6, 5 s near 9: start-ups are what a busy machine slows most.
+PROXY_ROUND_SECONDS = 2.5
+# A store measurement's preload, warm-up (one operation per worker) and the operations still
+# running at each round's deadline: a base, and more per worker (SQLite at 64: about 1.5 s).
+STORE_SETUP_SECONDS = 0.15
+STORE_SETUP_PER_WORKER = 0.02
 
 
 def step_count(config: BenchConfig, backends: int) -> int:
@@ -88,9 +93,22 @@ def _targets(urls: Sequence[str], *, local: bool) -> list[Engine | None]:
 
 def _target_seconds(config: BenchConfig, duration: float, engine: Engine | None) -> float:
     sides = 2 if engine is not None and engine.floor is not None else 1
-    stores = sum(s in config.scenarios for s in STORE_SCENARIOS) * len(config.concurrency)
-    seconds = stores * (sides * duration + SETUP_SECONDS["store"])
+    stores = sum(s in config.scenarios for s in STORE_SCENARIOS)
+    seconds = 0.0
+    for workers in config.concurrency:
+        setup = STORE_SETUP_SECONDS + STORE_SETUP_PER_WORKER * workers
+        seconds += stores * (sides * duration + setup)
     return seconds + sum(SETUP_SECONDS[p] for p in TARGET_PROBES if p in config.scenarios)
+
+
+def _once_seconds(config: BenchConfig, duration: float) -> float:
+    seconds = 0.0
+    for scenario in ONCE_PER_BENCH:
+        if scenario in config.scenarios:
+            seconds += TIMED_SIDES.get(scenario, 0) * duration + SETUP_SECONDS[scenario]
+    if "proxy" in config.scenarios:
+        seconds += PROXY_ROUND_SECONDS * len(rounds_of(config.load(1)))
+    return seconds
 
 
 def plan_run(config: BenchConfig, urls: Sequence[str], *, local: bool = False) -> Plan:
@@ -100,8 +118,5 @@ def plan_run(config: BenchConfig, urls: Sequence[str], *, local: bool = False) -
     seconds = None
     if config.duration is not None:
         seconds = sum(_target_seconds(config, config.duration, engine) for engine in targets)
-        for scenario in ONCE_PER_BENCH:
-            if scenario in config.scenarios:
-                sides = TIMED_SIDES.get(scenario, 0)
-                seconds += sides * config.duration + SETUP_SECONDS[scenario]
+        seconds += _once_seconds(config, config.duration)
     return Plan(len(targets), step_count(config, len(targets)), seconds, local)

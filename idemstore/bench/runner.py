@@ -153,7 +153,13 @@ class ConsoleProgress:
     def __enter__(self) -> ConsoleProgress:
         try:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
         except ImportError:
             return self
         self._bar = Progress(
@@ -161,6 +167,7 @@ class ConsoleProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=Console(file=self._stream),
             transient=True,
         )
@@ -433,10 +440,12 @@ async def bench(
     config: BenchConfig,
     *,
     local: bool = False,
+    ports: range | None = None,
     progress: Progress | None = None,
 ) -> BenchResult:
     """The ``idemstore bench`` run: ``urls``; the embedded backends when there are none or
-    ``local`` is set; and with ``local``, Redis, PostgreSQL and DynamoDB started for the run."""
+    ``local`` is set; and with ``local``, Redis, PostgreSQL and DynamoDB started for the run
+    (on ports from ``ports`` when given)."""
     with _workdir() as tmp:
         targets = name_targets(urls)
         if not urls or local:
@@ -446,7 +455,9 @@ async def bench(
         if local:
             if progress is not None:
                 progress.step("starting local servers")
-            servers, missing = await asyncio.to_thread(start_local_servers, tmp / "servers")
+            servers, missing = await asyncio.to_thread(
+                start_local_servers, tmp / "servers", ports=ports
+            )
             unavailable += missing
             targets += [Target(s.backend, s.url, migrate=True) for s in servers]
         try:
