@@ -315,6 +315,37 @@ async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor |
     return floor
 
 
+async def _measure(
+    target: Target,
+    store: IdempotencyStore,
+    floor: Floor | None,
+    scenario: str,
+    load: Load,
+    run_id: str,
+    result: BenchResult,
+) -> list[Measurement]:
+    """One store scenario at one concurrency beside its floor; a failure goes to ``result``."""
+    prefix = f"{run_id}-{scenario}-c{load.concurrency}:"
+    try:
+        subject, floor_timing = await run_interleaved(store, floor, scenario, load, prefix)
+    except Exception as exc:
+        why = f"{scenario} x{load.concurrency} failed: {type(exc).__name__}: {exc}"
+        result.unavailable.append(Unavailable(target.name, why, scenario=scenario))
+        return []
+    return [
+        Measurement(
+            backend=target.name,
+            scenario=scenario,
+            concurrency=load.concurrency,
+            subject=subject,
+            floor=floor_timing,
+            floor_name=None if floor is None else floor.name,
+            url=redact_url(target.url),
+            expected_executions=subject.unique_keys,
+        )
+    ]
+
+
 async def _bench_target(
     target: Target,
     config: BenchConfig,
@@ -346,33 +377,9 @@ async def _bench_target(
         for scenario in scenarios:
             for concurrency in config.concurrency:
                 progress.step(f"{target.name} {scenario} x{concurrency}")
-                load = config.load(concurrency)
-                prefix = f"{run_id}-{scenario}-c{concurrency}:"
-                try:
-                    subject, floor_timing = await run_interleaved(
-                        store, floor, scenario, load, prefix
-                    )
-                except Exception as exc:
-                    result.unavailable.append(
-                        Unavailable(
-                            target.name,
-                            f"{scenario} x{concurrency} failed: {type(exc).__name__}: {exc}",
-                            scenario=scenario,
-                        )
-                    )
-                else:
-                    result.measurements.append(
-                        Measurement(
-                            backend=target.name,
-                            scenario=scenario,
-                            concurrency=concurrency,
-                            subject=subject,
-                            floor=floor_timing,
-                            floor_name=None if floor is None else floor.name,
-                            url=shown,
-                            expected_executions=subject.unique_keys,
-                        )
-                    )
+                result.measurements += await _measure(
+                    target, store, floor, scenario, config.load(concurrency), run_id, result
+                )
                 progress.advance()
         for probe in probes:
             progress.step(f"{target.name} {probe}")
