@@ -3,9 +3,14 @@ and the ports ``--local`` servers may take."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import pty
 import random
-from typing import TYPE_CHECKING
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +25,7 @@ from idemstore.local_servers import (
     ports_from,
 )
 
-if TYPE_CHECKING:
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed(duration: float, *scenarios: str) -> BenchConfig:
@@ -113,3 +117,35 @@ def test_a_launcher_missing_a_python_package_is_skipped_with_the_local_extra(
         tmp_path, [Launcher("dynamodb", __name__, "start_without_moto")]
     )
     assert running == [] and [(u.backend, u.extra) for u in missing] == [("dynamodb", "local")]
+
+
+def test_the_plan_goes_to_stderr_and_a_pipe_gets_no_progress(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["bench", "memory://", "--duration", "0.05", "--concurrency", "1", "--scenario", "fresh"]
+    assert cli.main(args) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith("idemstore bench: 1 measurement on 1 backend, 0.05 s each: about")
+    assert "memory fresh" not in err and "memory" in out
+
+
+def test_a_terminal_sees_the_progress_bar(tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal: the progress bar names the step it runs."""
+    main, child = pty.openpty()
+    args = ["memory://", "--ops", "50", "--concurrency", "1", "--scenario", "fresh", "wake"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100", TERM="xterm")
+    with subprocess.Popen(
+        [sys.executable, "-m", "idemstore", "bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=child,
+        cwd=tmp_path,
+        env=env,
+    ) as process:
+        os.close(child)
+        seen = b""
+        with contextlib.suppress(OSError):  # EIO once the child closes its end
+            while chunk := os.read(main, 4096):
+                seen += chunk
+        assert process.wait(timeout=120) == 0
+    os.close(main)
+    assert b"memory fresh x1" in seen or b"memory wake" in seen

@@ -71,7 +71,7 @@ class Plan:
 
     def describe(self, config: BenchConfig) -> str:
         """One line for stderr, before the run."""
-        what = f"{self.steps} measurements on {self.backends} backend(s)"
+        what = f"{_count(self.steps, 'measurement')} on {_count(self.backends, 'backend')}"
         servers = ", plus starting the local servers" if self.local else ""
         if self.seconds is None:
             return (
@@ -79,6 +79,10 @@ class Plan:
                 " backends (--duration S bounds each measurement and gives an estimate)"
             )
         return f"{what}, {config.duration:g} s each: about {self.seconds:.0f} s{servers}"
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
 def _targets(urls: Sequence[str], *, local: bool) -> list[Engine | None]:
