@@ -150,11 +150,24 @@ async def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port_range(text: str) -> range:
+    from idemstore.local_servers import parse_port_range
+
+    try:
+        return parse_port_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 async def _bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from idemstore.bench.estimate import plan_run
     from idemstore.bench.report import print_table, to_json, write_outputs
     from idemstore.bench.runner import BenchConfig, ConsoleProgress, bench
+
+    if args.ports is not None and not args.local:
+        raise ConfigurationError("--ports chooses the ports of the --local servers: add --local")
 
     config = BenchConfig(
         scenarios=tuple(dict.fromkeys(args.scenario or SCENARIO_NAMES)),
@@ -164,8 +177,14 @@ async def _bench(args: argparse.Namespace) -> int:
         payload_bytes=args.payload_bytes,
         command=" ".join(["idemstore", *args.argv]),
     )
-    with ConsoleProgress() as progress:
-        result = await bench(args.url, config, local=args.local, progress=progress)
+    plan = plan_run(config, args.url, local=args.local)
+    print(f"idemstore bench: {plan.describe(config)}", file=sys.stderr)
+    # Progress only on a terminal: a pipe or a log file gets the table alone.
+    progress = ConsoleProgress() if sys.stderr.isatty() else None
+    with progress if progress is not None else contextlib.nullcontext():
+        result = await bench(
+            args.url, config, local=args.local, ports=args.ports, progress=progress
+        )
     if args.json:
         sys.stdout.write(to_json(result))
     else:
@@ -308,7 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--local",
         action="store_true",
-        help="also start redis-server, PostgreSQL and moto on loopback and bench all backends",
+        help="also start redis-server, PostgreSQL and moto on loopback and bench all backends"
+        " (needs pip install 'idemstore[local]' for moto)",
+    )
+    bench.add_argument(
+        "--ports",
+        type=_port_range,
+        metavar="LOW-HIGH",
+        help="with --local: the loopback ports the servers may use, e.g. 21000-21100"
+        " (default: free ports outside the ephemeral range)",
     )
     bench.add_argument(
         "--scenario",
@@ -352,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--wide",
         action="store_true",
-        help="every column (ops, p90, p99.9, errors); the default table fits 100 columns",
+        help="every column (ops, p90, p99.9, errors, exact counts); the default table fits"
+        " the terminal (80 columns when stdout is not one)",
     )
     bench.set_defaults(handler=_bench)
 

@@ -11,16 +11,20 @@ identical calls go through the gateway and the upstream's executions are counted
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
-import socket
+import importlib.util
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from idemstore.bench.results import Measurement, Timing, Unavailable
+from idemstore.bench.results import Timing, Unavailable, through_layer
+from idemstore.bench.scenarios import checkout_env
+from idemstore.local_servers import free_port, wait_for_port
+
+if TYPE_CHECKING:
+    from idemstore.bench.results import Measurement
 
 __all__ = ["run_gateway"]
 
@@ -36,57 +40,28 @@ _HEADERS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _checkout_env() -> dict[str, str]:
-    import os
-
-    root = str(Path(__file__).resolve().parent.parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env
-
-
-async def _spawn(*argv: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *argv,
-        env=_checkout_env(),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+def _spawn(*argv: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        env=checkout_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
-async def _listening(process: asyncio.subprocess.Process, port: int) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.returncode is not None:
-            raise RuntimeError(f"a bench process exited with status {process.returncode}")
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return
-    raise TimeoutError(f"a bench process did not listen on port {port}")
+async def _listening(process: subprocess.Popen[bytes], port: int) -> None:
+    """Return once ``port`` accepts connections; ``ServerUnavailableError`` if it never does."""
+    await asyncio.to_thread(wait_for_port, port, process=process, timeout=START_TIMEOUT)
 
 
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
+async def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
         process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
+            await asyncio.to_thread(process.wait, 10)
+        except subprocess.TimeoutExpired:
             process.kill()
-            await process.wait()
+            await asyncio.to_thread(process.wait)
 
 
 async def _time_calls(
@@ -124,13 +99,13 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
 
     counter = tmp / "executions"
     counter.touch()
-    upstream_port, gateway_port = _free_port(), _free_port()
+    upstream_port, gateway_port = free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
-    upstream = await _spawn(
+    upstream = _spawn(
         "-m", "idemstore.bench.mock_http_server", "--port", str(upstream_port),
         "--counter", str(counter),
     )  # fmt: skip
-    gateway = await _spawn(
+    gateway = _spawn(
         "-m", "idemstore", "gateway", "--listen", f"127.0.0.1:{gateway_port}",
         "--upstream", upstream_url, "--store", GATEWAY_STORE,
     )  # fmt: skip
@@ -173,11 +148,9 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
 async def run_gateway(load: Any) -> Measurement | Unavailable:
     """``tools/call`` through ``idemstore gateway`` (memory store) against the upstream direct."""
     for module in ("httpx", "starlette", "uvicorn"):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            why = f"{exc}: pip install 'idemstore[gateway]'"
-            return Unavailable("mcp gateway", why, scenario="gateway")
+        if importlib.util.find_spec(module) is None:
+            why = f"{module} is not installed"
+            return Unavailable("mcp gateway", why, scenario="gateway", extra="gateway")
     try:
         with tempfile.TemporaryDirectory(prefix="idemstore-bench-gateway-") as tmp:
             through, direct, executions = await _measure(load, Path(tmp))
@@ -185,19 +158,11 @@ async def run_gateway(load: Any) -> Measurement | Unavailable:
         return Unavailable("mcp gateway", f"{type(exc).__name__}: {exc}", scenario="gateway")
     through.executions = executions
     through.unique_keys = 1
-    notes: dict[str, Any] = {"identical_calls": IDENTICAL_CALLS, "store": GATEWAY_STORE}
-    for label in ("p50", "p99"):
-        ours, theirs = through.latency_ms()[label], direct.latency_ms()[label]
-        if ours is not None and theirs is not None:
-            notes[f"added_{label}_ms"] = ours - theirs
-    return Measurement(
-        backend="mcp gateway",
-        scenario="gateway",
-        concurrency=1,
-        subject=through,
-        floor=direct,
-        floor_name="the same HTTP endpoint called directly",
-        url=GATEWAY_STORE,
-        expected_executions=1,
-        notes=notes,
+    return through_layer(
+        "gateway",
+        through,
+        direct,
+        direct_name="the same HTTP endpoint called directly",
+        store=GATEWAY_STORE,
+        notes={"identical_calls": IDENTICAL_CALLS},
     )

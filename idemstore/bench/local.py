@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from idemstore.bench.results import Unavailable
-from idemstore.local_servers import ServerUnavailableError
+from idemstore.local_servers import ServerUnavailableError, ports_from
 from idemstore.registry import engines
 
 if TYPE_CHECKING:
@@ -31,6 +31,10 @@ __all__ = [
     "start_local_servers",
     "stop_local_servers",
 ]
+
+
+# The extra that brings what the launchers need besides the engines' binaries.
+LOCAL_EXTRA = "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +113,10 @@ class LocalServer:
 
 
 def start_local_servers(
-    tmpdir: Path, launchers: Sequence[Launcher] | None = None
+    tmpdir: Path, launchers: Sequence[Launcher] | None = None, *, ports: range | None = None
 ) -> tuple[list[LocalServer], list[Unavailable]]:
-    """Start every launcher's server (by default, every registered engine's); return those
-    running and those that could not run.
+    """Start every launcher's server (by default, every registered engine's), on ports from
+    ``ports`` when given; return those running and those that could not run.
 
     Blocking (launchers wait for their port): call it from a thread inside an event loop.
     """
@@ -120,37 +124,39 @@ def start_local_servers(
         launchers = registered_launchers()
     running: list[LocalServer] = []
     missing: list[Unavailable] = []
-    for launcher in launchers:
-        try:
-            module = importlib.import_module(launcher.module)
-            start = getattr(module, launcher.function)
-        except (ImportError, AttributeError) as exc:
-            missing.append(
-                Unavailable(
-                    launcher.backend,
-                    f"no launcher {launcher.module}.{launcher.function} in this version ({exc})",
-                )
-            )
-            continue
-        try:
-            if launcher.takes_dir:
-                where = tmpdir / launcher.backend
-                where.mkdir(parents=True, exist_ok=True)
-                handle = start(where)
+    with ports_from(ports):
+        for launcher in launchers:
+            started = _start(launcher, tmpdir)
+            if isinstance(started, Unavailable):
+                missing.append(started)
             else:
-                handle = start()
-        except ServerUnavailableError as exc:
-            missing.append(Unavailable(launcher.backend, f"server unavailable: {exc}"))
-            continue
-        except Exception as exc:  # a launcher bug must not cost the other backends their run
-            missing.append(
-                Unavailable(
-                    launcher.backend, f"server failed to start: {type(exc).__name__}: {exc}"
-                )
-            )
-            continue
-        running.append(LocalServer(launcher.backend, str(handle.url), handle))
+                running.append(started)
     return running, missing
+
+
+def _start(launcher: Launcher, tmpdir: Path) -> LocalServer | Unavailable:
+    try:
+        module = importlib.import_module(launcher.module)
+        start = getattr(module, launcher.function)
+    except (ImportError, AttributeError) as exc:
+        return Unavailable(
+            launcher.backend,
+            f"no launcher {launcher.module}.{launcher.function} in this version ({exc})",
+        )
+    try:
+        if launcher.takes_dir:
+            where = tmpdir / launcher.backend
+            where.mkdir(parents=True, exist_ok=True)
+            handle = start(where)
+        else:
+            handle = start()
+    except ServerUnavailableError as exc:
+        # A Python package the launcher needs (moto, mirakuru) comes with one extra.
+        extra = LOCAL_EXTRA if isinstance(exc.__cause__, ImportError) else None
+        return Unavailable(launcher.backend, f"server unavailable: {exc}", extra=extra)
+    except Exception as exc:  # a launcher bug must not cost the other backends their run
+        return Unavailable(launcher.backend, f"server failed to start: {type(exc).__name__}: {exc}")
+    return LocalServer(launcher.backend, str(handle.url), handle)
 
 
 def stop_local_servers(servers: Sequence[LocalServer]) -> None:

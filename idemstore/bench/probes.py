@@ -67,19 +67,20 @@ async def _reserve_complete(store: IdempotencyStore, key: str, response: bytes) 
 
 async def _timed_loop(count: int, op: Callable[[int], Awaitable[bool]]) -> Timing:
     timing = Timing()
-    clock = time.perf_counter_ns
     started = time.perf_counter()
     for j in range(count):
-        begun = clock()
-        try:
-            executed = await op(j)
-        except Exception as exc:
-            timing.record_error(exc)
-        else:
-            timing.latencies_ns.append(clock() - begun)
-            timing.executions += executed
+        await timing.time_call(op(j))
     timing.seconds = time.perf_counter() - started
     return timing
+
+
+async def _counted(
+    read: Callable[[], Awaitable[dict[str, Any]]], count: int, op: Callable[[int], Awaitable[bool]]
+) -> tuple[dict[str, Any], Timing, dict[str, Any]]:
+    """The engine's counters (``read``) before and after ``count`` timed operations."""
+    before = await read()
+    timing = await _timed_loop(count, op)
+    return before, timing, await read()
 
 
 async def _commands(
@@ -95,9 +96,7 @@ async def _commands(
             key = f"{prefix}fresh-{j}" if case == "fresh" else f"{prefix}replayed"
             return _reserve_complete(store, key, response)
 
-        before = await floor.command_counts()
-        timing = await _timed_loop(count, op)
-        after = await floor.command_counts()
+        before, timing, after = await _counted(floor.command_counts, count, op)
         per_op = {
             name: round((after.get(name, 0) - before.get(name, 0)) / count, 2)
             for name in sorted(set(after) | set(before))
@@ -124,9 +123,11 @@ async def _replay_writes(
     count = _samples(load, COUNTED_OPS)
     key = f"{prefix}replayed"
     await _reserve_complete(store, key, response)
-    before = await floor.write_counters(SCOPE, key)
-    timing = await _timed_loop(count, lambda _j: _reserve_complete(store, key, response))
-    after = await floor.write_counters(SCOPE, key)
+    before, timing, after = await _counted(
+        lambda: floor.write_counters(SCOPE, key),
+        count,
+        lambda _j: _reserve_complete(store, key, response),
+    )
     # The WAL position is the whole server's (autovacuum after the scenarios writes too): the
     # same time without replays shows what the server writes by itself.
     await asyncio.sleep(timing.seconds)

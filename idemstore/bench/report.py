@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
+import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from idemstore.bench.scenarios import STORE_SCENARIOS
+from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from idemstore.bench.results import BenchResult, Measurement
 
 __all__ = [
     "COLUMNS",
+    "LEGEND",
     "NARROW_COLUMNS",
+    "legend",
     "note_lines",
     "print_table",
+    "render_table",
     "rows",
+    "terminal_width",
+    "text_table",
     "to_json",
     "to_markdown",
     "write_outputs",
@@ -46,7 +55,7 @@ COLUMNS: tuple[str, ...] = (
     "exec/keys",
     "errors",
 )
-# The default terminal table: what a reader compares, within 100 columns (--wide: COLUMNS).
+# The default terminal table: what a reader compares, within 80 columns (--wide: COLUMNS).
 NARROW_COLUMNS: tuple[str, ...] = (
     "backend",
     "scenario",
@@ -65,8 +74,42 @@ SHORT_NAMES = {
     "floor p50": "floor",
     "x floor p50": "x p50",
     "x floor ops/s": "x ops/s",
+    "exec/keys": "once",
 }
-TERMINAL_WIDTH = 100
+# What each column means, by the name a table shows: printed under the table, in results.md,
+# and docs/benchmarks.md explains every one (a test checks).
+LEGEND: dict[str, str] = {
+    "c": "workers",
+    "workers": "concurrent workers",
+    "ops": "operations timed",
+    "floor": "p50 of the same work without idemstore, same run (a store: its raw driver)",
+    "floor p50": "p50 of the same work without idemstore, same run (a store: its raw driver)",
+    "x p50": "p50 / floor (1.00: idemstore adds nothing)",
+    "x floor p50": "p50 / floor p50 (1.00: idemstore adds nothing)",
+    "x ops/s": "floor's ops/s / ours",
+    "x floor ops/s": "floor's ops/s / ours",
+    "once": "every key ran exactly once (NO: a correctness failure)",
+    "exec/keys": "executions / keys that should each run once (! marks a mismatch)",
+    "errors": "operations that raised",
+}
+# The width a table fits when the output is not a terminal (a pipe, a file, a test).
+DEFAULT_WIDTH = 80
+# The backend column gives way first when a table is too wide, down to this many characters.
+MIN_NAME_WIDTH = 8
+
+
+def terminal_width(out: TextIO) -> int:
+    """The columns of the terminal ``out`` writes to, or ``DEFAULT_WIDTH`` when it is none."""
+    isatty = getattr(out, "isatty", None)
+    if isatty is not None and isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+def legend(header: Sequence[str]) -> str:
+    """One line (to be wrapped) explaining the non-obvious columns of ``header``."""
+    named = "; ".join(f"{name}: {LEGEND[name]}" for name in header if name in LEGEND)
+    return f"Latency in ms. {named}."
 
 
 def fmt_ms(value: float | None) -> str:
@@ -84,19 +127,38 @@ def fmt_ms(value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def fmt_rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+def fmt_signed_ms(value: float) -> str:
+    """A latency difference: ``+0.083`` or ``-0.208``."""
+    return ("+" if value >= 0 else "-") + fmt_ms(abs(value))
 
 
-def fmt_ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def fmt_rate(value: float | None, *, wide: bool = True) -> str:
+    """Operations per second: ``64,359`` (``wide``), else at most five characters (``64.4k``)."""
+    if value is None:
+        return "-"
+    if wide or value < 10_000:
+        return f"{value:,.0f}" if wide else f"{value:.0f}"
+    if value < 100_000:
+        return f"{value / 1000:.1f}k"
+    if value < 1_000_000:
+        return f"{value / 1000:.0f}k"
+    return f"{value / 1_000_000:.1f}M"
+
+
+def fmt_ratio(value: float | None, *, wide: bool = True) -> str:
+    if value is None:
+        return "-"
+    if wide or value < 10:
+        return f"{value:.2f}"
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
 def _executions(m: Measurement, *, wide: bool = True) -> str:
     if m.expected_executions is None:
         return "-"
-    if not wide and m.exactly_once:
-        return "once"  # the counts (up to six digits each) are for --wide and results.md
+    if not wide:
+        # The counts (up to six digits each) are for --wide and results.md.
+        return "yes" if m.exactly_once else "NO"
     text = f"{m.subject.executions}/{m.expected_executions}"
     direct = m.notes.get("direct_executions")
     if direct is not None and wide:
@@ -117,14 +179,14 @@ def rows(result: BenchResult, *, wide: bool = True) -> list[list[str]]:
                 m.scenario,
                 str(m.concurrency),
                 str(m.subject.ops),
-                fmt_rate(m.subject.ops_per_s),
+                fmt_rate(m.subject.ops_per_s, wide=wide),
                 fmt_ms(latency["p50"]),
                 fmt_ms(latency["p90"]),
                 fmt_ms(latency["p99"]),
                 fmt_ms(latency["p99.9"]),
                 fmt_ms(floor_p50),
-                fmt_ratio(m.ratio_p50),
-                fmt_ratio(m.ratio_throughput),
+                fmt_ratio(m.ratio_p50, wide=wide),
+                fmt_ratio(m.ratio_throughput, wide=wide),
                 _executions(m, wide=wide),
                 str(sum(m.subject.errors.values())),
             ]
@@ -142,7 +204,8 @@ def note_lines(result: BenchResult) -> list[str]:
     lines = []
     for m in result.measurements:
         notes = m.notes
-        where = f"{m.backend} {m.scenario}"
+        # "mcp proxy proxy" says the scenario twice: the backend's name holds it already.
+        where = m.backend if m.scenario in m.backend else f"{m.backend} {m.scenario}"
         if "commands_per_op" in notes:
             counts = ", ".join(f"{k} {v:g}" for k, v in notes["commands_per_op"].items())
             lines.append(f"{where} ({notes['case']}): commands per op: {counts or 'none'}")
@@ -156,89 +219,112 @@ def note_lines(result: BenchResult) -> list[str]:
         elif m.scenario == "middleware" and m.floor is not None:
             ours, bare = m.subject.latency_ms()["p50"], m.floor.latency_ms()["p50"]
             if ours is not None and bare is not None:
-                lines.append(f"{where}: +{(ours - bare) * 1000:.0f} µs p50 over the bare app")
+                lines.append(f"{where}: {(ours - bare) * 1000:+.0f} µs p50 over the bare app")
         elif m.scenario == "proxy":
             added, relay = notes.get("added_p50_ms"), notes.get("relay_added_p50_ms")
             if isinstance(added, float):
-                text = f"{where}: +{fmt_ms(added)} ms p50 over the server called directly"
+                text = f"{where}: {fmt_signed_ms(added)} ms p50 over the server called directly"
                 if isinstance(relay, float):
-                    text += f" (a bare stdio relay: +{fmt_ms(relay)} ms)"
+                    text += f" (a bare stdio relay: {fmt_signed_ms(relay)} ms)"
                 lines.append(text)
+        elif m.scenario == "telemetry" and m.backend == TELEMETRY_RERUN:
+            lines.append(
+                f"telemetry: '{TELEMETRY_RERUN}' is the baseline measured twice; its"
+                f" x p50 ({fmt_ratio(m.ratio_p50)}) is this run's noise"
+            )
     return lines
 
 
-def _plain_table(header: tuple[str, ...], body: list[list[str]]) -> str:
+def _fit(
+    header: Sequence[str], body: list[list[str]], width: int | None
+) -> tuple[list[int], list[list[str]]]:
+    """Column widths, and the body with backend names shortened (``…``) when the table would
+    be wider than ``width``; only the first column gives way."""
     widths = [max(len(header[i]), *(len(r[i]) for r in body)) for i in range(len(header))]
+    over = 0 if width is None else sum(widths) + _GAP * (len(widths) - 1) - width
+    if over > 0 and widths[0] > MIN_NAME_WIDTH:
+        widths[0] = max(MIN_NAME_WIDTH, len(header[0]), widths[0] - over)
+        body = [
+            [r[0] if len(r[0]) <= widths[0] else r[0][: widths[0] - 1] + "…", *r[1:]] for r in body
+        ]
+    return widths, body
+
+
+_GAP = 1  # spaces between columns: ten columns in 80 leave no room for more
+
+
+def text_table(header: Sequence[str], body: list[list[str]], width: int | None = None) -> str:
+    """An aligned table (names left, numbers right), no wider than ``width`` when it can be."""
+    widths, body = _fit(header, body, width)
     left = {0, 1}  # names left-aligned, numbers right-aligned
 
-    def line(cells: tuple[str, ...] | list[str]) -> str:
-        return "  ".join(
-            c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)
-        ).rstrip()
+    def line(cells: Sequence[str]) -> str:
+        return (
+            (" " * _GAP)
+            .join(
+                c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)
+            )
+            .rstrip()
+        )
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
 
 def _unavailable_lines(result: BenchResult) -> list[str]:
+    """What did not run: each missing extra once, with what it skipped; then the failures."""
+    skipped: dict[str, list[str]] = {}
+    lines = []
+    for u in result.unavailable:
+        if u.extra is not None:
+            names = skipped.setdefault(u.extra, [])
+            name = u.scenario or u.backend
+            names += [] if name in names else [name]
+        else:
+            where = u.backend if u.scenario is None else f"{u.backend} ({u.scenario})"
+            lines.append(f"{where}: not measured: {u.reason}")
+    skips = [
+        f"{', '.join(names)}: skipped (install '[{extra}]')" for extra, names in skipped.items()
+    ]
+    return skips + lines
+
+
+def _violation_lines(result: BenchResult) -> list[str]:
     return [
-        f"{u.backend}{'' if u.scenario is None else f' ({u.scenario})'}: unavailable: {u.reason}"
-        for u in result.unavailable
+        f"{m.backend} {m.scenario} c={m.concurrency}: {m.subject.executions} executions"
+        f" for {m.expected_executions} keys: NOT exactly once"
+        for m in result.violations
     ]
 
 
-def print_table(result: BenchResult, file: TextIO | None = None, *, wide: bool = False) -> None:
-    """The results as a table on ``file`` (stdout), then the probes' notes and what could not
-    run. The table fits ``TERMINAL_WIDTH`` columns; ``wide`` shows every column."""
-    out = file if file is not None else sys.stdout
+def render_table(result: BenchResult, *, width: int | None, wide: bool = False) -> str:
+    """The terminal report: the table, its legend, the probes' notes, what did not run and
+    any duplicate execution; every line within ``width`` (``None``: no limit)."""
     columns = COLUMNS if wide else NARROW_COLUMNS
     body = _select(columns, rows(result, wide=wide))
     header = columns if wide else tuple(SHORT_NAMES.get(c, c) for c in columns)
-    if importlib.util.find_spec("rich") is not None:
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
-
-        # Wide enough for the table even when stdout is a pipe (rich assumes 80 then).
-        width = max(180 if wide else TERMINAL_WIDTH, Console(file=out).width)
-        console = Console(file=out, width=width)
-        table = Table(
-            title="idemstore bench (latency in ms)",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            # One space between columns: the narrow table must fit TERMINAL_WIDTH untruncated.
-            padding=(0, 1, 0, 0) if not wide else (0, 1),
-        )
-        for i, name in enumerate(header):
-            table.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
-        for cells in body:
-            table.add_row(*cells)
-        if body:
-            console.print(table)
-        for text in note_lines(result):
-            console.print(text, markup=False, highlight=False)
-        for text in _unavailable_lines(result):
-            console.print(text, style="yellow", markup=False, highlight=False)
-        for m in result.violations:
-            console.print(
-                f"{m.backend} {m.scenario} c={m.concurrency}: {m.subject.executions} executions"
-                f" for {m.expected_executions} keys: NOT exactly once",
-                style="bold red",
-                markup=False,
-            )
-        return
+    wrap_at = width if width is not None else 10_000
+    out: list[str] = []
     if body:
-        print(_plain_table(header, body), file=out)
-    for text in note_lines(result):
-        print(text, file=out)
-    for text in _unavailable_lines(result):
-        print(text, file=out)
-    for m in result.violations:
-        print(
-            f"{m.backend} {m.scenario} c={m.concurrency}: {m.subject.executions} executions"
-            f" for {m.expected_executions} keys: NOT exactly once",
-            file=out,
-        )
+        out += ["idemstore bench", "", text_table(header, body, width), ""]
+        out += [*textwrap.wrap(legend(header), wrap_at), ""]
+    for text in [*note_lines(result), *_unavailable_lines(result), *_violation_lines(result)]:
+        out += textwrap.wrap(text, wrap_at, subsequent_indent="  ")
+    return "\n".join(out)
+
+
+def print_table(
+    result: BenchResult,
+    file: TextIO | None = None,
+    *,
+    wide: bool = False,
+    width: int | None = None,
+) -> None:
+    """The results as a table on ``file`` (stdout), then the legend, the probes' notes and
+    what could not run. The table fits ``width`` columns (default: the terminal's, 80 when
+    ``file`` is not one); ``wide`` shows every column, however wide."""
+    out = file if file is not None else sys.stdout
+    limit = None if wide else (width if width is not None else terminal_width(out))
+    print(render_table(result, width=limit, wide=wide), file=out)
 
 
 def to_json(result: BenchResult) -> str:
@@ -277,12 +363,7 @@ def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
         if config.get("command"):
             out.append(f"- command: `{config['command']}`")
     out.append("")
-    out.append(
-        "Latencies are in milliseconds. `x floor p50` is the backend's median latency over its"
-        " engine's raw-driver floor in the same run; `x floor ops/s` the floor's throughput over"
-        " the backend's. `exec/keys` is executions against keys that should each run once"
-        " (`!` marks a mismatch)."
-    )
+    out.append(legend(COLUMNS))
     body = rows(result)
     scenarios = list(dict.fromkeys(m.scenario for m in result.measurements))
     for scenario in scenarios:
@@ -326,131 +407,6 @@ def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def _store_measurements(result: BenchResult) -> list[Measurement]:
-    return [m for m in result.measurements if m.scenario in STORE_SCENARIOS]
-
-
-def _legend_below(fig: Any, ax: Any) -> None:
-    """One legend for the whole figure, under the plots, where it hides no data."""
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncols=min(6, len(labels) or 1))
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-
-
-def write_charts(result: BenchResult, out_dir: Path) -> list[Path]:
-    """``latency.png`` and ``throughput.png`` for the store scenarios; none without them."""
-    measured = _store_measurements(result)
-    if not measured:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scenarios = [s for s in STORE_SCENARIOS if any(m.scenario == s for m in measured)]
-    backends = list(dict.fromkeys(m.backend for m in measured))
-    levels = sorted({m.concurrency for m in measured})
-    cols = min(2, len(scenarios))
-    grid_rows = -(-len(scenarios) // cols)
-    colors = plt.get_cmap("tab10")
-    written = []
-    for name, draw in (("latency", _latency_chart), ("throughput", _throughput_chart)):
-        fig, axes = plt.subplots(
-            grid_rows, cols, figsize=(6.5 * cols, 4 * grid_rows), squeeze=False
-        )
-        for ax, scenario in zip(axes.flat, scenarios, strict=False):
-            draw(ax, scenario, measured, backends, levels, colors)
-        for ax in list(axes.flat)[len(scenarios) :]:
-            ax.set_visible(False)
-        _legend_below(fig, axes.flat[0])
-        path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
-def _latency_chart(
-    ax: Any,
-    scenario: str,
-    measured: list[Measurement],
-    backends: list[str],
-    levels: list[int],
-    colors: Any,
-) -> None:
-    width = 0.8 / max(1, len(levels))
-    for li, level in enumerate(levels):
-        xs, p50s, p99s, floor_p50s = [], [], [], []
-        for bi, backend in enumerate(backends):
-            for m in measured:
-                if (m.backend, m.scenario, m.concurrency) != (backend, scenario, level):
-                    continue
-                latency = m.subject.latency_ms()
-                if latency["p50"] is None or latency["p99"] is None:
-                    continue
-                xs.append(bi - 0.4 + width * (li + 0.5))
-                p50s.append(latency["p50"])
-                p99s.append(latency["p99"] - latency["p50"])
-                floor_p50s.append(None if m.floor is None else m.floor.latency_ms()["p50"])
-        ax.bar(
-            xs,
-            p50s,
-            width,
-            yerr=[[0.0] * len(p99s), p99s],
-            capsize=2,
-            color=colors(li),
-            label=f"{level} worker{'s' if level > 1 else ''}",
-        )
-        floor_x = [x for x, f in zip(xs, floor_p50s, strict=True) if f is not None]
-        floor_y = [f for f in floor_p50s if f is not None]
-        ax.scatter(floor_x, floor_y, marker="_", s=120, color="black", zorder=3)
-    ax.set_xticks(range(len(backends)), backends)
-    ax.set_yscale("log")
-    ax.set_ylabel("latency (ms, log)")
-    ax.set_title(f"{scenario}: p50 (whisker: p99); black tick: floor p50")
-
-
-def _throughput_chart(
-    ax: Any,
-    scenario: str,
-    measured: list[Measurement],
-    backends: list[str],
-    levels: list[int],
-    colors: Any,
-) -> None:
-    for bi, backend in enumerate(backends):
-        points = sorted(
-            (m.concurrency, m.subject.ops_per_s, None if m.floor is None else m.floor.ops_per_s)
-            for m in measured
-            if m.backend == backend and m.scenario == scenario and m.subject.ops_per_s
-        )
-        if not points:
-            continue
-        ax.plot(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            marker="o",
-            color=colors(bi),
-            label=backend,
-        )
-        floor = [(p[0], p[2]) for p in points if p[2]]
-        if floor:
-            ax.plot(
-                [p[0] for p in floor],
-                [p[1] for p in floor],
-                linestyle="--",
-                color=colors(bi),
-                alpha=0.6,
-                label=f"{backend} floor",
-            )
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(level) for level in levels])
-    ax.set_yscale("log")
-    ax.set_xlabel("concurrent workers")
-    ax.set_ylabel("operations/s (log)")
-    ax.set_title(f"{scenario}: throughput against concurrency (dashed: floor)")
-
-
 def write_outputs(result: BenchResult, out_dir: Path) -> list[Path]:
     """Write ``results.json``, the charts (when matplotlib is there) and ``results.md``.
 
@@ -468,6 +424,8 @@ def write_outputs(result: BenchResult, out_dir: Path) -> list[Path]:
             file=sys.stderr,
         )
     else:
+        from idemstore.bench.charts import write_charts
+
         charts = write_charts(result, out_dir)
     written += charts
     md_path = out_dir / "results.md"

@@ -8,15 +8,21 @@ Latencies stay in nanoseconds until they are summarized, in milliseconds.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
 
 __all__ = [
     "BenchResult",
     "Measurement",
     "Timing",
     "Unavailable",
+    "added_latency",
     "percentile",
+    "through_layer",
     "ratio",
 ]
 
@@ -36,6 +42,41 @@ def percentile(ordered: list[int], fraction: float) -> int:
     # round() first: 10 * 0.9 is 9.000000000000002, whose ceiling would skip a rank.
     rank = max(1, math.ceil(round(len(ordered) * fraction, 9)))
     return ordered[min(len(ordered), rank) - 1]
+
+
+def added_latency(subject: Timing, baseline: Timing, prefix: str = "") -> dict[str, float]:
+    """What ``subject`` adds to ``baseline`` at p50 and p99, in ms: ``{prefix}added_p50_ms``."""
+    added = {}
+    for label in ("p50", "p99"):
+        ours, theirs = subject.latency_ms()[label], baseline.latency_ms()[label]
+        if ours is not None and theirs is not None:
+            added[f"{prefix}added_{label}_ms"] = ours - theirs
+    return added
+
+
+def through_layer(
+    layer: str,
+    through: Timing,
+    direct: Timing,
+    *,
+    direct_name: str,
+    store: str,
+    notes: dict[str, Any],
+) -> Measurement:
+    """Calls through an idemstore layer (the ``proxy``, the ``gateway``: one worker, on
+    ``store``) against the same calls made directly. ``through.executions`` counts identical
+    calls (1 is right); the notes get the latency the layer adds."""
+    return Measurement(
+        backend=f"mcp {layer}",
+        scenario=layer,
+        concurrency=1,
+        subject=through,
+        floor=direct,
+        floor_name=direct_name,
+        url=store,
+        expected_executions=1,
+        notes={"store": store, **notes, **added_latency(through, direct)},
+    )
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -85,6 +126,17 @@ class Timing:
         summary["mean"] = sum(ordered) / len(ordered) / 1e6
         summary["max"] = ordered[-1] / 1e6
         return summary
+
+    async def time_call(self, call: Awaitable[bool]) -> None:
+        """Await ``call`` (``True`` when it ran the work): its latency, or its error."""
+        started = time.perf_counter_ns()
+        try:
+            executed = await call
+        except Exception as exc:
+            self.record_error(exc)
+        else:
+            self.latencies_ns.append(time.perf_counter_ns() - started)
+            self.executions += executed
 
     def record_error(self, exc: BaseException) -> None:
         name = type(exc).__name__
@@ -173,9 +225,16 @@ class Unavailable:
     backend: str
     reason: str
     scenario: str | None = None
+    # The idemstore extra whose absence skipped it ("gateway", "local", ...): not a failure.
+    extra: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "scenario": self.scenario, "reason": self.reason}
+        return {
+            "backend": self.backend,
+            "scenario": self.scenario,
+            "reason": self.reason,
+            "extra": self.extra,
+        }
 
 
 @dataclass(slots=True)

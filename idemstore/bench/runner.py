@@ -12,17 +12,20 @@ import asyncio
 import contextlib
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from idemstore import __version__
+from idemstore.bench.estimate import ONCE_PER_BENCH, step_count
 from idemstore.bench.floors import floor_for_url
 from idemstore.bench.gateway_scenario import run_gateway
 from idemstore.bench.hasher_scenario import run_hasher
@@ -38,7 +41,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
 )
 from idemstore.bench.telemetry_overhead import run_telemetry
-from idemstore.registry import engine_for_scheme, engines, scheme_of
+from idemstore.registry import engine_for_scheme, engine_for_url, engines, scheme_of
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
@@ -150,7 +153,13 @@ class ConsoleProgress:
     def __enter__(self) -> ConsoleProgress:
         try:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
         except ImportError:
             return self
         self._bar = Progress(
@@ -158,6 +167,7 @@ class ConsoleProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=Console(file=self._stream),
             transient=True,
         )
@@ -254,6 +264,44 @@ async def _migrate(store: IdempotencyStore, url: str) -> None:
     await schema_manager(store, url).apply()
 
 
+def _not_opened(target: Target, exc: Exception) -> Unavailable:
+    """Why ``target`` could not be opened: its extra when its driver is missing (a skip, not
+    a failure), else the error."""
+    engine = engine_for_url(target.url)
+    driver = None if engine is None else engine.driver
+    if engine is not None and engine.extra and driver and importlib.util.find_spec(driver) is None:
+        return Unavailable(target.name, f"{driver} is not installed", extra=engine.extra)
+    return Unavailable(target.name, f"{type(exc).__name__}: {exc}")
+
+
+async def _hasher(load: Load, _prefix: str) -> list[Measurement]:
+    return run_hasher(load)
+
+
+async def _proxy(load: Load, _prefix: str) -> Measurement | Unavailable:
+    return await run_proxy(load)
+
+
+async def _gateway(load: Load, _prefix: str) -> Measurement | Unavailable:
+    return await run_gateway(load)
+
+
+async def _telemetry(load: Load, _prefix: str) -> list[Measurement] | Unavailable:
+    return await run_telemetry(load)
+
+
+_Once = Callable[[Load, str], Awaitable[list[Measurement] | Measurement | Unavailable]]
+# What the progress bar says while each scenario measured once per bench runs, and the
+# function that runs it on one worker (in estimate.ONCE_PER_BENCH's order).
+_ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
+    "hasher": ("hasher", _hasher),
+    "proxy": ("proxy (mcp)", _proxy),
+    "gateway": ("gateway (mcp over http)", _gateway),
+    "telemetry": ("telemetry (instrument() overhead)", _telemetry),
+    "middleware": ("asgi middleware", run_middleware),
+}
+
+
 async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor | None:
     try:
         floor = floor_for_url(target.url)
@@ -265,6 +313,37 @@ async def _open_floor(target: Target, unavailable: list[Unavailable]) -> Floor |
         )
         return None
     return floor
+
+
+async def _measure(
+    target: Target,
+    store: IdempotencyStore,
+    floor: Floor | None,
+    scenario: str,
+    load: Load,
+    run_id: str,
+    result: BenchResult,
+) -> list[Measurement]:
+    """One store scenario at one concurrency beside its floor; a failure goes to ``result``."""
+    prefix = f"{run_id}-{scenario}-c{load.concurrency}:"
+    try:
+        subject, floor_timing = await run_interleaved(store, floor, scenario, load, prefix)
+    except Exception as exc:
+        why = f"{scenario} x{load.concurrency} failed: {type(exc).__name__}: {exc}"
+        result.unavailable.append(Unavailable(target.name, why, scenario=scenario))
+        return []
+    return [
+        Measurement(
+            backend=target.name,
+            scenario=scenario,
+            concurrency=load.concurrency,
+            subject=subject,
+            floor=floor_timing,
+            floor_name=None if floor is None else floor.name,
+            url=redact_url(target.url),
+            expected_executions=subject.unique_keys,
+        )
+    ]
 
 
 async def _bench_target(
@@ -286,7 +365,7 @@ async def _bench_target(
         if target.migrate:
             await _migrate(store, target.url)
     except Exception as exc:
-        result.unavailable.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}"))
+        result.unavailable.append(_not_opened(target, exc))
         if store is not None:
             with contextlib.suppress(Exception):
                 await store.close()
@@ -298,33 +377,9 @@ async def _bench_target(
         for scenario in scenarios:
             for concurrency in config.concurrency:
                 progress.step(f"{target.name} {scenario} x{concurrency}")
-                load = config.load(concurrency)
-                prefix = f"{run_id}-{scenario}-c{concurrency}:"
-                try:
-                    subject, floor_timing = await run_interleaved(
-                        store, floor, scenario, load, prefix
-                    )
-                except Exception as exc:
-                    result.unavailable.append(
-                        Unavailable(
-                            target.name,
-                            f"{scenario} x{concurrency} failed: {type(exc).__name__}: {exc}",
-                            scenario=scenario,
-                        )
-                    )
-                else:
-                    result.measurements.append(
-                        Measurement(
-                            backend=target.name,
-                            scenario=scenario,
-                            concurrency=concurrency,
-                            subject=subject,
-                            floor=floor_timing,
-                            floor_name=None if floor is None else floor.name,
-                            url=shown,
-                            expected_executions=subject.unique_keys,
-                        )
-                    )
+                result.measurements += await _measure(
+                    target, store, floor, scenario, config.load(concurrency), run_id, result
+                )
                 progress.advance()
         for probe in probes:
             progress.step(f"{target.name} {probe}")
@@ -357,50 +412,25 @@ async def run_bench(
     """Measure every target (store scenarios), then the hashers and the proxy, once each."""
     progress = progress if progress is not None else _SilentProgress()
     result = BenchResult(meta=_meta(), config=config.to_dict(), unavailable=list(unavailable))
-    store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
-    probe_steps = len([s for s in config.scenarios if s in TARGET_PROBES])
-    total = len(targets) * (store_steps * len(config.concurrency) + probe_steps)
-    once = ("hasher", "proxy", "middleware", "gateway", "telemetry")
-    total += sum(s in config.scenarios for s in once)
+    total = step_count(config, len(targets))
     progress.start(total)
     run_id = secrets.token_hex(3)
     started = time.perf_counter()
     for target in targets:
         await _bench_target(target, config, run_id, result, progress)
     one_worker = config.load(1)
-    if "hasher" in config.scenarios:
-        progress.step("hasher")
-        result.measurements += run_hasher(one_worker)
-        progress.advance()
-    if "proxy" in config.scenarios:
-        progress.step("proxy (mcp)")
-        proxied = await run_proxy(one_worker)
-        if isinstance(proxied, Unavailable):
-            result.unavailable.append(proxied)
+    for scenario in ONCE_PER_BENCH:
+        if scenario not in config.scenarios:
+            continue
+        label, run_once = _ONCE_RUNNERS[scenario]
+        progress.step(label)
+        measured = await run_once(one_worker, f"{run_id}-{scenario}:")
+        if isinstance(measured, Unavailable):
+            result.unavailable.append(measured)
+        elif isinstance(measured, Measurement):
+            result.measurements.append(measured)
         else:
-            result.measurements.append(proxied)
-        progress.advance()
-    if "gateway" in config.scenarios:
-        progress.step("gateway (mcp over http)")
-        through = await run_gateway(one_worker)
-        if isinstance(through, Unavailable):
-            result.unavailable.append(through)
-        else:
-            result.measurements.append(through)
-    if "telemetry" in config.scenarios:
-        progress.step("telemetry (instrument() overhead)")
-        observed = await run_telemetry(one_worker)
-        if isinstance(observed, Unavailable):
-            result.unavailable.append(observed)
-        else:
-            result.measurements += observed
-    if "middleware" in config.scenarios:
-        progress.step("asgi middleware")
-        overhead = await run_middleware(one_worker, f"{run_id}-middleware:")
-        if isinstance(overhead, Unavailable):
-            result.unavailable.append(overhead)
-        else:
-            result.measurements += overhead
+            result.measurements += measured
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result
@@ -417,10 +447,12 @@ async def bench(
     config: BenchConfig,
     *,
     local: bool = False,
+    ports: range | None = None,
     progress: Progress | None = None,
 ) -> BenchResult:
     """The ``idemstore bench`` run: ``urls``; the embedded backends when there are none or
-    ``local`` is set; and with ``local``, Redis, PostgreSQL and DynamoDB started for the run."""
+    ``local`` is set; and with ``local``, Redis, PostgreSQL and DynamoDB started for the run
+    (on ports from ``ports`` when given)."""
     with _workdir() as tmp:
         targets = name_targets(urls)
         if not urls or local:
@@ -430,7 +462,9 @@ async def bench(
         if local:
             if progress is not None:
                 progress.step("starting local servers")
-            servers, missing = await asyncio.to_thread(start_local_servers, tmp / "servers")
+            servers, missing = await asyncio.to_thread(
+                start_local_servers, tmp / "servers", ports=ports
+            )
             unavailable += missing
             targets += [Target(s.backend, s.url, migrate=True) for s in servers]
         try:

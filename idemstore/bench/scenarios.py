@@ -26,7 +26,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from idemstore.bench.results import Measurement, Timing, Unavailable
+from idemstore.bench.results import (
+    Measurement,
+    Timing,
+    Unavailable,
+    added_latency,
+    through_layer,
+)
 from idemstore.hashing import fingerprint
 
 if TYPE_CHECKING:
@@ -226,8 +232,6 @@ async def _drive(
     )
     outcomes.clear()
     touched: set[str] = set()
-    latencies = timing.latencies_ns
-    clock = time.perf_counter_ns
     deadline = None if load.duration is None else time.monotonic() + load.duration
 
     async def worker(index: int, count: int | None) -> None:
@@ -235,15 +239,7 @@ async def _drive(
         while keep_going(j, count, deadline):
             key = prefix + plan.key(index, j)
             touched.add(key)
-            started = clock()
-            try:
-                executed = await op(key)
-            except Exception as exc:
-                timing.record_error(exc)
-            else:
-                latencies.append(clock() - started)
-                if executed:
-                    timing.executions += 1
+            await timing.time_call(op(key))
             j += 1
             # Let the other workers in, even when the store answered without awaiting (memory):
             # otherwise workers would run one after another and never race.
@@ -313,7 +309,7 @@ PROXY_MODULE = "idemstore.mcp.proxy"
 PROXY_STORE = "memory://"
 
 
-def _checkout_env() -> dict[str, str]:
+def checkout_env() -> dict[str, str]:
     """The environment for child processes, able to import this very idemstore."""
     root = str(Path(__file__).resolve().parent.parent.parent)
     env = dict(os.environ)
@@ -351,7 +347,7 @@ class StdioClient:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env=_checkout_env(),
+            env=checkout_env(),
         )
         await self.request(
             "initialize",
@@ -469,23 +465,13 @@ async def run_proxy(load: Load) -> Measurement | Unavailable:
     notes: dict[str, Any] = {
         "identical_calls": IDENTICAL_CALLS,
         "direct_executions": direct.executions,
-        "store": PROXY_STORE,
+        **added_latency(relay, direct, "relay_"),
     }
-    for label in ("p50", "p99"):
-        ours, theirs = proxied.latency_ms()[label], direct.latency_ms()[label]
-        bare = relay.latency_ms()[label]
-        if ours is not None and theirs is not None:
-            notes[f"added_{label}_ms"] = ours - theirs
-        if bare is not None and theirs is not None:
-            notes[f"relay_added_{label}_ms"] = bare - theirs
-    return Measurement(
-        backend="mcp proxy",
-        scenario="proxy",
-        concurrency=1,
-        subject=proxied,
-        floor=direct,
-        floor_name="the mock server called directly",
-        url=PROXY_STORE,
-        expected_executions=1,
+    return through_layer(
+        "proxy",
+        proxied,
+        direct,
+        direct_name="the mock server called directly",
+        store=PROXY_STORE,
         notes=notes,
     )

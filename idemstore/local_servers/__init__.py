@@ -9,17 +9,28 @@ returns a running server object with ``.url`` and ``.stop()``; it raises
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import random
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Iterator
 
-__all__ = ["ServerUnavailableError", "find_binary", "free_port", "wait_for_port"]
+__all__ = [
+    "ServerUnavailableError",
+    "find_binary",
+    "free_port",
+    "parse_port_range",
+    "ports_from",
+    "wait_for_port",
+]
 
 
 class ServerUnavailableError(RuntimeError):
@@ -33,14 +44,70 @@ def _good_ports() -> frozenset[int]:
     return frozenset(port_for.available_good_ports())
 
 
+# Set by ports_from(): the range free_port() picks from, and the ports it already handed out
+# (a server may not have bound its port yet when the next one asks).
+_PORTS: range | None = None
+_HANDED_OUT: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+
+
+def parse_port_range(text: str) -> range:
+    """``"21000-21100"`` as the ports 21000 to 21100; ``ValueError`` saying what is wrong."""
+    low, dash, high = text.partition("-")
+    if not dash or not low.strip().isdigit() or not high.strip().isdigit():
+        raise ValueError(f"a port range looks like 21000-21100, not {text!r}")
+    first, last = int(low), int(high)
+    if not 1024 <= first <= last <= 65535:
+        raise ValueError(
+            f"{text!r} is not a port range: both ends from 1024 to 65535, the first not above"
+            " the last"
+        )
+    return range(first, last + 1)
+
+
+@contextlib.contextmanager
+def ports_from(ports: range | None) -> Iterator[None]:
+    """Within the block, ``free_port()`` picks from ``ports`` (``None``: anywhere)."""
+    global _PORTS
+    with _PORTS_LOCK:
+        previous, _PORTS = _PORTS, ports
+        _HANDED_OUT.clear()
+    try:
+        yield
+    finally:
+        with _PORTS_LOCK:
+            _PORTS = previous
+            _HANDED_OUT.clear()
+
+
+def _port_in_range(ports: range) -> int:
+    candidates = [port for port in ports if port not in _HANDED_OUT]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+        _HANDED_OUT.add(port)
+        return port
+    raise ServerUnavailableError(
+        f"no free port left in {ports.start}-{ports.stop - 1}: choose a wider --ports range"
+    )
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now.
+    """A TCP port on 127.0.0.1 that nothing listens on right now (inside ``ports_from``, one
+    of its range not handed out yet).
 
     port-for picks it at random among ports outside the kernel's ephemeral range (and outside
     IANA-assigned ones): a port there cannot be handed to some process's outgoing connection
     between this call and the server's bind, as a port 0 bind (ephemeral) could be. Without
     port-for, the kernel's choice for a port 0 bind.
     """
+    with _PORTS_LOCK:
+        if _PORTS is not None:
+            return _port_in_range(_PORTS)
     try:
         import port_for
     except ImportError:

@@ -70,8 +70,7 @@ def start_dynamodb(directory: Path | None = None, *, attempts: int = 3) -> Dynam
         from mirakuru.exceptions import ExecutorError
     except ImportError as exc:
         raise ServerUnavailableError(
-            f"{exc.name} is not installed: pip install 'moto[server]' mirakuru "
-            "(both are in idemstore's test extra)"
+            f"{exc.name} is not installed: pip install 'idemstore[local]'"
         ) from exc
     where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="moto-"))
     last: ServerUnavailableError | None = None

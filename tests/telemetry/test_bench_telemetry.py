@@ -12,9 +12,9 @@ async def test_telemetry_scenario_compares_each_variant_with_the_uninstrumented_
     measured = await run_telemetry(Load(concurrency=1, ops=100, duration=None, payload_bytes=16))
     assert isinstance(measured, list)
     assert [m.backend for m in measured] == [
-        "uninstrumented (again)",
-        "instrumented, no SDK",
-        "instrumented, SDK",
+        "otel off, rerun",
+        "otel, no SDK",
+        "otel + SDK",
     ]
     for measurement in measured:
         assert isinstance(measurement, Measurement)
