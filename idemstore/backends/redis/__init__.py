@@ -8,9 +8,10 @@ itself shortly after its retention ends (``expiry_grace``). ``wait`` is woken by
 that ``complete``, ``release`` and ``delete`` send from inside their script.
 
 Modules: ``store`` (the store), ``options`` (its options table; imports no driver),
-``urls`` (what a URL's hosts, user and path say), ``scripts`` (loads the Lua), ``codec`` (key
-names and hash fields), ``notifier`` (the shared pub/sub connection), ``replication``
-(Sentinel and ``wait_replicas``), ``client_errors`` (redis-py's exceptions).
+``urls`` (what a URL's hosts, user and path say), ``clients`` (the redis-py clients it
+builds), ``scripts`` (loads the Lua), ``codec`` (key names and hash fields), ``notifier``
+(the shared pub/sub connection), ``replication`` (Sentinel and ``wait_replicas``),
+``client_errors`` (redis-py's exceptions).
 """
 
 from __future__ import annotations

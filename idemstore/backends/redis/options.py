@@ -9,12 +9,13 @@ and a cluster, TLS settings without TLS) are checked by the store's constructor.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from idemstore.backends.store_options import Option, Options, at_least, one_of
 from idemstore.errors import ConfigurationError
 from idemstore.records import MAX_KEY_LENGTH, check_duration
 
-__all__ = ["DEFAULT_PREFIX", "OPTIONS", "TLS_SETTINGS"]
+__all__ = ["DEFAULT_PREFIX", "OPTIONS", "TLS_SETTINGS", "check_together"]
 
 DEFAULT_PREFIX = "idem:"
 
@@ -157,3 +158,27 @@ OPTIONS = Options(
 
 # The options redis-py takes for TLS (under the same names); set without TLS, they are refused.
 TLS_SETTINGS = {option.name: option.default for option in OPTIONS if option.name.startswith("ssl_")}
+
+
+def check_together(nodes: list[tuple[str, int]], cluster: bool, given: dict[str, Any]) -> None:
+    """The rules that tie options together (the table checks each option alone)."""
+    if not nodes:
+        raise ConfigurationError("a redis store needs at least one host")
+    if cluster and given["db"]:
+        raise ConfigurationError("Redis Cluster has only database 0")
+    if given["wait_replicas"] and cluster:
+        raise ConfigurationError(
+            "wait_replicas is for redis:// and redis+sentinel:// stores, not Redis Cluster "
+            f"(got {given['wait_replicas']})"
+        )
+    socket_timeout = given["socket_timeout"]
+    if given["wait_replicas"] and given["wait_replicas_timeout"] >= min(
+        socket_timeout, given["operation_timeout"] or socket_timeout
+    ):
+        # WAIT holds its reply back that long: the socket must outlast it.
+        raise ConfigurationError(
+            f"wait_replicas_timeout ({given['wait_replicas_timeout']} s) must be shorter than "
+            f"socket_timeout ({socket_timeout} s)"
+        )
+    if not given["ssl"] and any(given[name] != TLS_SETTINGS[name] for name in TLS_SETTINGS):
+        raise ConfigurationError("ssl_* options need a rediss:// URL (or ssl=true)")

@@ -17,18 +17,20 @@ import math
 import random
 from typing import TYPE_CHECKING, Any, Self
 
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
 from idemstore.backends.envelope import StoreEnvelope
-from idemstore.backends.redis.client_errors import CONNECT_TIMEOUT, redis_errors
+from idemstore.backends.redis.client_errors import redis_errors
+from idemstore.backends.redis.clients import (
+    driver_options,
+    handshake_within_connect_timeout,
+    new_client,
+    retry_policy,
+)
 from idemstore.backends.redis.codec import (
     GLOB_SPECIAL,
     MAX_DURATION,
@@ -44,14 +46,14 @@ from idemstore.backends.redis.notifier import (
     Subscription,
     shard_pubsub_everywhere,
 )
-from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, TLS_SETTINGS
-from idemstore.backends.redis.replication import run_replicated, sentinel_client
+from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, check_together
+from idemstore.backends.redis.replication import run_replicated
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, METHOD, tally_rows
 from idemstore.backends.redis.urls import parse_redis_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
-from idemstore.errors import ConfigurationError, StoreUnavailableError
+from idemstore.errors import StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.stats import StatsTally
@@ -68,73 +70,6 @@ __all__ = ["RedisStore"]
 # member, Outcome.ACQUIRED, is a descriptor call on every reserve).
 _ACQUIRED = Outcome.ACQUIRED
 _FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
-
-
-def _check_together(nodes: list[tuple[str, int]], cluster: bool, given: dict[str, Any]) -> None:
-    """The rules that tie options together (the table checks each option alone)."""
-    if not nodes:
-        raise ConfigurationError("a redis store needs at least one host")
-    if cluster and given["db"]:
-        raise ConfigurationError("Redis Cluster has only database 0")
-    if given["wait_replicas"] and cluster:
-        raise ConfigurationError(
-            "wait_replicas is for redis:// and redis+sentinel:// stores, not Redis Cluster "
-            f"(got {given['wait_replicas']})"
-        )
-    socket_timeout = given["socket_timeout"]
-    if given["wait_replicas"] and given["wait_replicas_timeout"] >= min(
-        socket_timeout, given["operation_timeout"] or socket_timeout
-    ):
-        # WAIT holds its reply back that long: the socket must outlast it.
-        raise ConfigurationError(
-            f"wait_replicas_timeout ({given['wait_replicas_timeout']} s) must be shorter than "
-            f"socket_timeout ({socket_timeout} s)"
-        )
-    if not given["ssl"] and any(given[name] != TLS_SETTINGS[name] for name in TLS_SETTINGS):
-        raise ConfigurationError("ssl_* options need a rediss:// URL (or ssl=true)")
-
-
-def _retry(retries: int, *errors: type[RedisError]) -> Retry:
-    """redis-py's retries of ``errors``, with the store's backoff."""
-    backoff = ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2)
-    return Retry(backoff, retries, supported_errors=errors)
-
-
-def _driver_options(
-    username: str | None, password: str | None, given: dict[str, Any]
-) -> dict[str, Any]:
-    """What every redis-py client of the store is given."""
-    options: dict[str, Any] = {
-        "username": username,
-        "password": password,
-        "socket_timeout": given["socket_timeout"],
-        "socket_connect_timeout": given["socket_connect_timeout"],
-        # Responses are raw bytes: never let the driver decode them.
-        "decode_responses": False,
-        # redis-py retries connection errors itself, but not a connect that ran out of time
-        # (the endpoint is down or hung: another try would only multiply the wait); a reply
-        # that does not come in time is retried by _call.
-        "retry": _retry(given["retries"], RedisConnectionError),
-    }
-    if given["ssl"]:
-        options["ssl"] = True
-        options.update({name: given[name] for name in TLS_SETTINGS})
-    return options
-
-
-async def _handshake_within_connect_timeout(connection: Any) -> None:
-    """redis-py's handshake (``HELLO``, ``AUTH``, ``SELECT``), within the connect timeout.
-
-    redis-py bounds the TCP connect by ``socket_connect_timeout`` but waits for the
-    handshake's replies like for any reply: on the data connections, which have no socket
-    timeout, until the attempt's own timer. A listener that accepts and never answers must
-    fail the connect like one that never accepts.
-    """
-    try:
-        async with asyncio.timeout(connection.socket_connect_timeout):
-            await connection.on_connect()
-    except TimeoutError:
-        raise RedisTimeoutError(CONNECT_TIMEOUT) from None
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -203,7 +138,7 @@ class RedisStore(StoreEnvelope[Any]):
         a URL's scheme, hosts, path and user part say; ``url``, when given, is shown (password
         hidden) in errors. The other arguments are the options of ``options.OPTIONS``."""
         given = OPTIONS.check(locals())
-        _check_together(nodes, cluster, given)
+        check_together(nodes, cluster, given)
         super().__init__(max_key_length=max_key_length)
         self._nodes = list(nodes)
         self._cluster = cluster
@@ -219,17 +154,17 @@ class RedisStore(StoreEnvelope[Any]):
         self._attempt_timeout: float = given["socket_timeout"]
         self._retries = retries
         self._answered = False
-        options = _driver_options(username, password, given)
+        options = driver_options(username, password, given)
         # A cluster's shard pub/sub connections keep redis-py's socket timeout (off the hot
         # path); a single server's come from the data pool, and the notifier bounds its own
         # waits there (subscribing within the wait's timeout, reads of at most 1 s).
         self._shards = ShardNotifiers(
-            {**options, "retry": _retry(retries, RedisConnectionError, RedisTimeoutError)}
+            {**options, "retry": retry_policy(retries, RedisConnectionError, RedisTimeoutError)}
         )
         if not cluster:
             # (RedisCluster takes no handshake of ours: _open bounds its discovery.)
             options["db"] = db
-            options["redis_connect_func"] = _handshake_within_connect_timeout
+            options["redis_connect_func"] = handshake_within_connect_timeout
         self._client_options = {**options, "socket_timeout": None}
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
@@ -260,28 +195,15 @@ class RedisStore(StoreEnvelope[Any]):
     # -- connections ----------------------------------------------------------------------
 
     def _new_client(self) -> Any:
-        if self._cluster:
-            return RedisCluster(
-                startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],
-                max_connections=self._max_connections + 1,
-                **self._client_options,
-            )
-        if self._sentinel_service is not None:
-            self._sentinel, client = sentinel_client(
-                self._nodes,
-                self._sentinel_service,
-                self._client_options,
-                self._max_connections + 1,
-                ask_timeout=self._attempt_timeout,
-            )
-            return client
-        host, port = self._nodes[0]
-        return Redis(
-            host=host,
-            port=port,
+        self._sentinel, client = new_client(
+            self._nodes,
+            cluster=self._cluster,
+            sentinel_service=self._sentinel_service,
+            options=self._client_options,
             max_connections=self._max_connections + 1,
-            **self._client_options,
+            ask_timeout=self._attempt_timeout,
         )
+        return client
 
     async def _open(self) -> Any:
         client = self._new_client()

@@ -1,0 +1,87 @@
+"""How the store's redis-py clients are built: the driver's options, its retries, a handshake
+bounded by the connect timeout, and the client for a single server, a Sentinel service or a
+cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from idemstore.backends.backoff import REDIS_TIMEOUTS
+from idemstore.backends.redis.client_errors import CONNECT_TIMEOUT
+from idemstore.backends.redis.options import TLS_SETTINGS
+from idemstore.backends.redis.replication import sentinel_client
+
+__all__ = ["driver_options", "handshake_within_connect_timeout", "new_client", "retry_policy"]
+
+
+def retry_policy(retries: int, *errors: type[RedisError]) -> Retry:
+    """redis-py's retries of ``errors``, with the store's backoff."""
+    backoff = ExponentialBackoff(cap=REDIS_TIMEOUTS.cap, base=REDIS_TIMEOUTS.first / 2)
+    return Retry(backoff, retries, supported_errors=errors)
+
+
+def driver_options(
+    username: str | None, password: str | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """What every redis-py client of the store is given."""
+    options: dict[str, Any] = {
+        "username": username,
+        "password": password,
+        "socket_timeout": given["socket_timeout"],
+        "socket_connect_timeout": given["socket_connect_timeout"],
+        # Responses are raw bytes: never let the driver decode them.
+        "decode_responses": False,
+        # redis-py retries connection errors itself, but not a connect that ran out of time
+        # (the endpoint is down or hung: another try would only multiply the wait); a reply
+        # that does not come in time is retried by _call.
+        "retry": retry_policy(given["retries"], RedisConnectionError),
+    }
+    if given["ssl"]:
+        options["ssl"] = True
+        options.update({name: given[name] for name in TLS_SETTINGS})
+    return options
+
+
+async def handshake_within_connect_timeout(connection: Any) -> None:
+    """redis-py's handshake (``HELLO``, ``AUTH``, ``SELECT``), within the connect timeout.
+
+    redis-py bounds the TCP connect by ``socket_connect_timeout`` but waits for the
+    handshake's replies like for any reply: on the data connections, which have no socket
+    timeout, until the attempt's own timer. A listener that accepts and never answers must
+    fail the connect like one that never accepts.
+    """
+    try:
+        async with asyncio.timeout(connection.socket_connect_timeout):
+            await connection.on_connect()
+    except TimeoutError:
+        raise RedisTimeoutError(CONNECT_TIMEOUT) from None
+
+
+def new_client(
+    nodes: list[tuple[str, int]],
+    *,
+    cluster: bool,
+    sentinel_service: str | None,
+    options: dict[str, Any],
+    max_connections: int,
+    ask_timeout: float,
+) -> tuple[Any, Any]:
+    """(the Sentinel client or None, the data client) for the store's nodes."""
+    if cluster:
+        nodes_ = [ClusterNode(host, port) for host, port in nodes]
+        return None, RedisCluster(startup_nodes=nodes_, max_connections=max_connections, **options)
+    if sentinel_service is not None:
+        return sentinel_client(
+            nodes, sentinel_service, options, max_connections, ask_timeout=ask_timeout
+        )
+    host, port = nodes[0]
+    return None, Redis(host=host, port=port, max_connections=max_connections, **options)
