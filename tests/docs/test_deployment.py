@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ class _Upstream(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -102,14 +103,23 @@ def start_replica(
     return process, listen, first_line
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def store_url(redis_server_url: str) -> str:
+    """The test Redis, under a key prefix of this module's (both replicas share it)."""
+    separator = "&" if "?" in redis_server_url else "?"
+    return f"{redis_server_url}{separator}prefix=docs-deployment-{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.fixture(scope="module")
 def replicas(
-    tmp_path: Path, redis_store_url: str, upstream: str
+    tmp_path_factory: pytest.TempPathFactory, store_url: str, upstream: str
 ) -> Iterator[list[tuple[str, str]]]:
+    """Both replicas, started once for this module's tests (each start costs seconds)."""
+    tmp_path = tmp_path_factory.mktemp("deployment")
     started = []
     try:
         for name in ("gateway-1", "gateway-2"):
-            started.append(start_replica(tmp_path, name, redis_store_url, upstream))
+            started.append(start_replica(tmp_path, name, store_url, upstream))
         yield [(listen, line) for _, listen, line in started]
     finally:
         for process, _, _ in started:
@@ -122,7 +132,7 @@ def replicas(
 
 
 def test_both_replicas_print_the_pages_startup_line(
-    replicas: list[tuple[str, str]], redis_store_url: str, upstream: str
+    replicas: list[tuple[str, str]], store_url: str, upstream: str
 ) -> None:
     page_line = page_block("text").source.strip()
     page_store = re.search(r"; store (\S+);", page_line)
@@ -131,7 +141,7 @@ def test_both_replicas_print_the_pages_startup_line(
         expected = (
             page_line.replace(PAGE_LISTEN, listen)
             .replace(PAGE_UPSTREAM, upstream)
-            .replace(page_store[1], redact_url(redis_store_url))
+            .replace(page_store[1], redact_url(store_url))
         )
         assert line == expected
 
