@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 PAGES = doc_pages()
 PYTHON = ("python", "py")
 SHELL = ("bash", "sh", "shell")
-CHEAP_COMMANDS = ("migrate", "inspect", "stats", "sweep")
+CHEAP_COMMANDS = ("migrate", "inspect", "stats", "sweep", "options")
 
 _STORE_URL = re.compile(
     r"(?:postgresql|postgres|redis\+cluster|rediss|redis|dynamodb)://[^\s'\"`)]*"
@@ -80,8 +80,13 @@ def is_cheap_cli(command: str) -> bool:
     )
 
 
-def pip_installs(source: str) -> list[list[str]]:
-    """The arguments of each ``pip install`` in a block (shell words, options included)."""
+def pip_installs(block: Block) -> list[list[str]]:
+    """The arguments of each ``pip install`` a block runs (shell words, options included); in
+    a console block only its ``$`` lines are run (a command's output may name the install
+    line of a published package)."""
+    source = block.source
+    if block.lang == "console":
+        source = "\n".join(line[2:] for line in source.splitlines() if line.startswith("$ "))
     joined = re.sub(r"\\\n\s*", " ", source)
     return [shlex.split(found["args"]) for found in _PIP_INSTALL.finditer(joined)]
 
@@ -295,7 +300,7 @@ def check_installs(block: Block) -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    for args in pip_installs(block.source):
+    for args in pip_installs(block):
         for arg in args:
             found = re.fullmatch(r"\.\[(?P<extras>[\w,-]+)\]", arg)
             if found:
@@ -391,7 +396,7 @@ def test_install_lines_install_the_checkout_with_extras_it_has() -> None:
     problems = []
     for page in PAGES:
         for block in blocks_of(page):
-            for args in pip_installs(block.source):
+            for args in pip_installs(block):
                 if any(re.match(r"idemstore\b", arg) for arg in args):
                     problems.append(f"{block.where}: installs idemstore from an index")
             check_installs(block)
