@@ -585,24 +585,6 @@ def test_throttling_after_retries_maps_to_store_unavailable() -> None:
     assert "throttling" in str(error)
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "dynamodb://",
-        "dynamodb://ab",
-        "dynamodb://bad$name",
-        "dynamodb://idem/extra",
-        "dynamodb://idem?nonsense=1",
-        "dynamodb://idem?clock_skew=-1",
-        "dynamodb://idem?auto_create=perhaps",
-        "dynamodb://idem?max_attempts=0",
-    ],
-)
-def test_bad_urls_raise_configuration_error(url: str) -> None:
-    with pytest.raises(ConfigurationError):
-        open_store(url)
-
-
 async def test_close_is_idempotent_and_final(store: DynamoDBStore) -> None:
     await store.close()
     await store.close()

@@ -14,7 +14,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from idemstore import (
-    ConfigurationError,
     Outcome,
     SchemaError,
     Status,
@@ -87,27 +86,6 @@ def test_url_options_configure_the_store() -> None:
     query = parse_qs(urlsplit(store._dsn).query)
     assert query["sslmode"] == ["prefer"]
     assert "schema" not in query and "pool_max_size" not in query
-
-
-@pytest.mark.parametrize(
-    "query",
-    [
-        "colour=blue",
-        "schema=bad-name",
-        'schema=x"; DROP TABLE y; --',
-        "schema=" + "s" * 64,
-        "schema=1abc",
-        "pool_min_size=5&pool_max_size=2",
-        "pool_max_size=zero",
-        "command_timeout=-1",
-        "auto_migrate=maybe",
-        "statement_cache_size=-1",
-        "sweep_batch_size=0",
-    ],
-)
-def test_bad_options_are_configuration_errors(query: str) -> None:
-    with pytest.raises(ConfigurationError):
-        open_store("postgresql://localhost/db?" + query)
 
 
 def test_lock_keys_keep_scope_and_key_apart() -> None:

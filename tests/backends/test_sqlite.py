@@ -72,32 +72,6 @@ async def test_a_relative_path_is_relative_to_the_working_directory(
     assert (tmp_path / "relative.db").is_file()
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "sqlite://",
-        "sqlite:///",
-        "sqlite://host/idem.db",
-        "sqlite:///idem.db?synchronous=off",
-        "sqlite:///idem.db?busy_timeout=0",
-        "sqlite:///idem.db?auto_migrate=perhaps",
-        "sqlite:///idem.db?journal_mode=delete",
-    ],
-    ids=[
-        "no-path",
-        "empty-path",
-        "host",
-        "bad-synchronous",
-        "zero-busy-timeout",
-        "bad-bool",
-        "unknown",
-    ],
-)
-def test_bad_urls_and_options_are_configuration_errors(url: str) -> None:
-    with pytest.raises(ConfigurationError):
-        open_store(url)
-
-
 def test_a_clock_that_is_not_callable_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="clock"):
         open_store("sqlite:///idem.db", clock="yesterday")
