@@ -20,11 +20,12 @@ from idemstore import (
     StoreUnavailableError,
     open_store,
 )
-from idemstore.local_servers import ServerUnavailableError, free_port
+from idemstore.local_servers import free_port
+from idemstore.local_servers.postgres import start_postgres
 from idemstore.migrate import load_migrations
 from idemstore.protocol import Lease
+from idemstore.testing.fixtures import running
 from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, with_options
-from tests.conftest import backend_unavailable
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -460,14 +461,8 @@ async def test_a_command_timeout_is_unavailable_and_the_store_carries_on(
 @pytest.fixture(scope="module")
 def own_postgres() -> Iterator[PostgresServer]:
     """A server of this module's own, so restarting it disturbs no other test."""
-    try:
-        from idemstore.local_servers.postgres import start_postgres
-
-        server = start_postgres()
-    except ServerUnavailableError as exc:
-        backend_unavailable("postgres", str(exc))
-    yield server
-    server.stop()
+    with running("postgres", start_postgres) as server:
+        yield server
 
 
 @pytest.mark.slow

@@ -606,19 +606,6 @@ def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
 # -- faults -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def own_redis() -> Iterator[LocalRedis]:
-    """A server of this test's own, which it may stop, pause or crash."""
-    from idemstore.local_servers.redis import start_redis
-
-    try:
-        server = start_redis(appendonly=True, appendfsync="always")
-    except ServerUnavailableError as exc:
-        backend_unavailable("redis", str(exc))
-    yield server
-    server.stop()
-
-
 def test_a_local_server_starts_in_a_directory_given_relative_to_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
