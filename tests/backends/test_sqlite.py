@@ -139,34 +139,39 @@ async def test_auto_migrate_false_refuses_a_fresh_file_naming_the_command(tmp_pa
             pass
 
 
-async def test_auto_migrate_false_opens_a_migrated_file(tmp_path: Path) -> None:
+@pytest.fixture
+async def migrated_file(tmp_path: Path) -> Path:
+    """A database file a store has opened (and so migrated) and closed again."""
     path = tmp_path / "idem.db"
     async with SQLiteStore(str(path)):
         pass
-    async with open_store(file_url(path, "auto_migrate=false")) as store:
+    return path
+
+
+async def test_auto_migrate_false_opens_a_migrated_file(migrated_file: Path) -> None:
+    async with open_store(file_url(migrated_file, "auto_migrate=false")) as store:
         reservation = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert reservation.acquired
 
 
-async def test_an_edited_migration_is_refused_on_open(tmp_path: Path) -> None:
-    path = tmp_path / "idem.db"
-    async with SQLiteStore(str(path)):
-        pass
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE idemstore_migrations SET checksum = 'edited'")
-    with pytest.raises(SchemaError, match="changed after it was applied"):
-        async with SQLiteStore(str(path)):
-            pass
-
-
-async def test_a_schema_from_a_newer_version_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "idem.db"
-    async with SQLiteStore(str(path)):
-        pass
-    with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO idemstore_migrations VALUES ('9999_from_the_future.sql', 'x', 0)")
-    with pytest.raises(SchemaError, match="upgrade idemstore"):
-        async with SQLiteStore(str(path)):
+@pytest.mark.parametrize(
+    ("tampering", "refusal"),
+    [
+        ("UPDATE idemstore_migrations SET checksum = 'edited'", "changed after it was applied"),
+        (
+            "INSERT INTO idemstore_migrations VALUES ('9999_from_the_future.sql', 'x', 0)",
+            "upgrade idemstore",
+        ),
+    ],
+    ids=["an-edited-migration", "a-schema-from-a-newer-version"],
+)
+async def test_a_migrations_table_this_version_did_not_write_is_refused_on_open(
+    migrated_file: Path, tampering: str, refusal: str
+) -> None:
+    with sqlite3.connect(migrated_file) as conn:
+        conn.execute(tampering)
+    with pytest.raises(SchemaError, match=refusal):
+        async with SQLiteStore(str(migrated_file)):
             pass
 
 
