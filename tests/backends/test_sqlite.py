@@ -4,6 +4,7 @@ error mapping, several connections (and processes) on one file, and the CLI on a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sqlite3
@@ -34,7 +35,7 @@ from idemstore.testing import FakeClock
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 LONG = 60.0
@@ -103,18 +104,45 @@ async def test_synchronous_normal_can_be_asked_for_in_the_url(tmp_path: Path) ->
         assert await pragma(store, "synchronous") == 1  # NORMAL
 
 
+@contextlib.contextmanager
+def write_lock_held_elsewhere(
+    path: Path, *, for_seconds: float | None = None
+) -> Iterator[threading.Event]:
+    """Another connection, as another process would, holds the file's write lock until the
+    block ends, or (``for_seconds``) until a timer lets go earlier; the event says it let go."""
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+    letting_go = threading.Lock()
+
+    def let_go() -> None:
+        with letting_go:
+            if not released.is_set():
+                blocker.execute("ROLLBACK")
+                released.set()
+
+    timer = threading.Timer(for_seconds, let_go) if for_seconds is not None else None
+    if timer is not None:
+        timer.start()
+    try:
+        yield released
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()
+        let_go()
+        blocker.close()
+
+
 async def test_busy_timeout_from_the_url_is_the_budget_the_error_names(tmp_path: Path) -> None:
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, "busy_timeout=0.25")) as store:
         await store.ping()
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            with pytest.raises(StoreUnavailableError, match=r"busy_timeout=0\.25s"):
-                await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
+        with (
+            write_lock_held_elsewhere(path),
+            pytest.raises(StoreUnavailableError, match=r"busy_timeout=0\.25s"),
+        ):
+            await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -259,14 +287,8 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
 async def test_a_lock_held_past_busy_timeout_is_unavailable_then_recovers(tmp_path: Path) -> None:
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, "busy_timeout=0.1")) as store:
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            with pytest.raises(StoreUnavailableError, match="locked"):
-                await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
+        with write_lock_held_elsewhere(path), pytest.raises(StoreUnavailableError, match="locked"):
+            await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         # The failed write left no transaction open on the store's connection.
         assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
@@ -276,17 +298,12 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
 ) -> None:
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, "busy_timeout=0.5")) as store:
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held_elsewhere(path):
             task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
             await asyncio.sleep(0.05)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
         reservation = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert reservation.acquired
         assert reservation.lease is not None and reservation.lease.fence == 1
@@ -298,16 +315,9 @@ async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
         await store.ping()
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        blocker.execute("BEGIN IMMEDIATE")
         # Held for several of SQLite's own (short) busy waits: the store must keep trying.
-        timer = threading.Timer(0.3, blocker.execute, ("ROLLBACK",))
-        timer.start()
-        try:
+        with write_lock_held_elsewhere(path, for_seconds=0.3):
             assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
-        finally:
-            timer.join()
-            blocker.close()
 
 
 async def test_a_cancelled_write_ends_before_the_other_process_lets_go_and_holds_no_lock(
@@ -316,30 +326,14 @@ async def test_a_cancelled_write_ends_before_the_other_process_lets_go_and_holds
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
         await store.ping()
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        blocker.execute("BEGIN IMMEDIATE")
-        released = threading.Event()
-
-        def let_go() -> None:
-            blocker.execute("ROLLBACK")
-            released.set()
-
         # Generous: the cancellation must land long before this, not wait for it.
-        timer = threading.Timer(3.0, let_go)
-        timer.start()
-        try:
+        with write_lock_held_elsewhere(path, for_seconds=3.0) as released:
             task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
             await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert not released.is_set(), "the cancellation waited for the other process"
-        finally:
-            timer.cancel()
-            timer.join()
-            if not released.is_set():
-                let_go()
-            blocker.close()
         # The cancelled write left no transaction open: another process takes the lock at once.
         other = sqlite3.connect(path, isolation_level=None, timeout=0)
         try:
@@ -474,9 +468,7 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
     # A short budget, so that without the fix the write gives up and the test fails quickly.
     async with open_store(file_url(path, "busy_timeout=3")) as store:
         assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held_elsewhere(path):
             writer = asyncio.create_task(
                 store.reserve("other", "fp", lease_ttl=LONG, retention=LONG)
             )
@@ -486,9 +478,6 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
             await store.ping()
             # All three answered while the write still waited.
             assert not writer.done()
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
         assert (await writer).acquired
     assert record is not None and record.status is Status.IN_PROGRESS
     assert waited is not None and waited.status is Status.IN_PROGRESS
