@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,9 +17,7 @@ from idemstore import (
     ResponseTooLargeError,
     open_store,
 )
-
-if TYPE_CHECKING:
-    from idemstore import IdempotencyStore
+from idemstore.testing.stores import SizeLimitedStore
 
 
 def new_key() -> str:
@@ -86,19 +83,7 @@ async def test_a_refusing_store_leaves_the_key_recording_the_size(
     request: pytest.FixtureRequest, url_fixture: str
 ) -> None:
     async with open_store(request.getfixturevalue(url_fixture)) as store:
-
-        class LimitedStore:
-            """The store under test, refusing responses over 1000 bytes like an item limit."""
-
-            def __getattr__(self, name: str) -> object:
-                return getattr(store, name)
-
-            async def complete(self, lease: object, response: bytes, **kw: object) -> bool:
-                if len(response) > 1000:
-                    raise ResponseTooLargeError("over the item limit of 1000 bytes")
-                return await store.complete(lease, response, **kw)  # type: ignore[arg-type]
-
-        limited: IdempotencyStore = LimitedStore()  # type: ignore[assignment]
+        limited = SizeLimitedStore(store, limit=1000)
         runs, error = await _run_twice(Idempotency(limited), new_key(), b"y" * 5000)
         assert runs == 1
         assert error.size == 5000 and error.limit is None

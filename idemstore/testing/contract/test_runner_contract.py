@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from idemstore import (
     fingerprint,
 )
 from idemstore.protocol import answers_inline
+from idemstore.testing.stores import SizeLimitedStore
 
 
 def new_key() -> str:
@@ -258,20 +258,9 @@ async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> 
 async def test_a_result_too_large_to_store_is_returned_and_retries_get_its_size(
     store: IdempotencyStore,
 ) -> None:
-    from idemstore import OutcomeTooLargeError, ResponseTooLargeError
+    from idemstore import OutcomeTooLargeError
 
-    class RefusingStore:
-        """The store under test, except that it refuses responses over 1000 bytes."""
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(store, name)
-
-        async def complete(self, lease: Any, response: bytes, **kw: Any) -> bool:
-            if len(response) > 1000:
-                raise ResponseTooLargeError("over the item limit")
-            return await store.complete(lease, response, **kw)
-
-    idem = Idempotency(RefusingStore())  # type: ignore[arg-type]
+    idem = Idempotency(SizeLimitedStore(store, limit=1000))
     key = new_key()
     runs = 0
 
