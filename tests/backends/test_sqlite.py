@@ -35,8 +35,10 @@ from idemstore.testing import FakeClock
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
+
+    from idemstore import Record
 
 LONG = 60.0
 
@@ -440,7 +442,14 @@ async def on_each_statement(store: SQLiteStore, callback: Callable[[str], object
             await conn.set_trace_callback(callback)
 
 
-async def test_get_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "read",
+    [lambda store: store.get("k"), lambda store: store.wait("k", timeout=0)],
+    ids=["get", "wait"],
+)
+async def test_reads_judge_expiry_by_the_clock_after_the_read(
+    tmp_path: Path, read: Callable[[SQLiteStore], Awaitable[Record | None]]
+) -> None:
     clock = FakeClock()
     async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
         await store.reserve("k", "fp", lease_ttl=1, retention=1)
@@ -449,18 +458,7 @@ async def test_get_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> 
         await on_each_statement(
             store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
         )
-        assert await store.get("k") is None
-
-
-async def test_wait_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
-    clock = FakeClock()
-    async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
-        await store.reserve("k", "fp", lease_ttl=1, retention=1)
-        assert await store.get("k") is not None
-        await on_each_statement(
-            store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
-        )
-        assert await store.wait("k", timeout=0) is None
+        assert await read(store) is None
 
 
 async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_path: Path) -> None:
