@@ -19,7 +19,7 @@ import pytest
 from idemstore import Idempotency, JSONSerializer, UnrecordableResultError, open_store
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from idemstore import IdempotencyStore
 
@@ -37,17 +37,24 @@ def new_key() -> str:
 # -- run() given something that is not async ---------------------------------------------------
 
 
+def plain_charge(charges: list[int]) -> Callable[..., bytes]:
+    """A plain (not async) charge function, the mistake under test, that records each run's
+    amount in ``charges``."""
+
+    def charge(amount: int = 1) -> bytes:
+        charges.append(amount)
+        return b"charged"
+
+    return charge
+
+
 async def test_a_plain_function_is_refused_before_reserving_or_running(
     store: IdempotencyStore,
 ) -> None:
     idem = Idempotency(store)
     key = new_key()
     charges: list[int] = []
-
-    def charge() -> bytes:
-        charges.append(1)
-        return b"charged"
-
+    charge = plain_charge(charges)
     for _ in range(2):
         with pytest.raises(TypeError, match="async def"):
             await idem.run(key, "fp", charge)  # type: ignore[arg-type]
@@ -60,11 +67,7 @@ async def test_a_partial_of_a_plain_function_is_refused_before_running(
 ) -> None:
     idem = Idempotency(store)
     charges: list[int] = []
-
-    def charge(amount: int) -> bytes:
-        charges.append(amount)
-        return b"charged"
-
+    charge = plain_charge(charges)
     with pytest.raises(TypeError, match="async def"):
         await idem.run(new_key(), "fp", functools.partial(charge, 5))  # type: ignore[arg-type]
     assert charges == []
@@ -78,11 +81,7 @@ async def test_a_lambda_returning_bytes_runs_once_and_retries_get_the_error(
     idem = Idempotency(store)
     key = new_key()
     charges: list[int] = []
-
-    def charge() -> bytes:
-        charges.append(1)
-        return b"charged"
-
+    charge = plain_charge(charges)
     with pytest.raises(TypeError, match="awaitable") as first:
         await idem.run(key, "fp", lambda: charge())  # type: ignore[arg-type,return-value]
     assert isinstance(first.value, UnrecordableResultError)
