@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -59,8 +60,15 @@ async def test_a_retry_after_completion_replays(store: IdempotencyStore) -> None
     assert len(calls) == 1
 
 
-async def test_reject_policy_raises_in_progress(store: IdempotencyStore) -> None:
-    idem = Idempotency(store, in_flight="reject")
+@pytest.mark.parametrize(
+    "policy",
+    [{"in_flight": "reject"}, {"wait_timeout": 0.2}],
+    ids=["reject-policy", "wait-timeout"],
+)
+async def test_a_run_while_another_is_in_flight_raises_in_progress(
+    store: IdempotencyStore, policy: dict[str, Any]
+) -> None:
+    idem = Idempotency(store, **policy)
     key = new_key()
     started = asyncio.Event()
     finish = asyncio.Event()
@@ -77,25 +85,6 @@ async def test_reject_policy_raises_in_progress(store: IdempotencyStore) -> None
     assert caught.value.key == key
     finish.set()
     assert (await original).value == b"slow"
-
-
-async def test_wait_timeout_raises_in_progress(store: IdempotencyStore) -> None:
-    idem = Idempotency(store, wait_timeout=0.2)
-    key = new_key()
-    started = asyncio.Event()
-    finish = asyncio.Event()
-
-    async def slow() -> bytes:
-        started.set()
-        await finish.wait()
-        return b"slow"
-
-    original = asyncio.create_task(idem.run(key, "fp", slow))
-    await started.wait()
-    with pytest.raises(InProgressError):
-        await idem.run(key, "fp", slow)
-    finish.set()
-    await original
 
 
 async def test_other_arguments_raise_conflict(store: IdempotencyStore) -> None:
