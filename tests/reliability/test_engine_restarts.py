@@ -179,6 +179,13 @@ def workers_recovered(directory: Path) -> list[str]:
     return [worker for _, worker in newest.values() if last[worker] == "error"]
 
 
+def crash_stop_crash(
+    crash: Callable[[], None], stop: Callable[[], None], start: Callable[[], None]
+) -> Restarts:
+    """A crash, a clean shutdown, and a crash again, each followed by ``start``."""
+    return [("crash", crash, start), ("clean shutdown", stop, start), ("crash again", crash, start)]
+
+
 def assert_restarts_lose_nothing(
     backend: str,
     url: str,
@@ -230,16 +237,12 @@ def test_redis_crashes_lose_no_acknowledged_completion_with_appendfsync_always(
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
     def crash() -> None:
-        own_redis.shutdown(kill=True)
+        own_redis.shutdown(kill=True)  # SIGKILL; a plain shutdown is SIGTERM
 
     assert_restarts_lose_nothing(
         "redis",
         f"{own_redis.url}?{REDIS_OPTIONS}&prefix=restarts:",
-        [
-            ("SIGKILL", crash, own_redis.start),
-            ("SIGTERM", own_redis.shutdown, own_redis.start),
-            ("SIGKILL again", crash, own_redis.start),
-        ],
+        crash_stop_crash(crash, own_redis.shutdown, own_redis.start),
         REDIS_BOUND,
         tmp_path,
         seed,
@@ -258,16 +261,12 @@ def test_postgres_crashes_and_restarts_lose_no_acknowledged_completion(
     asyncio.run(migrate_schema(schema_url))
 
     def crash() -> None:
-        own_postgres.stop_process(mode="immediate")
+        own_postgres.stop_process(mode="immediate")  # a plain stop_process is a fast shutdown
 
     assert_restarts_lose_nothing(
         "postgres",
         f"{schema_url}&{POSTGRES_OPTIONS}",
-        [
-            ("immediate shutdown (crash)", crash, own_postgres.start),
-            ("fast shutdown", own_postgres.stop_process, own_postgres.start),
-            ("immediate shutdown again", crash, own_postgres.start),
-        ],
+        crash_stop_crash(crash, own_postgres.stop_process, own_postgres.start),
         POSTGRES_BOUND,
         tmp_path,
         seed,
