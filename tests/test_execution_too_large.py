@@ -18,6 +18,7 @@ from idemstore import (
     open_store,
 )
 from idemstore.testing.stores import SizeLimitedStore
+from idemstore.testing.work import returns
 
 
 def new_key() -> str:
@@ -54,15 +55,8 @@ async def test_a_result_over_max_response_bytes_is_never_run_again(
         assert (error.key, error.size, error.limit) == (key, 1000, 100)
         assert "1000 bytes" in str(error) and "100 bytes" in str(error)
         # A result within the limit is recorded as usual.
-        small = await idem.run(new_key(), "fp", _returns(b"x" * 100))
+        small = await idem.run(new_key(), "fp", returns(b"x" * 100))
         assert not small.replayed
-
-
-def _returns(value: bytes):  # type: ignore[no-untyped-def]
-    async def work() -> bytes:
-        return value
-
-    return work
 
 
 async def test_a_result_the_store_refuses_as_too_large_is_never_run_again(
@@ -99,6 +93,6 @@ async def test_a_response_that_looks_like_a_marker_round_trips() -> None:
         idem = Idempotency(store)
         key = new_key()
         lookalike = MARKER_PREFIX + b"too-large\x00{}"
-        first = await idem.run(key, "fp", _returns(lookalike))
-        second = await idem.run(key, "fp", _returns(b"other"))
+        first = await idem.run(key, "fp", returns(lookalike))
+        second = await idem.run(key, "fp", returns(b"other"))
         assert first.value == second.value == lookalike and second.replayed

@@ -20,6 +20,7 @@ from idemstore import (
 )
 from idemstore.protocol import answers_inline
 from idemstore.testing.stores import SizeLimitedStore
+from idemstore.testing.work import raises, returns
 
 
 def new_key() -> str:
@@ -91,9 +92,7 @@ async def test_other_arguments_raise_conflict(store: IdempotencyStore) -> None:
     idem = Idempotency(store)
     key = new_key()
 
-    async def work() -> bytes:
-        return b"x"
-
+    work = returns(b"x")
     await idem.run(key, fingerprint({"a": 1}), work)
     with pytest.raises(ConflictError) as caught:
         await idem.run(key, fingerprint({"a": 2}), work)
@@ -126,19 +125,14 @@ async def test_hold_policy_keeps_the_key_locked_until_the_lease_lapses(
     idem = Idempotency(store, on_failure="hold", lease_ttl=0.6, in_flight="reject")
     key = new_key()
 
-    async def boom() -> bytes:
-        raise RuntimeError("unknown outcome")
-
+    boom = raises(RuntimeError("unknown outcome"))
     with pytest.raises(RuntimeError):
         await idem.run(key, "fp", boom)
     with pytest.raises(InProgressError):
         await idem.run(key, "fp", boom)
     await asyncio.sleep(0.9)
 
-    async def ok() -> bytes:
-        return b"ran after the lease lapsed"
-
-    result = await idem.run(key, "fp", ok)
+    result = await idem.run(key, "fp", returns(b"ran after the lease lapsed"))
     assert result.value == b"ran after the lease lapsed"
 
 
