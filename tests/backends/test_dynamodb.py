@@ -189,15 +189,22 @@ async def test_late_complete_racing_a_takeover_has_one_winner(dynamodb_store_url
 # -- expiry and clock skew ------------------------------------------------------------------
 
 
+async def complete_and_expire(store: DynamoDBStore, clock: FakeClock) -> str:
+    """A key whose completed record has expired by ``clock`` (retention 10 s, now 11 s later),
+    while its item is still in the table (TTL deletes it some time after)."""
+    key = new_key()
+    lease = await acquire(store, key)
+    await store.complete(lease, b"old", retention=10)
+    clock.offset = 11.0
+    return key
+
+
 async def test_expired_item_that_ttl_has_not_deleted_is_hidden_and_its_fence_continued(
     dynamodb_store_url: str, dynamodb_admin: Any, dynamodb_table: str
 ) -> None:
     clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        await store.complete(lease, b"old", retention=10)
-        clock.offset = 11.0
+        key = await complete_and_expire(store, clock)
         assert raw_item(dynamodb_admin, dynamodb_table, store, key) is not None
         assert await store.get(key) is None
         fresh = await store.reserve(key, "other", lease_ttl=LONG, retention=LONG)
@@ -208,11 +215,7 @@ async def test_expired_item_that_ttl_has_not_deleted_is_hidden_and_its_fence_con
 async def test_delete_of_an_expired_item_reports_no_live_record(dynamodb_store_url: str) -> None:
     clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        await store.complete(lease, b"old", retention=10)
-        clock.offset = 11.0
-        assert await store.delete(key) is False
+        assert await store.delete(await complete_and_expire(store, clock)) is False
 
 
 async def test_ttl_attribute_is_the_retention_deadline_plus_skew_in_whole_seconds(
