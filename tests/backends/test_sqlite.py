@@ -35,10 +35,10 @@ from idemstore.testing import FakeClock
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from pathlib import Path
 
-    from idemstore import Record
+    from idemstore import IdempotencyStore, Record
 
 LONG = 60.0
 
@@ -311,39 +311,45 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
         assert reservation.lease is not None and reservation.lease.fence == 1
 
 
-async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+async def patient_store(tmp_path: Path) -> AsyncIterator[tuple[Path, IdempotencyStore]]:
+    """A connected store on a file, and the file: its busy_timeout outlasts any lock the test
+    holds."""
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
         await store.ping()
-        # Held for several of SQLite's own (short) busy waits: the store must keep trying.
-        with write_lock_held_elsewhere(path, for_seconds=0.3):
-            assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+        yield path, store
+
+
+async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
+    patient_store: tuple[Path, IdempotencyStore],
+) -> None:
+    path, store = patient_store
+    # Held for several of SQLite's own (short) busy waits: the store must keep trying.
+    with write_lock_held_elsewhere(path, for_seconds=0.3):
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
 
 async def test_a_cancelled_write_ends_before_the_other_process_lets_go_and_holds_no_lock(
-    tmp_path: Path,
+    patient_store: tuple[Path, IdempotencyStore],
 ) -> None:
-    path = tmp_path / "idem.db"
-    async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
-        await store.ping()
-        # Generous: the cancellation must land long before this, not wait for it.
-        with write_lock_held_elsewhere(path, for_seconds=3.0) as released:
-            task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
-            await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert not released.is_set(), "the cancellation waited for the other process"
-        # The cancelled write left no transaction open: another process takes the lock at once.
-        other = sqlite3.connect(path, isolation_level=None, timeout=0)
-        try:
-            other.execute("BEGIN IMMEDIATE")
-            other.execute("ROLLBACK")
-        finally:
-            other.close()
-        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+    path, store = patient_store
+    # Generous: the cancellation must land long before this, not wait for it.
+    with write_lock_held_elsewhere(path, for_seconds=3.0) as released:
+        task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
+        await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not released.is_set(), "the cancellation waited for the other process"
+    # The cancelled write left no transaction open: another process takes the lock at once.
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
 
 async def test_a_closed_store_refuses_use_and_closes_again_quietly(tmp_path: Path) -> None:
