@@ -23,7 +23,7 @@ from idemstore.bench.hasher_scenario import run_hasher
 from idemstore.bench.local import Launcher, start_local_servers, stop_local_servers
 from idemstore.bench.probes import WAKE_TIMEOUT, run_middleware
 from idemstore.bench.report import COLUMNS, note_lines, print_table, to_markdown
-from idemstore.bench.results import Measurement, Timing, Unavailable, percentile
+from idemstore.bench.results import BenchResult, Measurement, Timing, Unavailable, percentile
 from idemstore.bench.runner import DEFAULT_CONCURRENCY, DEFAULT_OPS, DEFAULT_PAYLOAD_BYTES
 from idemstore.bench.scenarios import (
     IDENTICAL_CALLS,
@@ -214,10 +214,18 @@ def test_cli_defaults_match_the_bench_package() -> None:
 # -- scenarios -------------------------------------------------------------------------------
 
 
+async def bench_one(name: str, url: str, **config: Any) -> BenchResult:
+    """``run_bench`` on the one target ``name`` at ``url``, with a ``BenchConfig`` of
+    ``config``; the target must not be reported unavailable."""
+    result = await run_bench([Target(name, url)], BenchConfig(**config))
+    assert result.unavailable == [], result.unavailable
+    return result
+
+
 async def test_contention_executes_each_key_exactly_once(embedded_url: str) -> None:
-    config = BenchConfig(scenarios=("contention",), concurrency=(16,), ops=160)
-    result = await run_bench([Target("store", embedded_url)], config)
-    assert result.unavailable == []
+    result = await bench_one(
+        "store", embedded_url, scenarios=("contention",), concurrency=(16,), ops=160
+    )
     (measured,) = result.measurements
     assert measured.subject.errors == {}
     assert measured.subject.unique_keys >= 1
@@ -230,8 +238,7 @@ async def test_contention_executes_each_key_exactly_once(embedded_url: str) -> N
 
 
 async def test_replay_executes_nothing_and_finds_every_key_completed(embedded_url: str) -> None:
-    config = BenchConfig(scenarios=("replay",), concurrency=(4,), ops=40)
-    result = await run_bench([Target("store", embedded_url)], config)
+    result = await bench_one("store", embedded_url, scenarios=("replay",), concurrency=(4,), ops=40)
     (measured,) = result.measurements
     assert measured.subject.executions == 0 and measured.expected_executions == 0
     assert measured.subject.outcomes == {"completed": 40}
@@ -239,8 +246,7 @@ async def test_replay_executes_nothing_and_finds_every_key_completed(embedded_ur
 
 
 async def test_mixed_retries_some_keys_and_runs_each_new_key_once() -> None:
-    config = BenchConfig(scenarios=("mixed",), concurrency=(2,), ops=200)
-    result = await run_bench([Target("memory", "memory://")], config)
+    result = await bench_one("memory", "memory://", scenarios=("mixed",), concurrency=(2,), ops=200)
     (measured,) = result.measurements
     outcomes = measured.subject.outcomes
     assert outcomes["acquired"] == measured.subject.unique_keys == measured.subject.executions
@@ -248,8 +254,9 @@ async def test_mixed_retries_some_keys_and_runs_each_new_key_once() -> None:
 
 
 async def test_duration_mode_runs_until_the_deadline() -> None:
-    config = BenchConfig(scenarios=("fresh",), concurrency=(2,), ops=None, duration=0.05)
-    result = await run_bench([Target("memory", "memory://")], config)
+    result = await bench_one(
+        "memory", "memory://", scenarios=("fresh",), concurrency=(2,), ops=None, duration=0.05
+    )
     (measured,) = result.measurements
     assert measured.subject.ops > 0 and measured.exactly_once is True
     assert result.config["duration"] == 0.05 and result.config["ops"] is None
@@ -297,9 +304,7 @@ async def test_the_bare_relay_passes_every_call_through_to_the_server() -> None:
 async def test_wake_times_a_wait_woken_by_complete_on_every_embedded_backend(
     embedded_url: str,
 ) -> None:
-    config = BenchConfig(scenarios=("wake",), ops=5)
-    result = await run_bench([Target("store", embedded_url)], config)
-    assert result.unavailable == []
+    result = await bench_one("store", embedded_url, scenarios=("wake",), ops=5)
     (measured,) = result.measurements
     assert measured.scenario == "wake" and measured.subject.errors == {}
     assert len(measured.subject.latencies_ns) == 5
@@ -308,17 +313,14 @@ async def test_wake_times_a_wait_woken_by_complete_on_every_embedded_backend(
 
 
 async def test_commands_and_replay_writes_are_skipped_where_the_engine_has_no_counters() -> None:
-    config = BenchConfig(scenarios=("commands", "replay-writes"), ops=5)
-    result = await run_bench([Target("memory", "memory://")], config)
-    assert result.measurements == [] and result.unavailable == []
+    result = await bench_one("memory", "memory://", scenarios=("commands", "replay-writes"), ops=5)
+    assert result.measurements == []
 
 
 async def test_commands_counts_redis_commands_per_reserve_and_complete(
     redis_store_url: str,
 ) -> None:
-    config = BenchConfig(scenarios=("commands",), ops=20)
-    result = await run_bench([Target("redis", redis_store_url)], config)
-    assert result.unavailable == []
+    result = await bench_one("redis", redis_store_url, scenarios=("commands",), ops=20)
     by_case = {m.notes["case"]: m for m in result.measurements}
     fresh, replay = by_case["fresh"].notes, by_case["replay"].notes
     # A fresh key: a reserve script and a complete script; a replay: the reserve script only.
@@ -331,9 +333,7 @@ async def test_commands_counts_redis_commands_per_reserve_and_complete(
 async def test_replay_writes_show_that_postgres_replays_write_nothing(
     postgres_store_url: str,
 ) -> None:
-    config = BenchConfig(scenarios=("replay-writes",), ops=30)
-    result = await run_bench([Target("postgres", postgres_store_url)], config)
-    assert result.unavailable == []
+    result = await bench_one("postgres", postgres_store_url, scenarios=("replay-writes",), ops=30)
     (measured,) = result.measurements
     notes = measured.notes
     assert notes["replays"] == 30 and measured.subject.executions == 0
@@ -502,7 +502,6 @@ def test_percentiles_are_nearest_rank() -> None:
 
 
 def test_the_proxy_note_appears_in_the_proxy_section_only() -> None:
-    from idemstore.bench.results import BenchResult
 
     timing = Timing(latencies_ns=[1000, 2000], seconds=0.01, executions=1, unique_keys=1)
     proxy_notes = {"added_p50_ms": 0.25, "identical_calls": 5, "direct_executions": 5}
@@ -520,7 +519,6 @@ def test_the_proxy_note_appears_in_the_proxy_section_only() -> None:
 
 
 def test_a_duplicate_execution_is_flagged_in_every_output() -> None:
-    from idemstore.bench.results import BenchResult
 
     doubled = Timing(latencies_ns=[1000, 2000], seconds=0.01, executions=2, unique_keys=1)
     result = BenchResult(

@@ -18,9 +18,10 @@ from idemstore import (
     Replay,
     open_store,
 )
+from idemstore.testing.work import raises, returns
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator
 
     from idemstore import IdempotencyStore
 
@@ -73,7 +74,7 @@ async def test_concurrent_begins_give_exactly_one_execution(store: IdempotencySt
 async def test_other_fingerprint_is_a_conflict(store: IdempotencyStore) -> None:
     policy = ExecutionPolicy(store)
     key = new_key()
-    await policy.run(key, "fp", _returns(b"first"))
+    await policy.run(key, "fp", returns(b"first"))
     with pytest.raises(ConflictError):
         await policy.begin(key, "other")
 
@@ -152,22 +153,16 @@ async def test_replay_policy_records_errors_and_releases_on_cancellation(
     policy = ExecutionPolicy(store, on_failure=encode)
     key = new_key()
 
-    async def fails() -> bytes:
-        raise ValueError("card declined")
-
     with pytest.raises(ValueError, match="card declined"):
-        await policy.run(key, "fp", fails)
+        await policy.run(key, "fp", raises(ValueError("card declined")))
     replay = await policy.begin(key, "fp")
     assert isinstance(replay, Replay) and replay.response == b"error: card declined"
 
     # An error the encoder declines, and a cancellation, release the key.
     other = new_key()
 
-    async def crashes() -> bytes:
-        raise KeyError("bug")
-
     with pytest.raises(KeyError):
-        await policy.run(other, "fp", crashes)
+        await policy.run(other, "fp", raises(KeyError("bug")))
     started = asyncio.Event()
 
     async def forever() -> bytes:
@@ -201,11 +196,10 @@ async def test_hold_policy_keeps_the_key_after_a_failure(store: IdempotencyStore
     policy = ExecutionPolicy(store, lease_ttl=0.5, on_failure="hold", in_flight="reject")
     key = new_key()
 
-    async def fails() -> bytes:
-        raise RuntimeError("unknown whether the side effect happened")
-
     with pytest.raises(RuntimeError):
-        await policy.run(key, "fp", fails)
+        await policy.run(
+            key, "fp", raises(RuntimeError("unknown whether the side effect happened"))
+        )
     with pytest.raises(InProgressError):
         await policy.begin(key, "fp")
 
@@ -220,13 +214,6 @@ def test_bad_policies_are_configuration_errors() -> None:
         ExecutionPolicy(store, lease_ttl=0)
 
 
-def _returns(value: bytes) -> Callable[[], Awaitable[bytes]]:
-    async def work() -> bytes:
-        return value
-
-    return work
-
-
 async def test_an_encoder_that_fails_releases_the_key(store: IdempotencyStore) -> None:
     def broken(error: Exception) -> bytes | None:
         return str(error)  # type: ignore[return-value]  # not bytes
@@ -234,11 +221,8 @@ async def test_an_encoder_that_fails_releases_the_key(store: IdempotencyStore) -
     policy = ExecutionPolicy(store, on_failure=broken, in_flight="reject")
     key = new_key()
 
-    async def fails() -> bytes:
-        raise ValueError("declined")
-
     with pytest.raises(ValueError, match="declined"):
-        await policy.run(key, "fp", fails)
+        await policy.run(key, "fp", raises(ValueError("declined")))
     again = await policy.begin(key, "fp")
     assert isinstance(again, Execution)
     await again.release()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +23,7 @@ from idemstore import (
     current_execution,
     open_store,
 )
+from idemstore.testing.stores import WrappedStore
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -63,19 +64,15 @@ async def two_callers(store_url: str) -> AsyncIterator[tuple[IdempotencyStore, I
 async def test_work_never_starts_on_a_lease_that_lapsed_before_the_reply(
     store: IdempotencyStore,
 ) -> None:
-    class LateStore:
+    class LateStore(WrappedStore):
         """The store under test, whose reserve replies arrive after the lease lapsed."""
 
-        def __getattr__(self, name: str) -> object:
-            return getattr(store, name)
-
-        async def reserve(self, *args: object, **kwargs: object) -> Reservation:
-            reservation = await store.reserve(*args, **kwargs)  # type: ignore[arg-type]
+        async def reserve(self, *args: Any, **kwargs: Any) -> Reservation:
+            reservation = await self.inner.reserve(*args, **kwargs)
             await asyncio.sleep(0.4)  # the paused caller, the slow network
             return reservation
 
-    late: IdempotencyStore = LateStore()  # type: ignore[assignment]
-    idem = Idempotency(late, lease_ttl=0.3)
+    idem = Idempotency(LateStore(store), lease_ttl=0.3)
     key = new_key()
     runs: list[int] = []
 

@@ -18,8 +18,12 @@ from idemstore import (
     ResponseTooLargeError,
     open_store,
 )
+from idemstore.testing.stores import SizeLimitedStore
+from idemstore.testing.work import returns
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from idemstore import IdempotencyStore
 
 
@@ -27,8 +31,18 @@ def new_key() -> str:
     return f"large-{uuid.uuid4().hex[:12]}"
 
 
-async def _run_twice(idem: Idempotency, key: str, result: bytes) -> tuple[int, BaseException]:
-    """Run work returning ``result`` under ``key``, then retry it: (runs, the retry's error)."""
+@pytest.fixture
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[IdempotencyStore]:
+    """The store behind the URL fixture the test names (``indirect``), opened."""
+    async with open_store(request.getfixturevalue(request.param)) as opened:
+        yield opened
+
+
+async def retry_error_after_one_run(
+    idem: Idempotency, key: str, result: bytes
+) -> OutcomeTooLargeError:
+    """Run work returning ``result`` under ``key``, then retry it: the work ran once, and the
+    retry's ``OutcomeTooLargeError`` is returned."""
     runs = 0
 
     async def work() -> bytes:
@@ -41,68 +55,44 @@ async def _run_twice(idem: Idempotency, key: str, result: bytes) -> tuple[int, B
     assert first.value == result and not first.replayed
     with pytest.raises(OutcomeTooLargeError) as retry:
         await idem.run(key, "fp", work)
-    return runs, retry.value
+    assert runs == 1
+    return retry.value
 
 
-@pytest.mark.parametrize("url_fixture", ["memory_store_url", "sqlite_file_store_url"])
+@pytest.mark.parametrize("store", ["memory_store_url", "sqlite_file_store_url"], indirect=True)
 async def test_a_result_over_max_response_bytes_is_never_run_again(
-    request: pytest.FixtureRequest, url_fixture: str
+    store: IdempotencyStore,
 ) -> None:
-    async with open_store(request.getfixturevalue(url_fixture)) as store:
-        idem = Idempotency(store, max_response_bytes=100)
-        key = new_key()
-        runs, error = await _run_twice(idem, key, b"x" * 1000)
-        assert runs == 1
-        assert isinstance(error, ResponseTooLargeError)
-        assert (error.key, error.size, error.limit) == (key, 1000, 100)
-        assert "1000 bytes" in str(error) and "100 bytes" in str(error)
-        # A result within the limit is recorded as usual.
-        small = await idem.run(new_key(), "fp", _returns(b"x" * 100))
-        assert not small.replayed
+    idem = Idempotency(store, max_response_bytes=100)
+    key = new_key()
+    error = await retry_error_after_one_run(idem, key, b"x" * 1000)
+    assert isinstance(error, ResponseTooLargeError)
+    assert (error.key, error.size, error.limit) == (key, 1000, 100)
+    assert "1000 bytes" in str(error) and "100 bytes" in str(error)
+    # A result within the limit is recorded as usual.
+    small = await idem.run(new_key(), "fp", returns(b"x" * 100))
+    assert not small.replayed
 
 
-def _returns(value: bytes):  # type: ignore[no-untyped-def]
-    async def work() -> bytes:
-        return value
-
-    return work
-
-
+@pytest.mark.parametrize("store", ["dynamodb_store_url"], indirect=True)
 async def test_a_result_the_store_refuses_as_too_large_is_never_run_again(
-    dynamodb_store_url: str,
+    store: IdempotencyStore,
 ) -> None:
     # DynamoDB's 400 KB item limit, refused by the store itself (random bytes: zlib cannot
     # shrink them under it).
-    async with open_store(dynamodb_store_url) as store:
-        key = new_key()
-        runs, error = await _run_twice(Idempotency(store), key, os.urandom(500_000))
-        assert runs == 1
-        assert error.size == 500_000 and "500000 bytes" in str(error)
-        assert "400 KB" in str(error)
+    error = await retry_error_after_one_run(Idempotency(store), new_key(), os.urandom(500_000))
+    assert error.size == 500_000 and "500000 bytes" in str(error)
+    assert "400 KB" in str(error)
 
 
-@pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
+@pytest.mark.parametrize("store", ["memory_store_url", "redis_store_url"], indirect=True)
 async def test_a_refusing_store_leaves_the_key_recording_the_size(
-    request: pytest.FixtureRequest, url_fixture: str
+    store: IdempotencyStore,
 ) -> None:
-    async with open_store(request.getfixturevalue(url_fixture)) as store:
-
-        class LimitedStore:
-            """The store under test, refusing responses over 1000 bytes like an item limit."""
-
-            def __getattr__(self, name: str) -> object:
-                return getattr(store, name)
-
-            async def complete(self, lease: object, response: bytes, **kw: object) -> bool:
-                if len(response) > 1000:
-                    raise ResponseTooLargeError("over the item limit of 1000 bytes")
-                return await store.complete(lease, response, **kw)  # type: ignore[arg-type]
-
-        limited: IdempotencyStore = LimitedStore()  # type: ignore[assignment]
-        runs, error = await _run_twice(Idempotency(limited), new_key(), b"y" * 5000)
-        assert runs == 1
-        assert error.size == 5000 and error.limit is None
-        assert "over the item limit of 1000 bytes" in str(error)
+    limited = SizeLimitedStore(store, limit=1000)
+    error = await retry_error_after_one_run(Idempotency(limited), new_key(), b"y" * 5000)
+    assert error.size == 5000 and error.limit is None
+    assert "over the item limit of 1000 bytes" in str(error)
 
 
 async def test_a_response_that_looks_like_a_marker_round_trips() -> None:
@@ -114,6 +104,6 @@ async def test_a_response_that_looks_like_a_marker_round_trips() -> None:
         idem = Idempotency(store)
         key = new_key()
         lookalike = MARKER_PREFIX + b"too-large\x00{}"
-        first = await idem.run(key, "fp", _returns(lookalike))
-        second = await idem.run(key, "fp", _returns(b"other"))
+        first = await idem.run(key, "fp", returns(lookalike))
+        second = await idem.run(key, "fp", returns(b"other"))
         assert first.value == second.value == lookalike and second.replayed

@@ -7,6 +7,14 @@ from idemstore.backends.memory import MemoryStore
 from idemstore.testing import FakeClock
 
 
+async def complete_keys(store: MemoryStore, count: int, *, retention: float) -> None:
+    """Reserve and complete ``count`` keys (``k0``, ``k1``…) kept for ``retention`` seconds."""
+    for i in range(count):
+        reservation = await store.reserve(f"k{i}", "fp", lease_ttl=1, retention=retention)
+        assert reservation.lease is not None
+        await store.complete(reservation.lease, b"x")
+
+
 async def test_injected_clock_decides_lease_expiry() -> None:
     clock = FakeClock(1_000_000.0)
     store = MemoryStore(clock=clock)
@@ -25,10 +33,7 @@ async def test_injected_clock_decides_lease_expiry() -> None:
 async def test_sweep_removes_expired_in_bounded_batches() -> None:
     clock = FakeClock(1_000_000.0)
     store = MemoryStore(clock=clock)
-    for i in range(25):
-        r = await store.reserve(f"k{i}", "fp", lease_ttl=1, retention=10)
-        assert r.lease is not None
-        await store.complete(r.lease, b"x")
+    await complete_keys(store, 25, retention=10)
     await store.reserve("live", "fp", lease_ttl=1, retention=1000)
     clock.advance(11)
     assert await store.sweep(limit=10) == 10

@@ -19,7 +19,7 @@ import pytest
 from idemstore import Idempotency, JSONSerializer, UnrecordableResultError, open_store
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from idemstore import IdempotencyStore
 
@@ -37,57 +37,56 @@ def new_key() -> str:
 # -- run() given something that is not async ---------------------------------------------------
 
 
+@pytest.fixture
+def charges() -> list[int]:
+    """The amount of each run of ``plain_charge``."""
+    return []
+
+
+@pytest.fixture
+def plain_charge(charges: list[int]) -> Callable[..., bytes]:
+    """A plain (not async) charge function: the mistake under test."""
+
+    def charge(amount: int = 1) -> bytes:
+        charges.append(amount)
+        return b"charged"
+
+    return charge
+
+
 async def test_a_plain_function_is_refused_before_reserving_or_running(
-    store: IdempotencyStore,
+    store: IdempotencyStore, plain_charge: Callable[..., bytes], charges: list[int]
 ) -> None:
     idem = Idempotency(store)
     key = new_key()
-    charges: list[int] = []
-
-    def charge() -> bytes:
-        charges.append(1)
-        return b"charged"
-
     for _ in range(2):
         with pytest.raises(TypeError, match="async def"):
-            await idem.run(key, "fp", charge)  # type: ignore[arg-type]
+            await idem.run(key, "fp", plain_charge)  # type: ignore[arg-type]
     assert charges == []
     assert await store.get(key) is None
 
 
 async def test_a_partial_of_a_plain_function_is_refused_before_running(
-    store: IdempotencyStore,
+    store: IdempotencyStore, plain_charge: Callable[..., bytes], charges: list[int]
 ) -> None:
     idem = Idempotency(store)
-    charges: list[int] = []
-
-    def charge(amount: int) -> bytes:
-        charges.append(amount)
-        return b"charged"
-
     with pytest.raises(TypeError, match="async def"):
-        await idem.run(new_key(), "fp", functools.partial(charge, 5))  # type: ignore[arg-type]
+        await idem.run(new_key(), "fp", functools.partial(plain_charge, 5))  # type: ignore[arg-type]
     assert charges == []
 
 
 async def test_a_lambda_returning_bytes_runs_once_and_retries_get_the_error(
-    store: IdempotencyStore,
+    store: IdempotencyStore, plain_charge: Callable[..., bytes], charges: list[int]
 ) -> None:
     # What a lambda returns is only known by calling it: it ran, so the key records that its
     # outcome could not be recorded, and every retry gets that instead of a second run.
     idem = Idempotency(store)
     key = new_key()
-    charges: list[int] = []
-
-    def charge() -> bytes:
-        charges.append(1)
-        return b"charged"
-
     with pytest.raises(TypeError, match="awaitable") as first:
-        await idem.run(key, "fp", lambda: charge())  # type: ignore[arg-type,return-value]
+        await idem.run(key, "fp", lambda: plain_charge())  # type: ignore[arg-type,return-value]
     assert isinstance(first.value, UnrecordableResultError)
     with pytest.raises(UnrecordableResultError, match="awaitable") as retry:
-        await idem.run(key, "fp", lambda: charge())  # type: ignore[arg-type,return-value]
+        await idem.run(key, "fp", lambda: plain_charge())  # type: ignore[arg-type,return-value]
     assert retry.value.key == key
     assert charges == [1]
 

@@ -8,15 +8,13 @@ import pytest
 from idemstore import Sweeper
 from idemstore.backends.memory import MemoryStore
 from idemstore.testing import FakeClock
+from tests.test_memory import complete_keys
 
 
 async def test_sweeper_removes_expired_records_in_the_background() -> None:
     clock = FakeClock(1_000_000.0)
     store = MemoryStore(clock=clock)
-    for i in range(5):
-        r = await store.reserve(f"k{i}", "fp", lease_ttl=1, retention=1)
-        assert r.lease is not None
-        await store.complete(r.lease, b"x")
+    await complete_keys(store, 5, retention=1)
     clock.advance(2)
     async with Sweeper(store, every=0.05, limit=2) as sweeper:
         for _ in range(100):

@@ -189,15 +189,22 @@ async def test_late_complete_racing_a_takeover_has_one_winner(dynamodb_store_url
 # -- expiry and clock skew ------------------------------------------------------------------
 
 
+async def complete_and_expire(store: DynamoDBStore, clock: FakeClock) -> str:
+    """A key whose completed record has expired by ``clock`` (retention 10 s, now 11 s later),
+    while its item is still in the table (TTL deletes it some time after)."""
+    key = new_key()
+    lease = await acquire(store, key)
+    await store.complete(lease, b"old", retention=10)
+    clock.offset = 11.0
+    return key
+
+
 async def test_expired_item_that_ttl_has_not_deleted_is_hidden_and_its_fence_continued(
     dynamodb_store_url: str, dynamodb_admin: Any, dynamodb_table: str
 ) -> None:
     clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        await store.complete(lease, b"old", retention=10)
-        clock.offset = 11.0
+        key = await complete_and_expire(store, clock)
         assert raw_item(dynamodb_admin, dynamodb_table, store, key) is not None
         assert await store.get(key) is None
         fresh = await store.reserve(key, "other", lease_ttl=LONG, retention=LONG)
@@ -208,11 +215,7 @@ async def test_expired_item_that_ttl_has_not_deleted_is_hidden_and_its_fence_con
 async def test_delete_of_an_expired_item_reports_no_live_record(dynamodb_store_url: str) -> None:
     clock = FakeClock.ticking()
     async with DynamoDBStore.from_url(dynamodb_store_url, clock=clock) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        await store.complete(lease, b"old", retention=10)
-        clock.offset = 11.0
-        assert await store.delete(key) is False
+        assert await store.delete(await complete_and_expire(store, clock)) is False
 
 
 async def test_ttl_attribute_is_the_retention_deadline_plus_skew_in_whole_seconds(
@@ -332,39 +335,46 @@ async def test_sdk_retry_of_a_landed_complete_reports_success(dynamodb_store_url
 HUNG = "&read_timeout=1&max_attempts=2"
 
 
-async def test_wait_on_a_hung_endpoint_fails_within_its_timeout_when_nothing_was_read(
+@pytest.fixture
+async def hangable(
     dynamodb_endpoint: str, dynamodb_table: str
-) -> None:
+) -> AsyncIterator[tuple[FaultProxy, DynamoDBStore]]:
+    """A store (with the ``HUNG`` bounds) whose endpoint the test may hang through the proxy."""
     direct_url = url_for(dynamodb_endpoint, dynamodb_table, HUNG)
-    async with FaultProxy.for_url(direct_url) as proxy:
-        url = proxy.route(direct_url)
-        async with DynamoDBStore.from_url(url) as store:
-            key = new_key()
-            await acquire(store, key)
-            proxy.hang()
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match="did not answer"):
-                await store.wait(key, timeout=0.3)
-            assert time.monotonic() - started < 1.5
+    async with (
+        FaultProxy.for_url(direct_url) as proxy,
+        DynamoDBStore.from_url(proxy.route(direct_url)) as store,
+    ):
+        yield proxy, store
+
+
+async def test_wait_on_a_hung_endpoint_fails_within_its_timeout_when_nothing_was_read(
+    hangable: tuple[FaultProxy, DynamoDBStore],
+) -> None:
+    proxy, store = hangable
+    key = new_key()
+    await acquire(store, key)
+    proxy.hang()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="did not answer"):
+        await store.wait(key, timeout=0.3)
+    assert time.monotonic() - started < 1.5
 
 
 async def test_wait_on_an_endpoint_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
-    dynamodb_endpoint: str, dynamodb_table: str
+    hangable: tuple[FaultProxy, DynamoDBStore],
 ) -> None:
-    direct_url = url_for(dynamodb_endpoint, dynamodb_table, HUNG)
-    async with FaultProxy.for_url(direct_url) as proxy:
-        url = proxy.route(direct_url)
-        async with DynamoDBStore.from_url(url) as store:
-            key = new_key()
-            lease = await acquire(store, key)
-            started = time.monotonic()
-            waiter = asyncio.create_task(store.wait(key, timeout=1.0))
-            await asyncio.sleep(0.3)  # wait has read the record and polls
-            proxy.hang()
-            record = await waiter
-            assert time.monotonic() - started < 2.5
-            assert record is not None and record.token == lease.token
-            assert record.status is Status.IN_PROGRESS
+    proxy, store = hangable
+    key = new_key()
+    lease = await acquire(store, key)
+    started = time.monotonic()
+    waiter = asyncio.create_task(store.wait(key, timeout=1.0))
+    await asyncio.sleep(0.3)  # wait has read the record and polls
+    proxy.hang()
+    record = await waiter
+    assert time.monotonic() - started < 2.5
+    assert record is not None and record.token == lease.token
+    assert record.status is Status.IN_PROGRESS
 
 
 async def test_close_during_the_first_connect_fails_the_operation_and_keeps_no_client(
@@ -583,24 +593,6 @@ def test_throttling_after_retries_maps_to_store_unavailable() -> None:
     error = DynamoDBStore("idem_t")._errors.translate(throttled)
     assert isinstance(error, StoreUnavailableError)
     assert "throttling" in str(error)
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "dynamodb://",
-        "dynamodb://ab",
-        "dynamodb://bad$name",
-        "dynamodb://idem/extra",
-        "dynamodb://idem?nonsense=1",
-        "dynamodb://idem?clock_skew=-1",
-        "dynamodb://idem?auto_create=perhaps",
-        "dynamodb://idem?max_attempts=0",
-    ],
-)
-def test_bad_urls_raise_configuration_error(url: str) -> None:
-    with pytest.raises(ConfigurationError):
-        open_store(url)
 
 
 async def test_close_is_idempotent_and_final(store: DynamoDBStore) -> None:

@@ -603,42 +603,7 @@ def test_rediss_url_builds_a_tls_client_without_connecting() -> None:
     assert kwargs["ssl_cert_reqs"] == "none" and kwargs["ssl_check_hostname"] is False
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "redis://localhost/?colour=blue",
-        "redis://localhost/?prefix={tag}",
-        "redis://a:1,b:2/",
-        "redis://localhost:99999/",
-        "redis://localhost/notadb",
-        "redis+cluster://a:1,b:2/3",
-        "redis://localhost/?ssl_ca_certs=/x.pem",
-        "redis://localhost/?expiry_grace=-1",
-        "redis://localhost/?expiry_grace=1e20",
-        "redis://localhost/?socket_timeout=0",
-        "rediss://localhost/?ssl_cert_reqs=sometimes",
-        "redis://localhost/?retries=-1",
-    ],
-)
-def test_bad_urls_are_configuration_errors(url: str) -> None:
-    with pytest.raises(ConfigurationError):
-        open_store(url)
-
-
 # -- faults -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def own_redis() -> Iterator[LocalRedis]:
-    """A server of this test's own, which it may stop, pause or crash."""
-    from idemstore.local_servers.redis import start_redis
-
-    try:
-        server = start_redis(appendonly=True, appendfsync="always")
-    except ServerUnavailableError as exc:
-        backend_unavailable("redis", str(exc))
-    yield server
-    server.stop()
 
 
 def test_a_local_server_starts_in_a_directory_given_relative_to_the_working_directory(

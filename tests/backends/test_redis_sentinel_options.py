@@ -14,22 +14,26 @@ def test_a_sentinel_url_names_the_sentinels_and_the_service() -> None:
     assert isinstance(store, RedisStore)
 
 
-def test_a_sentinel_url_without_a_service_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="SERVICE"):
-        open_store("redis+sentinel://127.0.0.1:26379")
-
-
-def test_wait_replicas_is_refused_on_a_cluster() -> None:
-    with pytest.raises(ConfigurationError, match="not Redis Cluster"):
-        open_store("redis+cluster://127.0.0.1:7000?wait_replicas=1")
-
-
-def test_wait_replicas_timeout_must_be_shorter_than_the_socket_timeout() -> None:
-    with pytest.raises(ConfigurationError, match="shorter than socket_timeout"):
-        open_store("redis://127.0.0.1?wait_replicas=1&wait_replicas_timeout=5&socket_timeout=5")
-
-
-@pytest.mark.parametrize("value", ["-1", "many"])
-def test_a_bad_wait_replicas_is_refused(value: str) -> None:
-    with pytest.raises(ConfigurationError, match="wait_replicas"):
-        open_store(f"redis://127.0.0.1?wait_replicas={value}")
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis+sentinel://127.0.0.1:26379", "SERVICE"),
+        ("redis+cluster://127.0.0.1:7000?wait_replicas=1", "not Redis Cluster"),
+        (
+            "redis://127.0.0.1?wait_replicas=1&wait_replicas_timeout=5&socket_timeout=5",
+            "shorter than socket_timeout",
+        ),
+        ("redis://127.0.0.1?wait_replicas=-1", "wait_replicas"),
+        ("redis://127.0.0.1?wait_replicas=many", "wait_replicas"),
+    ],
+    ids=[
+        "a-sentinel-url-without-a-service",
+        "wait-replicas-on-a-cluster",
+        "wait-replicas-timeout-not-shorter-than-the-socket-timeout",
+        "a-negative-wait-replicas",
+        "a-wait-replicas-that-is-no-number",
+    ],
+)
+def test_a_sentinel_or_wait_replicas_url_is_refused_naming_why(url: str, why: str) -> None:
+    with pytest.raises(ConfigurationError, match=why):
+        open_store(url)

@@ -4,6 +4,7 @@ error mapping, several connections (and processes) on one file, and the CLI on a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sqlite3
@@ -34,8 +35,10 @@ from idemstore.testing import FakeClock
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from pathlib import Path
+
+    from idemstore import IdempotencyStore, Record
 
 LONG = 60.0
 
@@ -72,32 +75,6 @@ async def test_a_relative_path_is_relative_to_the_working_directory(
     assert (tmp_path / "relative.db").is_file()
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "sqlite://",
-        "sqlite:///",
-        "sqlite://host/idem.db",
-        "sqlite:///idem.db?synchronous=off",
-        "sqlite:///idem.db?busy_timeout=0",
-        "sqlite:///idem.db?auto_migrate=perhaps",
-        "sqlite:///idem.db?journal_mode=delete",
-    ],
-    ids=[
-        "no-path",
-        "empty-path",
-        "host",
-        "bad-synchronous",
-        "zero-busy-timeout",
-        "bad-bool",
-        "unknown",
-    ],
-)
-def test_bad_urls_and_options_are_configuration_errors(url: str) -> None:
-    with pytest.raises(ConfigurationError):
-        open_store(url)
-
-
 def test_a_clock_that_is_not_callable_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="clock"):
         open_store("sqlite:///idem.db", clock="yesterday")
@@ -129,18 +106,45 @@ async def test_synchronous_normal_can_be_asked_for_in_the_url(tmp_path: Path) ->
         assert await pragma(store, "synchronous") == 1  # NORMAL
 
 
+@contextlib.contextmanager
+def write_lock_held_elsewhere(
+    path: Path, *, for_seconds: float | None = None
+) -> Iterator[threading.Event]:
+    """Another connection, as another process would, holds the file's write lock until the
+    block ends, or (``for_seconds``) until a timer lets go earlier; the event says it let go."""
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+    letting_go = threading.Lock()
+
+    def let_go() -> None:
+        with letting_go:
+            if not released.is_set():
+                blocker.execute("ROLLBACK")
+                released.set()
+
+    timer = threading.Timer(for_seconds, let_go) if for_seconds is not None else None
+    if timer is not None:
+        timer.start()
+    try:
+        yield released
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()
+        let_go()
+        blocker.close()
+
+
 async def test_busy_timeout_from_the_url_is_the_budget_the_error_names(tmp_path: Path) -> None:
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, "busy_timeout=0.25")) as store:
         await store.ping()
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            with pytest.raises(StoreUnavailableError, match=r"busy_timeout=0\.25s"):
-                await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
+        with (
+            write_lock_held_elsewhere(path),
+            pytest.raises(StoreUnavailableError, match=r"busy_timeout=0\.25s"),
+        ):
+            await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -165,34 +169,39 @@ async def test_auto_migrate_false_refuses_a_fresh_file_naming_the_command(tmp_pa
             pass
 
 
-async def test_auto_migrate_false_opens_a_migrated_file(tmp_path: Path) -> None:
+@pytest.fixture
+async def migrated_file(tmp_path: Path) -> Path:
+    """A database file a store has opened (and so migrated) and closed again."""
     path = tmp_path / "idem.db"
     async with SQLiteStore(str(path)):
         pass
-    async with open_store(file_url(path, "auto_migrate=false")) as store:
+    return path
+
+
+async def test_auto_migrate_false_opens_a_migrated_file(migrated_file: Path) -> None:
+    async with open_store(file_url(migrated_file, "auto_migrate=false")) as store:
         reservation = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert reservation.acquired
 
 
-async def test_an_edited_migration_is_refused_on_open(tmp_path: Path) -> None:
-    path = tmp_path / "idem.db"
-    async with SQLiteStore(str(path)):
-        pass
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE idemstore_migrations SET checksum = 'edited'")
-    with pytest.raises(SchemaError, match="changed after it was applied"):
-        async with SQLiteStore(str(path)):
-            pass
-
-
-async def test_a_schema_from_a_newer_version_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "idem.db"
-    async with SQLiteStore(str(path)):
-        pass
-    with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO idemstore_migrations VALUES ('9999_from_the_future.sql', 'x', 0)")
-    with pytest.raises(SchemaError, match="upgrade idemstore"):
-        async with SQLiteStore(str(path)):
+@pytest.mark.parametrize(
+    ("tampering", "refusal"),
+    [
+        ("UPDATE idemstore_migrations SET checksum = 'edited'", "changed after it was applied"),
+        (
+            "INSERT INTO idemstore_migrations VALUES ('9999_from_the_future.sql', 'x', 0)",
+            "upgrade idemstore",
+        ),
+    ],
+    ids=["an-edited-migration", "a-schema-from-a-newer-version"],
+)
+async def test_a_migrations_table_this_version_did_not_write_is_refused_on_open(
+    migrated_file: Path, tampering: str, refusal: str
+) -> None:
+    with sqlite3.connect(migrated_file) as conn:
+        conn.execute(tampering)
+    with pytest.raises(SchemaError, match=refusal):
+        async with SQLiteStore(str(migrated_file)):
             pass
 
 
@@ -280,14 +289,8 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
 async def test_a_lock_held_past_busy_timeout_is_unavailable_then_recovers(tmp_path: Path) -> None:
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, "busy_timeout=0.1")) as store:
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
-            with pytest.raises(StoreUnavailableError, match="locked"):
-                await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
+        with write_lock_held_elsewhere(path), pytest.raises(StoreUnavailableError, match="locked"):
+            await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         # The failed write left no transaction open on the store's connection.
         assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
@@ -297,78 +300,56 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_store_usa
 ) -> None:
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, "busy_timeout=0.5")) as store:
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held_elsewhere(path):
             task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
             await asyncio.sleep(0.05)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
         reservation = await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert reservation.acquired
         assert reservation.lease is not None and reservation.lease.fence == 1
 
 
-async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+async def patient_store(tmp_path: Path) -> AsyncIterator[tuple[Path, IdempotencyStore]]:
+    """A connected store on a file, and the file: its busy_timeout outlasts any lock the test
+    holds."""
     path = tmp_path / "idem.db"
     async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
         await store.ping()
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        blocker.execute("BEGIN IMMEDIATE")
-        # Held for several of SQLite's own (short) busy waits: the store must keep trying.
-        timer = threading.Timer(0.3, blocker.execute, ("ROLLBACK",))
-        timer.start()
-        try:
-            assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
-        finally:
-            timer.join()
-            blocker.close()
+        yield path, store
+
+
+async def test_a_write_gets_a_lock_another_process_releases_within_busy_timeout(
+    patient_store: tuple[Path, IdempotencyStore],
+) -> None:
+    path, store = patient_store
+    # Held for several of SQLite's own (short) busy waits: the store must keep trying.
+    with write_lock_held_elsewhere(path, for_seconds=0.3):
+        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
 
 async def test_a_cancelled_write_ends_before_the_other_process_lets_go_and_holds_no_lock(
-    tmp_path: Path,
+    patient_store: tuple[Path, IdempotencyStore],
 ) -> None:
-    path = tmp_path / "idem.db"
-    async with open_store(file_url(path, f"busy_timeout={LONG}")) as store:
-        await store.ping()
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        blocker.execute("BEGIN IMMEDIATE")
-        released = threading.Event()
-
-        def let_go() -> None:
-            blocker.execute("ROLLBACK")
-            released.set()
-
-        # Generous: the cancellation must land long before this, not wait for it.
-        timer = threading.Timer(3.0, let_go)
-        timer.start()
-        try:
-            task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
-            await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert not released.is_set(), "the cancellation waited for the other process"
-        finally:
-            timer.cancel()
-            timer.join()
-            if not released.is_set():
-                let_go()
-            blocker.close()
-        # The cancelled write left no transaction open: another process takes the lock at once.
-        other = sqlite3.connect(path, isolation_level=None, timeout=0)
-        try:
-            other.execute("BEGIN IMMEDIATE")
-            other.execute("ROLLBACK")
-        finally:
-            other.close()
-        assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
+    path, store = patient_store
+    # Generous: the cancellation must land long before this, not wait for it.
+    with write_lock_held_elsewhere(path, for_seconds=3.0) as released:
+        task = asyncio.create_task(store.reserve("k", "fp", lease_ttl=LONG, retention=LONG))
+        await asyncio.sleep(0.05)  # the write is now waiting for the blocker's lock
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not released.is_set(), "the cancellation waited for the other process"
+    # The cancelled write left no transaction open: another process takes the lock at once.
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
 
 
 async def test_a_closed_store_refuses_use_and_closes_again_quietly(tmp_path: Path) -> None:
@@ -467,7 +448,14 @@ async def on_each_statement(store: SQLiteStore, callback: Callable[[str], object
             await conn.set_trace_callback(callback)
 
 
-async def test_get_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "read",
+    [lambda store: store.get("k"), lambda store: store.wait("k", timeout=0)],
+    ids=["get", "wait"],
+)
+async def test_reads_judge_expiry_by_the_clock_after_the_read(
+    tmp_path: Path, read: Callable[[SQLiteStore], Awaitable[Record | None]]
+) -> None:
     clock = FakeClock()
     async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
         await store.reserve("k", "fp", lease_ttl=1, retention=1)
@@ -476,18 +464,7 @@ async def test_get_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> 
         await on_each_statement(
             store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
         )
-        assert await store.get("k") is None
-
-
-async def test_wait_judges_expiry_by_the_clock_after_the_read(tmp_path: Path) -> None:
-    clock = FakeClock()
-    async with SQLiteStore(str(tmp_path / "idem.db"), clock=clock) as store:
-        await store.reserve("k", "fp", lease_ttl=1, retention=1)
-        assert await store.get("k") is not None
-        await on_each_statement(
-            store, lambda sql: clock.advance(2) if sql.startswith("SELECT") else None
-        )
-        assert await store.wait("k", timeout=0) is None
+        assert await read(store) is None
 
 
 async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_path: Path) -> None:
@@ -495,9 +472,7 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
     # A short budget, so that without the fix the write gives up and the test fails quickly.
     async with open_store(file_url(path, "busy_timeout=3")) as store:
         assert (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).acquired
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held_elsewhere(path):
             writer = asyncio.create_task(
                 store.reserve("other", "fp", lease_ttl=LONG, retention=LONG)
             )
@@ -507,9 +482,6 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
             await store.ping()
             # All three answered while the write still waited.
             assert not writer.done()
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
         assert (await writer).acquired
     assert record is not None and record.status is Status.IN_PROGRESS
     assert waited is not None and waited.status is Status.IN_PROGRESS
@@ -520,11 +492,25 @@ async def test_reads_answer_while_a_write_waits_for_another_processs_lock(tmp_pa
 
 @pytest.mark.parametrize(
     "forged",
-    [{"key": "lone\ud800surrogate"}, {"scope": "lone\ud800surrogate"}],
-    ids=["key", "scope"],
+    [
+        {"key": "lone\ud800surrogate"},
+        {"scope": "lone\ud800surrogate"},
+        {"fence": 2**63},
+        {"fence": -(2**63) - 1},
+        {"token": "lone\ud800surrogate"},
+        {"fence": "1"},
+    ],
+    ids=[
+        "key-lone-surrogate",
+        "scope-lone-surrogate",
+        "fence-above-int64",
+        "fence-below-int64",
+        "token-lone-surrogate",
+        "fence-not-int",
+    ],
 )
-async def test_a_lease_with_an_invalid_key_or_scope_owns_nothing(
-    tmp_path: Path, forged: dict[str, str]
+async def test_a_lease_no_row_could_hold_owns_nothing(
+    tmp_path: Path, forged: dict[str, object]
 ) -> None:
     """No store issued such a lease: it fails the owner check like any other forged lease
     (the one rule of tests/contract/test_forged_leases.py), it is not an argument error."""
@@ -535,30 +521,8 @@ async def test_a_lease_with_an_invalid_key_or_scope_owns_nothing(
         assert await store.complete(bad, b"x") is False
         assert await store.release(bad) is False
         assert await store.extend(bad, lease_ttl=LONG) is None
-        assert (await store.get("k")) is not None
-
-
-@pytest.mark.parametrize(
-    "forged",
-    [
-        {"fence": 2**63},
-        {"fence": -(2**63) - 1},
-        {"token": "lone\ud800surrogate"},
-        {"fence": "1"},
-    ],
-    ids=["fence-above-int64", "fence-below-int64", "token-lone-surrogate", "fence-not-int"],
-)
-async def test_a_lease_no_row_could_hold_owns_nothing(
-    tmp_path: Path, forged: dict[str, object]
-) -> None:
-    async with SQLiteStore(str(tmp_path / "idem.db")) as store:
-        lease = (await store.reserve("k", "fp", lease_ttl=LONG, retention=LONG)).lease
-        assert lease is not None
-        bad = dataclasses.replace(lease, **forged)  # type: ignore[arg-type]
-        assert await store.complete(bad, b"x") is False
-        assert await store.release(bad) is False
-        assert await store.extend(bad, lease_ttl=LONG) is None
         # The real lease still owns the key.
+        assert (await store.get("k")) is not None
         assert await store.complete(lease, b"done")
 
 

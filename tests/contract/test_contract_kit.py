@@ -42,15 +42,16 @@ def outcome(output: str) -> dict[str, int]:
     return counts
 
 
-def run_pytest(
+def run_python(
     python: str, *args: str, cwd: Path, pythonpath: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    env.pop("PYTHONPATH", None)
+    """``python *args`` in ``cwd``, importing from ``pythonpath`` only (not from this session's
+    PYTHONPATH) and without this session's PYTEST_ADDOPTS."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     return subprocess.run(
-        [python, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
+        [python, *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -60,8 +61,36 @@ def run_pytest(
     )
 
 
+def run_pytest(
+    python: str, *args: str, cwd: Path, pythonpath: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return run_python(
+        python,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rA",
+        *args,
+        cwd=cwd,
+        pythonpath=pythonpath,
+    )
+
+
 def passed_ids(output: str) -> list[str]:
     return re.findall(r"^PASSED (\S+)", output, re.M)
+
+
+def assert_every_contract_test_passed(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The pytest run passed every test function of the contract suite (more than 50 test
+    ids) and failed, errored or skipped none; returns the ids that passed."""
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    counts = outcome(done.stdout)
+    assert counts["failed"] == counts["error"] == counts["errors"] == counts["skipped"] == 0
+    ran = passed_ids(done.stdout)
+    assert len(ran) == counts["passed"] > 50
+    assert {re.sub(r"\[.*", "", i).rsplit("::", 1)[-1] for i in ran} == contract_tests()
+    return ran
 
 
 @pytest.mark.slow
@@ -78,13 +107,8 @@ def test_a_sixth_backend_registered_in_its_own_module_passes_the_whole_contract_
         cwd=tmp_path,
         pythonpath=str(ROOT),
     )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
-    counts = outcome(done.stdout)
-    assert counts["failed"] == counts["error"] == counts["errors"] == counts["skipped"] == 0
-    ran = passed_ids(done.stdout)
-    assert len(ran) == counts["passed"] > 50
     # Every test of the suite ran, each on the sixth backend.
-    assert {re.sub(r"\[.*", "", i).rsplit("::", 1)[-1] for i in ran} == contract_tests()
+    ran = assert_every_contract_test_passed(done)
     assert all("[snapshot" in test_id for test_id in ran), ran[:5]
 
 
@@ -113,14 +137,7 @@ def test_the_registry_gives_the_sixth_backend_urls_a_schema_and_a_bench_name(
             "snapshot", "snapshot-2"]
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_python(sys.executable, "-c", script, cwd=tmp_path, pythonpath=str(ROOT))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "snapshot:// stores keep no schema: nothing to migrate\n"
 
@@ -149,28 +166,20 @@ def test_a_project_outside_the_checkout_runs_the_suite_with_one_line_of_configur
     )
     python = str(bin_dir / "python")
     done = run_pytest(python, cwd=project)
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
-    counts = outcome(done.stdout)
-    assert counts["failed"] == counts["error"] == counts["errors"] == counts["skipped"] == 0
-    ran = passed_ids(done.stdout)
-    assert len(ran) == counts["passed"] > 50
-    assert {re.sub(r"\[.*", "", i).rsplit("::", 1)[-1] for i in ran} == contract_tests()
+    ran = assert_every_contract_test_passed(done)
     # The suite came from the installed package, not from this checkout.
-    located = subprocess.run(
-        [python, "-c", "import idemstore.testing as t; print(t.CONTRACT_DIR)"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert located.startswith(str(venv)), located
+    located = run_python(
+        python, "-c", "import idemstore.testing as t; print(t.CONTRACT_DIR)", cwd=project
+    )
+    assert located.returncode == 0, located.stderr
+    assert located.stdout.strip().startswith(str(venv)), located.stdout
 
     # A factory instead of a URL: the same one line, on the command line this time.
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "factory_store.py").write_text(FACTORY_MODULE)
     by_factory = run_pytest(python, "--idemstore-contract", "factory_store:new_store", cwd=project)
     assert by_factory.returncode == 0, by_factory.stdout[-5000:] + by_factory.stderr[-2000:]
-    assert outcome(by_factory.stdout)["passed"] == counts["passed"]
+    assert outcome(by_factory.stdout)["passed"] == len(ran)
     assert all("[new_store" in test_id for test_id in passed_ids(by_factory.stdout))
 
 
@@ -199,18 +208,9 @@ sys.exit(pytest.main(["-p", "no:cacheprovider", "-p", "no:asyncio", *sys.argv[1:
 
 def test_the_plugin_leaves_a_project_without_pytest_asyncio_alone(tmp_path: Path) -> None:
     (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
 
     def pytest_without_asyncio(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", WITHOUT_PYTEST_ASYNCIO, *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        return run_python(sys.executable, "-c", WITHOUT_PYTEST_ASYNCIO, *args, cwd=tmp_path)
 
     theirs = pytest_without_asyncio("-q")
     assert theirs.returncode == 0, theirs.stdout + theirs.stderr

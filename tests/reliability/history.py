@@ -373,6 +373,10 @@ class HistoryReport:
     # Filled by run_history: SIGKILLs sent, workers restarted, engine restarts and such.
     run: dict[str, Any] = field(default_factory=dict)
 
+    def row(self) -> dict[str, Any]:
+        """The run's figures as one flat row, the shape ``report_counts`` writes."""
+        return {**self.run, **self.counts, "max_call_seconds": self.max_call_seconds}
+
     def summary(self) -> str:
         return json.dumps(
             {

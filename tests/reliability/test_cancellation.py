@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from idemstore import Idempotency, LeaseLostError, Sweeper, open_store
+from idemstore.testing.stores import WrappedStore
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -40,16 +41,13 @@ async def finishes(coroutine: Coroutine[Any, Any, T], within: float = 5.0) -> T:
     return task.result()
 
 
-class SwallowsCancellation:
+class SwallowsCancellation(WrappedStore):
     """A memory store whose ``extend`` and ``sweep`` ignore a cancellation that arrives while
     they run, as a redis-py call on Python 3.11 sometimes does."""
 
     def __init__(self, inner: IdempotencyStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.busy = asyncio.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     async def _swallow(self) -> None:
         self.busy.set()

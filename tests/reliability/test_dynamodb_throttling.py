@@ -123,15 +123,7 @@ def test_history_holds_while_dynamodb_throttles(
         scenario=Throttle(throttling),
         final_url=dynamodb_store_url,
     )
-    report_counts(
-        {
-            "backend": "dynamodb",
-            "fault": "throttling",
-            **report.run,
-            **report.counts,
-            "max_call_seconds": report.max_call_seconds,
-        }
-    )
+    report_counts({"backend": "dynamodb", "fault": "throttling", **report.row()})
     assert report.violations == [], report.summary()
     assert report.untyped_errors == [], report.summary()
     assert report.counts["duplicates found"] == 0

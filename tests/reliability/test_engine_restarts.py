@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from idemstore import StoreUnavailableError, open_store
-from idemstore.local_servers import ServerUnavailableError
-from tests.conftest import backend_unavailable
+from idemstore.local_servers.postgres import start_pgbouncer, start_postgres
+from idemstore.testing.fixtures import running
+from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
 from tests.reliability.history import FaultScenario, WorkerConfig, read_events, run_history
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ REDIS_BOUND = (1 + 1) * (0.5 + 0.5) + 0.5 + SLACK
 POSTGRES_OPTIONS = "command_timeout=1&connect_timeout=1"
 POSTGRES_BOUND = 1 + 1 + SLACK
 OUTAGE = 1.0  # seconds each engine stays down
+# What a test takes its engine through: a label, how to take the engine down, how to bring it up.
+Restarts = list[tuple[str, "Callable[[], None]", "Callable[[], None]"]]
 
 
 def acknowledged(directory: Path, before: float) -> dict[str, tuple[int, str, str]]:
@@ -64,7 +67,7 @@ class EngineRestarts(FaultScenario):
         self,
         url: str,
         directory: Path,
-        restarts: list[tuple[str, Callable[[], None], Callable[[], None]]],
+        restarts: Restarts,
         bound: float,
     ) -> None:
         super().__init__()
@@ -176,7 +179,29 @@ def workers_recovered(directory: Path) -> list[str]:
     return [worker for _, worker in newest.values() if last[worker] == "error"]
 
 
-def assert_restarts_held(report: Any, directory: Path, bound: float, config: WorkerConfig) -> None:
+def crash_stop_crash(
+    crash: Callable[[], None], stop: Callable[[], None], start: Callable[[], None]
+) -> Restarts:
+    """A crash, a clean shutdown, and a crash again, each followed by ``start``."""
+    return [("crash", crash, start), ("clean shutdown", stop, start), ("crash again", crash, start)]
+
+
+def assert_restarts_lose_nothing(
+    backend: str,
+    url: str,
+    restarts: Restarts,
+    bound: float,
+    directory: Path,
+    seed: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    """Run the workers on ``url`` through ``restarts`` (label, down, up), report the run as
+    ``backend``'s, and check that nothing acknowledged was lost and every call ended within
+    ``bound`` (``wait`` also within its lease)."""
+    config = WorkerConfig(call_cap=bound * 3)
+    scenario = EngineRestarts(url, directory, restarts, bound)
+    report = run_history(url, directory, kills=3, config=config, seed=seed, scenario=scenario)
+    report_counts({"backend": backend, "fault": "restarts", **report.row()})
     assert report.violations == [], report.summary()
     assert report.untyped_errors == [], report.summary()
     assert report.run["engine restarts"] >= 2
@@ -189,41 +214,19 @@ def assert_restarts_held(report: Any, directory: Path, bound: float, config: Wor
 
 
 @pytest.fixture
-def own_redis() -> Iterator[LocalRedis]:
-    """A Redis of this test's own that writes and fsyncs its AOF before every reply."""
-    from idemstore.local_servers.redis import start_redis
-
-    try:
-        server = start_redis(appendonly=True, appendfsync="always")
-    except ServerUnavailableError as exc:
-        backend_unavailable("redis", str(exc))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def own_postgres() -> Iterator[PostgresServer]:
-    try:
-        from idemstore.local_servers.postgres import start_postgres
-
-        server = start_postgres()
-    except (ServerUnavailableError, ImportError) as exc:
-        backend_unavailable("postgres", str(exc))
-    yield server
-    server.stop()
+    """A PostgreSQL of this test's own, since it crashes it."""
+    with running("postgres", start_postgres) as server:
+        yield server
 
 
 @pytest.fixture
 def own_pgbouncer(own_postgres: PostgresServer) -> Iterator[PgBouncerServer]:
     """A PgBouncer of this test's own (transaction pooling) in front of ``own_postgres``."""
-    from idemstore.local_servers.postgres import start_pgbouncer
-
-    try:
-        bouncer = start_pgbouncer("127.0.0.1", own_postgres.port)
-    except ServerUnavailableError as exc:
-        backend_unavailable("postgres", f"pgbouncer: {exc}")
-    yield bouncer
-    bouncer.stop()
+    with running(
+        "postgres (pgbouncer)", lambda: start_pgbouncer("127.0.0.1", own_postgres.port)
+    ) as bouncer:
+        yield bouncer
 
 
 @pytest.mark.slow
@@ -233,38 +236,18 @@ def test_redis_crashes_lose_no_acknowledged_completion_with_appendfsync_always(
     seed: int,
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
-    url = f"{own_redis.url}?{REDIS_OPTIONS}&prefix=restarts:"
-    config = WorkerConfig(call_cap=REDIS_BOUND * 3)
-    scenario = EngineRestarts(
-        url,
-        tmp_path,
-        [
-            ("SIGKILL", lambda: own_redis.shutdown(kill=True), own_redis.start),
-            ("SIGTERM", own_redis.shutdown, own_redis.start),
-            ("SIGKILL again", lambda: own_redis.shutdown(kill=True), own_redis.start),
-        ],
+    def crash() -> None:
+        own_redis.shutdown(kill=True)  # SIGKILL; a plain shutdown is SIGTERM
+
+    assert_restarts_lose_nothing(
+        "redis",
+        f"{own_redis.url}?{REDIS_OPTIONS}&prefix=restarts:",
+        crash_stop_crash(crash, own_redis.shutdown, own_redis.start),
         REDIS_BOUND,
-    )
-    report = run_history(
-        url,
         tmp_path,
-        workers=4,
-        keys_per_round=30,
-        kills=3,
-        config=config,
-        seed=seed,
-        scenario=scenario,
+        seed,
+        report_counts,
     )
-    report_counts(
-        {
-            "backend": "redis",
-            "fault": "restarts",
-            **report.run,
-            **report.counts,
-            "max_call_seconds": report.max_call_seconds,
-        }
-    )
-    assert_restarts_held(report, tmp_path, REDIS_BOUND, config)
 
 
 @pytest.mark.slow
@@ -274,46 +257,21 @@ def test_postgres_crashes_and_restarts_lose_no_acknowledged_completion(
     seed: int,
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
-    from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
-
     schema_url = with_options(own_postgres.url, schema=new_schema())
     asyncio.run(migrate_schema(schema_url))
-    url = f"{schema_url}&{POSTGRES_OPTIONS}"
-    config = WorkerConfig(call_cap=POSTGRES_BOUND * 3)
 
     def crash() -> None:
-        own_postgres.stop_process(mode="immediate")
+        own_postgres.stop_process(mode="immediate")  # a plain stop_process is a fast shutdown
 
-    scenario = EngineRestarts(
-        url,
-        tmp_path,
-        [
-            ("immediate shutdown (crash)", crash, own_postgres.start),
-            ("fast shutdown", own_postgres.stop_process, own_postgres.start),
-            ("immediate shutdown again", crash, own_postgres.start),
-        ],
+    assert_restarts_lose_nothing(
+        "postgres",
+        f"{schema_url}&{POSTGRES_OPTIONS}",
+        crash_stop_crash(crash, own_postgres.stop_process, own_postgres.start),
         POSTGRES_BOUND,
-    )
-    report = run_history(
-        url,
         tmp_path,
-        workers=4,
-        keys_per_round=30,
-        kills=3,
-        config=config,
-        seed=seed,
-        scenario=scenario,
+        seed,
+        report_counts,
     )
-    report_counts(
-        {
-            "backend": "postgres",
-            "fault": "restarts",
-            **report.run,
-            **report.counts,
-            "max_call_seconds": report.max_call_seconds,
-        }
-    )
-    assert_restarts_held(report, tmp_path, POSTGRES_BOUND, config)
 
 
 @pytest.mark.slow
@@ -324,8 +282,6 @@ def test_pgbouncer_restarts_and_a_postgres_fast_shutdown_lose_no_acknowledged_co
     seed: int,
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
-    from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
-
     schema = new_schema()
     asyncio.run(migrate_schema(with_options(own_postgres.url, schema=schema)))
     # As docs/backends/postgres.md recommends behind PgBouncer: no statement cache, LISTEN
@@ -333,11 +289,9 @@ def test_pgbouncer_restarts_and_a_postgres_fast_shutdown_lose_no_acknowledged_co
     url = with_options(
         own_pgbouncer.url, schema=schema, statement_cache_size="0", listen_dsn=own_postgres.url
     )
-    url = f"{url}&{POSTGRES_OPTIONS}"
-    config = WorkerConfig(call_cap=POSTGRES_BOUND * 3)
-    scenario = EngineRestarts(
-        url,
-        tmp_path,
+    assert_restarts_lose_nothing(
+        "pgbouncer",
+        f"{url}&{POSTGRES_OPTIONS}",
         [
             (
                 "PgBouncer safe shutdown (SIGINT)",
@@ -352,27 +306,10 @@ def test_pgbouncer_restarts_and_a_postgres_fast_shutdown_lose_no_acknowledged_co
             ),
         ],
         POSTGRES_BOUND,
-    )
-    report = run_history(
-        url,
         tmp_path,
-        workers=4,
-        keys_per_round=30,
-        kills=3,
-        config=config,
-        seed=seed,
-        scenario=scenario,
+        seed,
+        report_counts,
     )
-    report_counts(
-        {
-            "backend": "pgbouncer",
-            "fault": "restarts",
-            **report.run,
-            **report.counts,
-            "max_call_seconds": report.max_call_seconds,
-        }
-    )
-    assert_restarts_held(report, tmp_path, POSTGRES_BOUND, config)
 
 
 def test_acknowledged_reads_only_completions_told_before_the_crash(tmp_path: Path) -> None:

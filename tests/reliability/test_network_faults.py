@@ -159,6 +159,19 @@ async def test_calls_over_a_half_open_connection_fail_typed_within_the_bound(
         assert record is not None and record.token == held.token
 
 
+async def true_or_unavailable(
+    proxied: Proxied, store: IdempotencyStore, call: Awaitable[Any]
+) -> Any:
+    """What ``call`` gave through the fault just set up, once the store answers again: True,
+    or ``StoreUnavailableError`` (the outcome is unknown) within the bound; never False, which
+    would say nothing was written, nor an untyped error."""
+    result, seconds = await timed(lambda: call)
+    assert result is True or isinstance(result, StoreUnavailableError), result
+    assert seconds < proxied.bound
+    await recovered(store)
+    return result
+
+
 async def test_reset_connections_are_typed_errors_and_the_store_carries_on(
     proxied: Proxied,
 ) -> None:
@@ -167,10 +180,9 @@ async def test_reset_connections_are_typed_errors_and_the_store_carries_on(
             key = new_key()
             lease = await acquire(store, key)
             assert proxied.proxy.drop_connections() >= 1
-            result, seconds = await timed(lambda: store.complete(lease, b"after a reset"))  # noqa: B023
-            assert result is True or isinstance(result, StoreUnavailableError), result
-            assert seconds < proxied.bound
-            await recovered(store)
+            result = await true_or_unavailable(
+                proxied, store, store.complete(lease, b"after a reset")
+            )
             record = await store.get(key)
             assert record is not None and record.token == lease.token
             if result is True:
@@ -188,10 +200,7 @@ async def test_a_lost_reply_never_turns_a_stored_completion_into_a_refusal(
             await warm_up(store)
             lease = await acquire(store, key)
             proxied.proxy.drop_next_reply()
-            result, seconds = await timed(lambda: store.complete(lease, b"stored"))  # noqa: B023
-            assert result is True or isinstance(result, StoreUnavailableError), result
-            assert seconds < proxied.bound
-            await recovered(store)
+            result = await true_or_unavailable(proxied, store, store.complete(lease, b"stored"))
             record = await store.get(key)
             assert record is not None and record.token == lease.token
             if record.status is Status.IN_PROGRESS:
@@ -210,10 +219,7 @@ async def test_a_lost_reply_never_turns_a_release_into_a_refusal(proxied: Proxie
             lease = await acquire(store, key)
             await store.release(await acquire(store, new_key()))  # prepares release too
             proxied.proxy.drop_next_reply()
-            result, seconds = await timed(lambda: store.release(lease))  # noqa: B023
-            assert result is True or isinstance(result, StoreUnavailableError), result
-            assert seconds < proxied.bound
-            await recovered(store)
+            result = await true_or_unavailable(proxied, store, store.release(lease))
             again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
             if again.outcome is Outcome.IN_PROGRESS:
                 # The cut came before the release ran: the holder still holds the key.
@@ -307,15 +313,7 @@ def test_history_holds_through_network_faults(
         scenario=scenario,
         final_url=proxied.direct_url,
     )
-    report_counts(
-        {
-            "backend": proxied.backend,
-            "fault": "network",
-            **report.run,
-            **report.counts,
-            "max_call_seconds": report.max_call_seconds,
-        }
-    )
+    report_counts({"backend": proxied.backend, "fault": "network", **report.row()})
     assert report.violations == [], report.summary()
     assert report.untyped_errors == [], report.summary()
     assert report.counts["errors"] > 0, "the faults never reached a call"

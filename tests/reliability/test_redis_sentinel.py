@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from idemstore import IdemstoreError, open_store
-from idemstore.local_servers import ServerUnavailableError
-from tests.conftest import backend_unavailable
+from idemstore.local_servers.redis import start_redis_sentinel
+from idemstore.testing.fixtures import running
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
     from idemstore.local_servers.redis import LocalRedisSentinel
 
@@ -36,14 +36,27 @@ AFTER = 2.0  # seconds of load once a new primary is in place
 
 @pytest.fixture
 def sentinel_group() -> Iterator[LocalRedisSentinel]:
-    from idemstore.local_servers.redis import start_redis_sentinel
+    with running(
+        "redis (sentinel)",
+        lambda: start_redis_sentinel(replicas=1, sentinels=3, down_after_ms=1000),
+    ) as group:
+        yield group
 
-    try:
-        group = start_redis_sentinel(replicas=1, sentinels=3, down_after_ms=1000)
-    except ServerUnavailableError as exc:
-        backend_unavailable("redis", f"sentinel: {exc}")
-    yield group
-    group.stop()
+
+@pytest.fixture
+def failover(
+    sentinel_group: LocalRedisSentinel, report_counts: Callable[[dict[str, Any]], None]
+) -> Callable[[int], Awaitable[dict[str, Any]]]:
+    """Run ``failover_under_load`` with the given ``wait_replicas``, report its counts, and
+    check that completions were acknowledged at all (else there was nothing to lose)."""
+
+    async def run(wait_replicas: int) -> dict[str, Any]:
+        counts = await failover_under_load(sentinel_group, wait_replicas)
+        report_counts({"backend": "redis-sentinel", "fault": "failover", **counts})
+        assert counts["acknowledged completions"] > 0
+        return counts
+
+    return run
 
 
 async def failover_under_load(group: LocalRedisSentinel, wait_replicas: int) -> dict[str, Any]:
@@ -137,22 +150,18 @@ async def failover_under_load(group: LocalRedisSentinel, wait_replicas: int) -> 
 
 @pytest.mark.slow
 async def test_completions_confirmed_by_a_replica_survive_a_sentinel_failover(
-    sentinel_group: LocalRedisSentinel, report_counts: Callable[[dict[str, Any]], None]
+    failover: Callable[[int], Awaitable[dict[str, Any]]],
 ) -> None:
-    counts = await failover_under_load(sentinel_group, wait_replicas=1)
-    report_counts({"backend": "redis-sentinel", "fault": "failover", **counts})
-    assert counts["acknowledged completions"] > 0
+    counts = await failover(1)
     assert counts["lost after failover"] == 0, counts
     assert counts["keys that would run again"] == 0, counts
 
 
 @pytest.mark.slow
 async def test_a_sentinel_failover_without_wait_loses_at_most_the_unreplicated_tail(
-    sentinel_group: LocalRedisSentinel, report_counts: Callable[[dict[str, Any]], None]
+    failover: Callable[[int], Awaitable[dict[str, Any]]],
 ) -> None:
-    counts = await failover_under_load(sentinel_group, wait_replicas=0)
-    report_counts({"backend": "redis-sentinel", "fault": "failover", **counts})
-    assert counts["acknowledged completions"] > 0
+    counts = await failover(0)
     # What asynchronous replication may lose is what the replica had not received: every
     # lost completion is a key that can run again, and nothing else is lost.
     assert counts["keys that would run again"] == counts["lost after failover"], counts

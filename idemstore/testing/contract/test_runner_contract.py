@@ -19,6 +19,8 @@ from idemstore import (
     fingerprint,
 )
 from idemstore.protocol import answers_inline
+from idemstore.testing.stores import SizeLimitedStore
+from idemstore.testing.work import raises, returns
 
 
 def new_key() -> str:
@@ -59,8 +61,15 @@ async def test_a_retry_after_completion_replays(store: IdempotencyStore) -> None
     assert len(calls) == 1
 
 
-async def test_reject_policy_raises_in_progress(store: IdempotencyStore) -> None:
-    idem = Idempotency(store, in_flight="reject")
+@pytest.mark.parametrize(
+    "policy",
+    [{"in_flight": "reject"}, {"wait_timeout": 0.2}],
+    ids=["reject-policy", "wait-timeout"],
+)
+async def test_a_run_while_another_is_in_flight_raises_in_progress(
+    store: IdempotencyStore, policy: dict[str, Any]
+) -> None:
+    idem = Idempotency(store, **policy)
     key = new_key()
     started = asyncio.Event()
     finish = asyncio.Event()
@@ -79,32 +88,11 @@ async def test_reject_policy_raises_in_progress(store: IdempotencyStore) -> None
     assert (await original).value == b"slow"
 
 
-async def test_wait_timeout_raises_in_progress(store: IdempotencyStore) -> None:
-    idem = Idempotency(store, wait_timeout=0.2)
-    key = new_key()
-    started = asyncio.Event()
-    finish = asyncio.Event()
-
-    async def slow() -> bytes:
-        started.set()
-        await finish.wait()
-        return b"slow"
-
-    original = asyncio.create_task(idem.run(key, "fp", slow))
-    await started.wait()
-    with pytest.raises(InProgressError):
-        await idem.run(key, "fp", slow)
-    finish.set()
-    await original
-
-
 async def test_other_arguments_raise_conflict(store: IdempotencyStore) -> None:
     idem = Idempotency(store)
     key = new_key()
 
-    async def work() -> bytes:
-        return b"x"
-
+    work = returns(b"x")
     await idem.run(key, fingerprint({"a": 1}), work)
     with pytest.raises(ConflictError) as caught:
         await idem.run(key, fingerprint({"a": 2}), work)
@@ -137,19 +125,14 @@ async def test_hold_policy_keeps_the_key_locked_until_the_lease_lapses(
     idem = Idempotency(store, on_failure="hold", lease_ttl=0.6, in_flight="reject")
     key = new_key()
 
-    async def boom() -> bytes:
-        raise RuntimeError("unknown outcome")
-
+    boom = raises(RuntimeError("unknown outcome"))
     with pytest.raises(RuntimeError):
         await idem.run(key, "fp", boom)
     with pytest.raises(InProgressError):
         await idem.run(key, "fp", boom)
     await asyncio.sleep(0.9)
 
-    async def ok() -> bytes:
-        return b"ran after the lease lapsed"
-
-    result = await idem.run(key, "fp", ok)
+    result = await idem.run(key, "fp", returns(b"ran after the lease lapsed"))
     assert result.value == b"ran after the lease lapsed"
 
 
@@ -258,20 +241,9 @@ async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> 
 async def test_a_result_too_large_to_store_is_returned_and_retries_get_its_size(
     store: IdempotencyStore,
 ) -> None:
-    from idemstore import OutcomeTooLargeError, ResponseTooLargeError
+    from idemstore import OutcomeTooLargeError
 
-    class RefusingStore:
-        """The store under test, except that it refuses responses over 1000 bytes."""
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(store, name)
-
-        async def complete(self, lease: Any, response: bytes, **kw: Any) -> bool:
-            if len(response) > 1000:
-                raise ResponseTooLargeError("over the item limit")
-            return await store.complete(lease, response, **kw)
-
-    idem = Idempotency(RefusingStore())  # type: ignore[arg-type]
+    idem = Idempotency(SizeLimitedStore(store, limit=1000))
     key = new_key()
     runs = 0
 
