@@ -2,15 +2,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from tests.gateway.processes import Child, Upstream, start_gateway, start_upstream
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
     from pathlib import Path
 
 UPSTREAM_MODES = ["stateful", "stateless", "stateless-json"]
+# For tests whose tools the upstream answers before FastMCP sees them: one mode is enough.
+ONE_MODE = pytest.mark.parametrize("upstream", ["stateless"], indirect=True)
 
 
 @pytest.fixture(params=UPSTREAM_MODES)
@@ -40,3 +43,16 @@ def gateways(tmp_path: Path) -> Iterator[Callable[..., Child]]:
 
 def gateway_url(child: Child) -> str:
     return f"http://127.0.0.1:{child.port}/mcp"
+
+
+@pytest.fixture
+def gateway(upstream: Upstream, gateways: Callable[..., Child]) -> str:
+    """The URL of one gateway with the default options (memory store) in front of ``upstream``."""
+    return gateway_url(gateways(upstream.url))
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """A client patient enough for the slowest tool an upstream runs."""
+    async with httpx.AsyncClient(timeout=30) as opened:
+        yield opened

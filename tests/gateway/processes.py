@@ -1,24 +1,23 @@
 """Real processes for the gateway tests: the upstream FastMCP server and gateway replicas.
 
-Each runs as its own subprocess on a free loopback port; ``wait_listening`` returns once it
-accepts connections, or fails with the process's output.
+Each runs as its own subprocess on a free loopback port (``tests.loopback_process.Child``):
+started, it accepts connections, or the test fails with the process's output.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import socket
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-START_TIMEOUT = 30.0
+from tests.loopback_process import ENV, Child
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["ENV", "Child", "Upstream", "free_port", "start_gateway", "start_upstream"]
 
 
 def free_port() -> int:
@@ -26,51 +25,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@dataclass
-class Child:
-    """A started process and the loopback port it serves."""
-
-    argv: list[str]
-    port: int
-    log: Path
-    process: subprocess.Popen[bytes] = field(init=False)
-
-    def start(self) -> Child:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.argv, env=ENV, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
-            )
-        self.wait_listening()
-        return self
-
-    def wait_listening(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"{self.argv} exited:\n{self.log.read_text()}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
-            ):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"{self.argv} did not listen within {START_TIMEOUT}s")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 @dataclass

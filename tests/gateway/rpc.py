@@ -86,3 +86,8 @@ async def open_session(client: httpx.AsyncClient, url: str, **kwargs: Any) -> An
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     await post(client, url, note, session=session, **kwargs)
     return answer
+
+
+async def open_session_id(client: httpx.AsyncClient, url: str, **kwargs: Any) -> str | None:
+    """Open a session as ``open_session`` does; its id, or None from a stateless server."""
+    return (await open_session(client, url, **kwargs)).headers.get("mcp-session-id")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.gateway.conftest import gateway_url
+from tests.gateway.conftest import ONE_MODE, gateway_url
 from tests.gateway.rpc import BOTH, CALLER, PROTOCOL, call, post
 
 if TYPE_CHECKING:
@@ -21,15 +21,25 @@ if TYPE_CHECKING:
 
     from tests.gateway.processes import Child, Upstream
 
-ONE_MODE = pytest.mark.parametrize("upstream", ["stateless"], indirect=True)
+pytestmark = ONE_MODE
 HEADERS = {**CALLER, "accept": BOTH, "mcp-protocol-version": PROTOCOL}
+SEP_CALL = call(1, "silent", {"n": 1}, idempotencyKey="k")
+
+
+@pytest.fixture
+def graced(upstream: Upstream, gateways: Callable[..., Child]) -> str:
+    """A gateway that holds a cancelled call's SEP key for a one-second grace."""
+    return gateway_url(gateways(upstream.url, "memory://", "--cancel-grace", "1"))
 
 
 @contextlib.asynccontextmanager
-async def _open_call(
-    client: httpx.AsyncClient, url: str, message: dict[str, Any]
+async def _running(
+    client: httpx.AsyncClient, url: str, message: dict[str, Any], upstream: Upstream
 ) -> AsyncIterator[None]:
-    """A call whose answer stream stays open for the block (read in the background)."""
+    """A call the upstream is running, its answer stream open for the block (read in the
+    background)."""
+    tool = message["params"]["name"]
+    runs = len(upstream.executions(tool)) + 1
 
     async def read() -> None:
         async with client.stream("POST", url, json=message, headers=HEADERS) as response:
@@ -38,6 +48,7 @@ async def _open_call(
 
     reading = asyncio.create_task(read())
     try:
+        await upstream.until_executed(tool, runs)
         yield
     finally:
         reading.cancel()
@@ -45,60 +56,51 @@ async def _open_call(
             await reading
 
 
-async def _cancel(client: httpx.AsyncClient, url: str, request_id: object) -> None:
+async def _cancel(
+    client: httpx.AsyncClient, url: str, request_id: object, headers: dict[str, str] | None = None
+) -> None:
+    """Cancel ``request_id``, as the default caller unless ``headers`` name another."""
     note = {
         "jsonrpc": "2.0",
         "method": "notifications/cancelled",
         "params": {"requestId": request_id, "reason": "the user gave up"},
     }
-    answer = await post(client, url, note)
+    answer = await post(client, url, note, headers=headers)
     assert answer.status == 202
 
 
-@ONE_MODE
+async def _assert_held(client: httpx.AsyncClient, url: str, retry: dict[str, Any]) -> None:
+    """The key of ``retry`` is still held: the gateway answers that it is in progress."""
+    held = await post(client, url, retry)
+    assert held.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
+
+
 async def test_a_cancelled_call_releases_its_derived_key_at_once(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with (
-        httpx.AsyncClient(timeout=30) as client,
-        _open_call(client, url, call(1, "silent", {"n": 1})),
-    ):
-        await upstream.until_executed("silent")
-        await _cancel(client, url, 1)
+    async with _running(client, gateway, call(1, "silent", {"n": 1}), upstream):
+        await _cancel(client, gateway, 1)
         # The retry is forwarded, not left waiting for a call nobody will answer.
-        async with _open_call(client, url, call(2, "silent", {"n": 1})):
-            await upstream.until_executed("silent", 2)
+        async with _running(client, gateway, call(2, "silent", {"n": 1}), upstream):
+            assert upstream.executions("silent") == ["silent"] * 2
 
 
-@ONE_MODE
 async def test_a_cancelled_call_keeps_its_sep_key_only_for_the_cancel_grace(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, graced: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url, "memory://", "--cancel-grace", "1"))
-    message = call(1, "silent", {"n": 1}, idempotencyKey="k")
-    async with httpx.AsyncClient(timeout=30) as client, _open_call(client, url, message):
-        await upstream.until_executed("silent")
-        await _cancel(client, url, 1)
-        held = await post(client, url, {**message, "id": 2})
-        assert held.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
+    async with _running(client, graced, SEP_CALL, upstream):
+        await _cancel(client, graced, 1)
+        await _assert_held(client, graced, {**SEP_CALL, "id": 2})
         await asyncio.sleep(1.5)
-        async with _open_call(client, url, {**message, "id": 3}):
-            await upstream.until_executed("silent", 2)
+        async with _running(client, graced, {**SEP_CALL, "id": 3}, upstream):
+            assert upstream.executions("silent") == ["silent"] * 2
 
 
-@ONE_MODE
 async def test_a_cancel_from_another_caller_changes_nothing(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, graced: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url, "memory://", "--cancel-grace", "1"))
-    message = call(1, "silent", {"n": 1}, idempotencyKey="k")
-    async with httpx.AsyncClient(timeout=30) as client, _open_call(client, url, message):
-        await upstream.until_executed("silent")
-        note = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
-        note["params"] = {"requestId": 1}
-        await post(client, url, note, headers={"authorization": "Bearer mallory"})
+    async with _running(client, graced, SEP_CALL, upstream):
+        await _cancel(client, graced, 1, headers={"authorization": "Bearer mallory"})
         await asyncio.sleep(1.5)
-        held = await post(client, url, {**message, "id": 2})
-        assert held.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
+        await _assert_held(client, graced, {**SEP_CALL, "id": 2})
     assert upstream.executions("silent") == ["silent"]

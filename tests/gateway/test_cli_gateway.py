@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.gateway.processes import ENV, ROOT
+from tests.loopback_process import ENV, ROOT
 
 # Runs the real CLI in a process where httpx cannot be imported (as without the extra).
 WITHOUT_HTTPX = """

@@ -9,26 +9,26 @@ import httpx
 import pytest
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
-from tests.gateway.conftest import gateway_url
+from tests.gateway.conftest import ONE_MODE, gateway_url
 from tests.gateway.processes import free_port, start_upstream
-from tests.gateway.rpc import call, open_session, post
+from tests.gateway.rpc import call, open_session_id, post
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
     from tests.gateway.processes import Child, Upstream
-
-# The failure tests need one upstream mode only: the failures are played before FastMCP.
-ONE_MODE = pytest.mark.parametrize("upstream", ["stateless"], indirect=True)
-
-
-async def _session(client: httpx.AsyncClient, url: str) -> str | None:
-    return (await open_session(client, url)).headers.get("mcp-session-id")
+    from tests.gateway.rpc import Answer
 
 
 def _text(answer: dict[str, Any]) -> str:
     return str(answer["result"]["content"][0]["text"])
+
+
+def _assert_ran_once(upstream: Upstream, tool: str, answer: Answer, text: str) -> None:
+    """The upstream ran ``tool`` once, and ``answer`` carries that run's ``text``."""
+    assert _text(answer.final()) == text
+    assert upstream.executions(tool) == [tool]
 
 
 async def test_a_retry_on_the_other_replica_executes_once(
@@ -37,7 +37,7 @@ async def test_a_retry_on_the_other_replica_executes_once(
     a = gateway_url(gateways(upstream.url, redis_store_url, "--run-id", "shared"))
     b = gateway_url(gateways(upstream.url, redis_store_url, "--run-id", "shared"))
     async with httpx.AsyncClient(timeout=30) as client:
-        session = await _session(client, a)
+        session = await open_session_id(client, a)
         keyed: list[dict[str, Any]] = [
             {"idempotencyKey": "sep-1"},
             {"_meta": {"idempotency-key": "meta-1"}},
@@ -84,19 +84,17 @@ async def test_concurrent_duplicates_on_both_replicas_execute_once(
 
 @ONE_MODE
 async def test_a_tool_listed_as_read_only_always_runs_without_a_key(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with httpx.AsyncClient(timeout=30) as client:
-        listing = await post(client, url, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        (look,) = [t for t in listing.final()["result"]["tools"] if t["name"] == "look"]
-        assert look["annotations"]["readOnlyHint"] is True
-        for n in range(2):
-            await post(client, url, call(f"l{n}", "look", {"n": 1}))
-            await post(client, url, call(f"r{n}", "record", {"n": 1}))
-        # An explicit key is honoured even for a read-only tool.
-        for n in range(2):
-            await post(client, url, call(f"k{n}", "look", {"n": 2}, idempotencyKey="look-2"))
+    listing = await post(client, gateway, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    (look,) = [t for t in listing.final()["result"]["tools"] if t["name"] == "look"]
+    assert look["annotations"]["readOnlyHint"] is True
+    for n in range(2):
+        await post(client, gateway, call(f"l{n}", "look", {"n": 1}))
+        await post(client, gateway, call(f"r{n}", "record", {"n": 1}))
+    # An explicit key is honoured even for a read-only tool.
+    for n in range(2):
+        await post(client, gateway, call(f"k{n}", "look", {"n": 2}, idempotencyKey="look-2"))
     assert upstream.executions("look") == ["look"] * 3
     assert upstream.executions("record") == ["record"]
 
@@ -118,12 +116,10 @@ async def test_a_null_sep_key_is_stripped_and_read_as_absent(
 
 @ONE_MODE
 async def test_sep_key_reused_with_other_arguments_is_a_conflict(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with httpx.AsyncClient(timeout=30) as client:
-        await post(client, url, call(1, "record", {"n": 1}, idempotencyKey="k"))
-        other = await post(client, url, call(2, "record", {"n": 2}, idempotencyKey="k"))
+    await post(client, gateway, call(1, "record", {"n": 1}, idempotencyKey="k"))
+    other = await post(client, gateway, call(2, "record", {"n": 2}, idempotencyKey="k"))
     error = other.final()["error"]
     assert error["data"] == {"type": "idempotency_key_conflict", "idempotencyKey": "k"}
     assert upstream.executions("record") == ["record"]
@@ -139,14 +135,12 @@ async def test_sep_key_reused_with_other_arguments_is_a_conflict(
     ],
 )
 async def test_a_replay_is_rendered_as_the_retry_accepts(
-    upstream: Upstream, gateways: Callable[..., Child], accept: str, media: str
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient, accept: str, media: str
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with httpx.AsyncClient(timeout=30) as client:
-        first = await post(client, url, call(1, "record", {"n": 3}, idempotencyKey="r"))
-        replay = await post(
-            client, url, call(2, "record", {"n": 3}, idempotencyKey="r"), accept=accept
-        )
+    first = await post(client, gateway, call(1, "record", {"n": 3}, idempotencyKey="r"))
+    replay = await post(
+        client, gateway, call(2, "record", {"n": 3}, idempotencyKey="r"), accept=accept
+    )
     assert replay.status == 200
     assert replay.media == media
     assert len(replay.messages()) == 1
@@ -212,14 +206,12 @@ async def _redis_dump(url: str) -> bytes:
 
 @ONE_MODE
 async def test_an_upstream_5xx_is_relayed_and_not_cached(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with httpx.AsyncClient(timeout=30) as client:
-        for n in range(2):
-            answer = await post(client, url, call(n, "http_500", {}, idempotencyKey="five"))
-            assert answer.status == 500
-            assert answer.body == b"upstream exploded"
+    for n in range(2):
+        answer = await post(client, gateway, call(n, "http_500", {}, idempotencyKey="five"))
+        assert answer.status == 500
+        assert answer.body == b"upstream exploded"
     assert upstream.executions("http_500") == ["http_500"] * 2
 
 
@@ -236,59 +228,53 @@ async def test_connection_refused_is_a_502_and_the_retry_runs(
             retry = await post(client, url, call(2, "record", {"n": 1}, idempotencyKey="late"))
         finally:
             upstream.child.stop()
-    assert _text(retry.final()) == "recorded 1"
-    assert upstream.executions("record") == ["record"]
+    _assert_ran_once(upstream, "record", retry, "recorded 1")
 
 
 @ONE_MODE
 async def test_a_stream_cut_before_the_result_is_not_cached(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with httpx.AsyncClient(timeout=30) as client:
-        for n in range(2):
-            with pytest.raises(httpx.RemoteProtocolError):
-                await post(client, url, call(n, "cut_stream", {}, idempotencyKey="cut"))
+    for n in range(2):
+        with pytest.raises(httpx.RemoteProtocolError):
+            await post(client, gateway, call(n, "cut_stream", {}, idempotencyKey="cut"))
     assert upstream.executions("cut_stream") == ["cut_stream"] * 2
 
 
 # -- a client that goes away mid-call ----------------------------------------------------------
 
 
-@ONE_MODE
-async def test_a_disconnected_sep_call_completes_once_and_its_retry_is_told_then_replayed(
-    upstream: Upstream, gateways: Callable[..., Child]
-) -> None:
-    url = gateway_url(gateways(upstream.url))
-    message = call(1, "slow", {"n": 5, "seconds": 1.5}, idempotencyKey="gone")
+async def _abandon(upstream: Upstream, url: str, message: dict[str, Any]) -> None:
+    """Send ``message`` from a client that gives up before the answer; return once the
+    upstream has started the tool, so the gateway holds a call nobody waits for."""
     async with httpx.AsyncClient(timeout=0.3) as impatient:
         with pytest.raises(httpx.TimeoutException):
             await post(impatient, url, message)
-    await upstream.until_executed("slow")
-    async with httpx.AsyncClient(timeout=30) as client:
-        # SEP-3182: a duplicate while the original runs is rejected at once.
-        early = await post(client, url, {**message, "id": 2})
-        assert early.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
-        for _ in range(100):
-            late = await post(client, url, {**message, "id": 3})
-            if "result" in late.final():
-                break
-            await asyncio.sleep(0.1)
-    assert _text(late.final()) == "slow 5 done"
-    assert upstream.executions("slow") == ["slow"]
+    await upstream.until_executed(message["params"]["name"])
+
+
+@ONE_MODE
+async def test_a_disconnected_sep_call_completes_once_and_its_retry_is_told_then_replayed(
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
+) -> None:
+    message = call(1, "slow", {"n": 5, "seconds": 1.5}, idempotencyKey="gone")
+    await _abandon(upstream, gateway, message)
+    # SEP-3182: a duplicate while the original runs is rejected at once.
+    early = await post(client, gateway, {**message, "id": 2})
+    assert early.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
+    for _ in range(100):
+        late = await post(client, gateway, {**message, "id": 3})
+        if "result" in late.final():
+            break
+        await asyncio.sleep(0.1)
+    _assert_ran_once(upstream, "slow", late, "slow 5 done")
 
 
 @ONE_MODE
 async def test_a_disconnected_keyless_call_completes_once_and_its_retry_waits_for_it(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
     message = call(1, "slow", {"n": 6, "seconds": 1.5})
-    async with httpx.AsyncClient(timeout=0.3) as impatient:
-        with pytest.raises(httpx.TimeoutException):
-            await post(impatient, url, message)
-    await upstream.until_executed("slow")
-    async with httpx.AsyncClient(timeout=30) as client:
-        retry = await post(client, url, {**message, "id": 2})
-    assert _text(retry.final()) == "slow 6 done"
-    assert upstream.executions("slow") == ["slow"]
+    await _abandon(upstream, gateway, message)
+    retry = await post(client, gateway, {**message, "id": 2})
+    _assert_ran_once(upstream, "slow", retry, "slow 6 done")

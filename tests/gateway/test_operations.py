@@ -73,11 +73,12 @@ async def test_settings_come_from_flags_then_environment_then_the_config_file(
         "no-verify-replays = true\n"
     )
     argv = [sys.executable, "-m", "idemstore", "gateway", "--config", str(config)]
-    child = Child([*argv, "--unidentified", "refuse"], port, tmp_path / "gateway.out")
-    environment = {**ENV, "IDEMSTORE_GATEWAY_UPSTREAM": upstream.url}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("tests.gateway.processes.ENV", environment)
-        child.start()
+    child = Child(
+        [*argv, "--unidentified", "refuse"],
+        port,
+        tmp_path / "gateway.out",
+        env={"IDEMSTORE_GATEWAY_UPSTREAM": upstream.url},
+    ).start()
     try:
         line = child.log.read_text()
         assert f"listening on http://127.0.0.1:{port}/mcp for {upstream.url}" in line

@@ -10,7 +10,7 @@ from mcp import Client
 
 from tests.gateway.conftest import gateway_url
 from tests.gateway.processes import free_port
-from tests.gateway.rpc import BOTH, open_session, post
+from tests.gateway.rpc import BOTH, open_session, open_session_id, post
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,10 +20,9 @@ if TYPE_CHECKING:
 
 @pytest.mark.parametrize("client_mode", ["legacy", "auto"])
 async def test_official_client_works_through_the_gateway_unchanged(
-    upstream: Upstream, gateways: Callable[..., Child], client_mode: str
+    upstream: Upstream, gateway: str, client_mode: str
 ) -> None:
-    gateway = gateways(upstream.url)
-    async with Client(gateway_url(gateway), mode=client_mode) as client:
+    async with Client(gateway, mode=client_mode) as client:
         expected = "2025-11-25" if client_mode == "legacy" else "2026-07-28"
         assert client.protocol_version == expected
         names = [tool.name for tool in (await client.list_tools()).tools]
@@ -36,12 +35,10 @@ async def test_official_client_works_through_the_gateway_unchanged(
 
 
 async def test_initialize_answer_declares_the_idempotency_capability(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    gateway = gateways(upstream.url)
-    async with httpx.AsyncClient() as client:
-        direct = await open_session(client, upstream.url)
-        through = await open_session(client, gateway_url(gateway))
+    direct = await open_session(client, upstream.url)
+    through = await open_session(client, gateway)
     assert through.status == direct.status == 200
     assert through.media == direct.media  # JSON stays JSON, a stream stays a stream
     (theirs,) = direct.messages()
@@ -53,9 +50,8 @@ async def test_initialize_answer_declares_the_idempotency_capability(
 
 
 async def test_server_discover_answer_declares_the_idempotency_capability(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    gateway = gateways(upstream.url)
     version = "2026-07-28"
     discover = {
         "jsonrpc": "2.0",
@@ -69,9 +65,8 @@ async def test_server_discover_answer_declares_the_idempotency_capability(
         },
     }
     headers = {"mcp-method": "server/discover", "mcp-protocol-version": version}
-    async with httpx.AsyncClient() as client:
-        direct = await post(client, upstream.url, discover, headers=headers)
-        through = await post(client, gateway_url(gateway), discover, headers=headers)
+    direct = await post(client, upstream.url, discover, headers=headers)
+    through = await post(client, gateway, discover, headers=headers)
     assert through.status == direct.status == 200
     theirs, ours = direct.final()["result"], through.final()["result"]
     assert "idempotency" not in theirs["capabilities"]["tools"]
@@ -80,35 +75,31 @@ async def test_server_discover_answer_declares_the_idempotency_capability(
 
 
 async def test_session_header_status_codes_and_delete_pass_through(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    gateway = gateways(upstream.url)
-    url = gateway_url(gateway)
-    async with httpx.AsyncClient() as client:
-        opened = await open_session(client, url)
-        session = opened.headers.get("mcp-session-id")
-        stateful = session is not None
-        listed = await post(
-            client, url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session=session
-        )
-        assert listed.status == 200
-        assert len(listed.final()["result"]["tools"]) == 6
-        if stateful:
-            # A session the upstream does not know: its 404 comes back as it was.
-            ping = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
-            direct = await post(client, upstream.url, ping, session="no-such-session")
-            through = await post(client, url, ping, session="no-such-session")
-            assert through.status == direct.status == 404
-            headers = {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
-            deleted = await client.delete(url, headers=headers)
-            assert deleted.status_code in (200, 204)
-            gone = await post(client, url, ping, session=session)
-            assert gone.status == 404
-        # GET without a session (stateless) or with one: whatever the upstream says, relayed.
-        direct_get = await client.get(upstream.url, headers={"accept": "application/json"})
-        through_get = await client.get(url, headers={"accept": "application/json"})
-        assert through_get.status_code == direct_get.status_code
-        assert through_get.content == direct_get.content
+    session = await open_session_id(client, gateway)
+    stateful = session is not None
+    listed = await post(
+        client, gateway, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session=session
+    )
+    assert listed.status == 200
+    assert len(listed.final()["result"]["tools"]) == 6
+    if stateful:
+        # A session the upstream does not know: its 404 comes back as it was.
+        ping = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+        direct = await post(client, upstream.url, ping, session="no-such-session")
+        through = await post(client, gateway, ping, session="no-such-session")
+        assert through.status == direct.status == 404
+        headers = {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        deleted = await client.delete(gateway, headers=headers)
+        assert deleted.status_code in (200, 204)
+        gone = await post(client, gateway, ping, session=session)
+        assert gone.status == 404
+    # GET without a session (stateless) or with one: whatever the upstream says, relayed.
+    direct_get = await client.get(upstream.url, headers={"accept": "application/json"})
+    through_get = await client.get(gateway, headers={"accept": "application/json"})
+    assert through_get.status_code == direct_get.status_code
+    assert through_get.content == direct_get.content
 
 
 async def test_end_to_end_headers_reach_the_upstream_and_hop_by_hop_ones_do_not(
@@ -124,8 +115,7 @@ async def test_end_to_end_headers_reach_the_upstream_and_hop_by_hop_ones_do_not(
         "te": "trailers",
     }
     async with httpx.AsyncClient() as client:
-        opened = await open_session(client, url, headers=sent)
-        session = opened.headers.get("mcp-session-id")
+        session = await open_session_id(client, url, headers=sent)
         message = {
             "jsonrpc": "2.0",
             "id": 5,
@@ -141,20 +131,16 @@ async def test_end_to_end_headers_reach_the_upstream_and_hop_by_hop_ones_do_not(
 
 
 async def test_progress_events_reach_the_client_on_the_stream_before_the_result(
-    upstream: Upstream, gateways: Callable[..., Child]
+    gateway: str, client: httpx.AsyncClient
 ) -> None:
-    gateway = gateways(upstream.url)
-    url = gateway_url(gateway)
-    async with httpx.AsyncClient() as client:
-        opened = await open_session(client, url)
-        session = opened.headers.get("mcp-session-id")
-        message = {
-            "jsonrpc": "2.0",
-            "id": 9,
-            "method": "tools/call",
-            "params": {"name": "progress", "arguments": {}, "_meta": {"progressToken": "p"}},
-        }
-        answer = await post(client, url, message, session=session, accept=BOTH)
+    session = await open_session_id(client, gateway)
+    message = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "tools/call",
+        "params": {"name": "progress", "arguments": {}, "_meta": {"progressToken": "p"}},
+    }
+    answer = await post(client, gateway, message, session=session, accept=BOTH)
     methods = [m.get("method") for m in answer.messages()]
     if answer.media == "text/event-stream":
         assert methods == ["notifications/progress", "notifications/progress", None]

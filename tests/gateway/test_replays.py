@@ -4,57 +4,48 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
-from tests.gateway.conftest import gateway_url
+from tests.gateway.conftest import ONE_MODE
 from tests.gateway.rpc import call, post
 from tests.gateway.upstream import EXACT_RESULT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    import httpx
 
-    from tests.gateway.processes import Child, Upstream
+    from tests.gateway.processes import Upstream
 
-# The tools are answered before FastMCP sees them: one upstream mode is enough.
-ONE_MODE = pytest.mark.parametrize("upstream", ["stateless"], indirect=True)
+pytestmark = ONE_MODE
 
 MARKED_RESULT = b'{"_meta":{"' + REPLAYED_META_KEY.encode() + b'":true},' + EXACT_RESULT[1:]
 
 
-@ONE_MODE
 @pytest.mark.parametrize("form", ["event", "json"])
 async def test_a_replay_carries_the_upstreams_own_result_bytes(
-    upstream: Upstream, gateways: Callable[..., Child], form: str
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient, form: str
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
     arguments = {"json": form == "json"}
-    async with httpx.AsyncClient(timeout=30) as client:
-        first = await post(client, url, call(1, "exact", arguments, idempotencyKey="k-exact"))
-        replay = await post(
-            client,
-            url,
-            call("retry", "exact", arguments, idempotencyKey="k-exact"),
-            accept="application/json",
-        )
+    first = await post(client, gateway, call(1, "exact", arguments, idempotencyKey="k-exact"))
+    replay = await post(
+        client,
+        gateway,
+        call("retry", "exact", arguments, idempotencyKey="k-exact"),
+        accept="application/json",
+    )
     assert upstream.executions("exact") == ["exact"]
     assert EXACT_RESULT in first.body  # relayed as the upstream wrote it
     # 1e400 stays 1e400 (not Infinity, which is not JSON); 1.0, -0.0, \u00e9 and spacing stay.
     assert replay.body == b'{"jsonrpc":"2.0","id":"retry","result": ' + MARKED_RESULT + b"}"
 
 
-@ONE_MODE
 async def test_only_replays_carry_the_replay_marker(
-    upstream: Upstream, gateways: Callable[..., Child]
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
-    async with httpx.AsyncClient(timeout=30) as client:
-        answers = [
-            (await post(client, url, call(n, "record", {"n": 7}, idempotencyKey="k-m"))).final()
-            for n in (1, 2)
-        ]
-    first, replay = answers
+    first, replay = [
+        (await post(client, gateway, call(n, "record", {"n": 7}, idempotencyKey="k-m"))).final()
+        for n in (1, 2)
+    ]
     assert REPLAYED_META_KEY not in first["result"].get("_meta", {})
     # FastMCP's own _meta members stay: the marker joins them.
     assert replay["result"]["_meta"].pop(REPLAYED_META_KEY) is True
@@ -62,16 +53,13 @@ async def test_only_replays_carry_the_replay_marker(
     assert upstream.executions("record") == ["record"]
 
 
-@ONE_MODE
 @pytest.mark.parametrize("form", ["event", "json"])
 async def test_a_cancelled_answer_is_never_recorded(
-    upstream: Upstream, gateways: Callable[..., Child], form: str
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient, form: str
 ) -> None:
-    url = gateway_url(gateways(upstream.url))
     arguments = {"json": form == "json"}
-    async with httpx.AsyncClient(timeout=30) as client:
-        for n in (1, 2):
-            answer = await post(client, url, call(n, "cancelled", arguments, idempotencyKey="c"))
-            assert answer.final()["error"] == {"code": -32800, "message": "Request cancelled"}
+    for n in (1, 2):
+        answer = await post(client, gateway, call(n, "cancelled", arguments, idempotencyKey="c"))
+        assert answer.final()["error"] == {"code": -32800, "message": "Request cancelled"}
     # The key was released: the retry ran the tool again instead of replaying the cancel.
     assert upstream.executions("cancelled") == ["cancelled"] * 2

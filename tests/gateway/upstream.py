@@ -191,19 +191,11 @@ class Failures:
             return
         if name == "cut_stream":
             executed(name)
-            headers = [(b"content-type", b"text/event-stream")]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            event = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
-            data = b"event: message\ndata: " + json.dumps(event).encode() + b"\n\n"
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            await _start_progress_stream(send)
             raise RuntimeError("cut the stream")  # uvicorn drops the connection
         if name == "silent":
             executed(name)
-            headers = [(b"content-type", b"text/event-stream")]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            event = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
-            data = b"event: message\ndata: " + json.dumps(event).encode() + b"\n\n"
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            await _start_progress_stream(send)
             while (await receive())["type"] != "http.disconnect":
                 pass
             return
@@ -219,6 +211,15 @@ class Failures:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+async def _start_progress_stream(send: Any) -> None:
+    """Open an SSE answer with one progress event and no result yet (the stream stays open)."""
+    headers = [(b"content-type", b"text/event-stream")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    event = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+    data = b"event: message\ndata: " + json.dumps(event).encode() + b"\n\n"
+    await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
 def main() -> None:

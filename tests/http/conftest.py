@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from idemstore import open_store
 from tests.http.apps import FRAMEWORKS, create_app
+from tests.memory_store import store as store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -26,15 +26,37 @@ def keyed(key: str, headers: dict[str, str] | None = None) -> dict[str, str]:
     return {**(headers or ALICE), "Idempotency-Key": f'"{key}"'}
 
 
+async def post_twice(
+    client: httpx.AsyncClient, path: str, key: str, **request: Any
+) -> tuple[httpx.Response, httpx.Response]:
+    """A keyed POST of Alice's and its retry, one after the other: (first, again)."""
+    first = await client.post(path, headers=keyed(key), **request)
+    again = await client.post(path, headers=keyed(key), **request)
+    return first, again
+
+
+def assert_replay_of(again: httpx.Response, first: httpx.Response) -> None:
+    """``again`` is ``first``'s recorded answer, replayed: same status and body, marked."""
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.status_code == first.status_code
+    assert again.content == first.content
+
+
+def calls(app: Starlette, name: str) -> int:
+    """How many times the test app ran ``name`` (a handler or a background step)."""
+    return sum(1 for called in app.state.calls if called == name)
+
+
+def client_of(app: Starlette, *, raise_app_exceptions: bool = True) -> httpx.AsyncClient:
+    """A client on ``app`` in process; ``raise_app_exceptions=False`` answers an exception
+    that escapes the app with a 500, as a server would, instead of raising it in the test."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
 @pytest.fixture(params=FRAMEWORKS)
 def framework(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[IdempotencyStore]:
-    async with open_store("memory://") as opened:
-        yield opened
 
 
 @pytest.fixture
@@ -43,8 +65,7 @@ def make_client(framework: str, store: IdempotencyStore) -> Callable[..., Any]:
 
     def make(**options: Any) -> tuple[Starlette, httpx.AsyncClient]:
         app = create_app(framework, store, **options)
-        transport = httpx.ASGITransport(app=app)
-        return app, httpx.AsyncClient(transport=transport, base_url="http://testserver")
+        return app, client_of(app)
 
     return make
 

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tests.http.conftest import keyed
+from tests.http.conftest import calls, keyed
 
 if TYPE_CHECKING:
     import httpx
     from starlette.applications import Starlette
-
-
-def _calls(app: Starlette, name: str) -> int:
-    return sum(1 for called in app.state.calls if called == name)
 
 
 async def test_spellings_of_one_credential_are_one_caller(
@@ -24,7 +20,7 @@ async def test_spellings_of_one_credential_are_one_caller(
             "/orders", json={"sku": "A1"}, headers=keyed("k", {"Authorization": value})
         )
         assert response.status_code == 201
-    assert _calls(app, "create_order") == 1
+    assert calls(app, "create_order") == 1
 
 
 async def test_a_session_cookie_names_the_caller(
@@ -37,4 +33,4 @@ async def test_a_session_cookie_names_the_caller(
         response = await client.post("/orders", json={"sku": "A1"}, headers=keyed("k", {}))
         statuses.append(response.status_code)
     assert statuses == [201, 201, 201]
-    assert _calls(app, "create_order") == 2  # alice's retry replayed; bob ran his own
+    assert calls(app, "create_order") == 2  # alice's retry replayed; bob ran his own

@@ -12,7 +12,15 @@ import pytest
 from idemstore.asgi import IdempotencyMiddleware, parse_idempotency_key
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
-from tests.http.conftest import ALICE, BOB, keyed
+from tests.http.conftest import (
+    ALICE,
+    BOB,
+    assert_replay_of,
+    calls,
+    client_of,
+    keyed,
+    post_twice,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,14 +41,9 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     return document
 
 
-def calls(app: Starlette, name: str) -> int:
-    return sum(1 for called in app.state.calls if called == name)
-
-
 async def test_retry_replays_status_headers_and_body(app_client: AppClient) -> None:
     app, client = app_client
-    first = await client.post("/orders", json={"sku": "A1", "qty": 2}, headers=keyed("k-1"))
-    again = await client.post("/orders", json={"sku": "A1", "qty": 2}, headers=keyed("k-1"))
+    first, again = await post_twice(client, "/orders", "k-1", json={"sku": "A1", "qty": 2})
     assert first.status_code == again.status_code == 201
     assert again.content == first.content
     assert again.headers["location"] == first.headers["location"]
@@ -61,15 +64,13 @@ async def test_equivalent_json_bodies_replay(app_client: AppClient) -> None:
         content='{"meta":{"b":2.0,"a":1},"qty":1.0,"sku":"café"}'.encode(),
         headers={**keyed("k-json"), "Content-Type": "application/json; charset=utf-8"},
     )
-    assert again.headers["idempotent-replayed"] == "true"
-    assert again.content == first.content
+    assert_replay_of(again, first)
     assert calls(app, "create_order") == 1
 
 
 async def test_raw_bodies_compare_byte_for_byte(app_client: AppClient) -> None:
     app, client = app_client
-    first = await client.post("/upload", content=b"\x00\x01payload", headers=keyed("k-raw"))
-    again = await client.post("/upload", content=b"\x00\x01payload", headers=keyed("k-raw"))
+    first, again = await post_twice(client, "/upload", "k-raw", content=b"\x00\x01payload")
     assert again.text == first.text
     changed = await client.post("/upload", content=b"\x00\x02payload", headers=keyed("k-raw"))
     problem(changed, 422)
@@ -254,6 +255,23 @@ async def test_keyed_request_without_credentials_is_refused_by_default(
     assert calls(app, "create_order") == 0
 
 
+async def assert_callers_told_apart_by(
+    app: Starlette, client: httpx.AsyncClient, header: str, caller: str, other: str
+) -> None:
+    """One key sent as ``caller``, as ``other``, then as ``caller`` again (``header`` names
+    each): ``caller``'s retry replays its own answer, ``other`` ran a call of its own."""
+
+    async def post_as(who: str) -> httpx.Response:
+        return await client.post("/orders", json={}, headers={header: who, "Idempotency-Key": "k"})
+
+    first = await post_as(caller)
+    theirs = await post_as(other)
+    again = await post_as(caller)
+    assert_replay_of(again, first)
+    assert theirs.content != first.content
+    assert calls(app, "create_order") == 2
+
+
 async def test_scope_callable_decides_the_caller(make_client: Callable[..., Any]) -> None:
     async def tenant(scope: Any) -> str | None:
         for name, value in scope["headers"]:
@@ -263,17 +281,7 @@ async def test_scope_callable_decides_the_caller(make_client: Callable[..., Any]
 
     app, client = make_client(scope=tenant)
     async with client:
-        one = await client.post(
-            "/orders", json={}, headers={"X-Tenant": "t1", "Idempotency-Key": "k"}
-        )
-        two = await client.post(
-            "/orders", json={}, headers={"X-Tenant": "t2", "Idempotency-Key": "k"}
-        )
-        again = await client.post(
-            "/orders", json={}, headers={"X-Tenant": "t1", "Idempotency-Key": "k"}
-        )
-    assert again.content == one.content != two.content
-    assert calls(app, "create_order") == 2
+        await assert_callers_told_apart_by(app, client, "X-Tenant", "t1", "t2")
 
 
 async def test_authenticated_user_is_the_default_scope(store: IdempotencyStore) -> None:
@@ -288,26 +296,13 @@ async def test_authenticated_user_is_the_default_scope(store: IdempotencyStore) 
     app = create_app("starlette", store)
     # Added last, so it runs first and the idempotency middleware sees scope["user"].
     app.add_middleware(AuthenticationMiddleware, backend=HeaderAuth())
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as client:
-        first = await client.post(
-            "/orders", json={}, headers={"X-User": "carol", "Idempotency-Key": "k"}
-        )
-        again = await client.post(
-            "/orders", json={}, headers={"X-User": "carol", "Idempotency-Key": "k"}
-        )
-        other = await client.post(
-            "/orders", json={}, headers={"X-User": "dave", "Idempotency-Key": "k"}
-        )
-    assert again.content == first.content != other.content
-    assert calls(app, "create_order") == 2
+    async with client_of(app) as client:
+        await assert_callers_told_apart_by(app, client, "X-User", "carol", "dave")
 
 
 async def test_server_errors_are_not_recorded_by_default(app_client: AppClient) -> None:
     app, client = app_client
-    first = await client.post("/server-error", headers=keyed("k-5xx"))
-    again = await client.post("/server-error", headers=keyed("k-5xx"))
+    first, again = await post_twice(client, "/server-error", "k-5xx")
     assert first.status_code == again.status_code == 503
     assert "idempotent-replayed" not in again.headers
     assert calls(app, "server_error") == 2
@@ -316,29 +311,23 @@ async def test_server_errors_are_not_recorded_by_default(app_client: AppClient) 
 async def test_server_errors_are_recorded_when_asked(make_client: Callable[..., Any]) -> None:
     app, client = make_client(record_server_errors=True)
     async with client:
-        first = await client.post("/server-error", headers=keyed("k-5xx"))
-        again = await client.post("/server-error", headers=keyed("k-5xx"))
-    assert again.headers["idempotent-replayed"] == "true"
-    assert again.content == first.content
+        first, again = await post_twice(client, "/server-error", "k-5xx")
+    assert_replay_of(again, first)
     assert calls(app, "server_error") == 1
 
 
 async def test_client_errors_are_recorded(app_client: AppClient) -> None:
     app, client = app_client
-    first = await client.post("/declined", headers=keyed("k-4xx"))
-    again = await client.post("/declined", headers=keyed("k-4xx"))
+    first, again = await post_twice(client, "/declined", "k-4xx")
     assert first.status_code == again.status_code == 402
-    assert again.content == first.content
-    assert again.headers["idempotent-replayed"] == "true"
+    assert_replay_of(again, first)
     assert calls(app, "declined") == 1
 
 
 async def test_crash_releases_the_key(framework: str, store: IdempotencyStore) -> None:
     app = create_app(framework, store)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        first = await client.post("/crash", headers=keyed("k-crash"))
-        again = await client.post("/crash", headers=keyed("k-crash"))
+    async with client_of(app, raise_app_exceptions=False) as client:
+        first, again = await post_twice(client, "/crash", "k-crash")
     assert first.status_code == again.status_code == 500
     assert calls(app, "crash") == 2
 
@@ -356,25 +345,21 @@ async def test_large_response_is_sent_but_not_recorded(
     assert len(first.content) == 5001 and first.content.endswith(b"x" * 5000)
     assert "idempotent-replayed" not in again.headers
     assert any("not recorded" in record.getMessage() for record in caplog.records)
-    assert small_again.headers["idempotent-replayed"] == "true"
-    assert small_again.content == small.content
+    assert_replay_of(small_again, small)
     assert calls(app, "big") == 3
 
 
 async def test_streaming_response_within_the_limit_is_recorded(app_client: AppClient) -> None:
     app, client = app_client
-    first = await client.post("/stream", headers=keyed("k-stream"))
-    again = await client.post("/stream", headers=keyed("k-stream"))
+    first, again = await post_twice(client, "/stream", "k-stream")
     assert first.text.count("chunk") == 5
-    assert again.content == first.content
-    assert again.headers["idempotent-replayed"] == "true"
+    assert_replay_of(again, first)
     assert calls(app, "stream") == 1
 
 
 async def test_event_stream_is_passed_through_and_not_recorded(app_client: AppClient) -> None:
     _app, client = app_client
-    first = await client.post("/events", headers=keyed("k-sse"))
-    again = await client.post("/events", headers=keyed("k-sse"))
+    first, again = await post_twice(client, "/events", "k-sse")
     assert first.text == "data: execution 1\n\n"
     assert again.text == "data: execution 2\n\n"
 
@@ -393,9 +378,7 @@ async def test_outcome_past_retention_runs_again(framework: str) -> None:
 
     clock = FakeClock(1_000_000.0)
     app = create_app(framework, MemoryStore(clock=clock), retention=60)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as client:
+    async with client_of(app) as client:
         await client.post("/orders", json={}, headers=keyed("k-ret"))
         clock.advance(61)
         again = await client.post("/orders", json={}, headers=keyed("k-ret"))
@@ -426,9 +409,7 @@ async def test_unreachable_store_is_503_without_running(framework: str) -> None:
             raise StoreUnavailableError("engine down")
 
     app = create_app(framework, DownStore())
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as client:
+    async with client_of(app) as client:
         response = await client.post("/orders", json={}, headers=keyed("k-down"))
         problem(response, 503)
         assert response.headers["retry-after"] == "1"

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from idemstore import open_store
 from idemstore.asgi import IdempotencyMiddleware
 from idemstore.errors import ConfigurationError
 from tests.http.apps import create_app
-from tests.http.conftest import keyed
+from tests.http.conftest import assert_replay_of, client_of, post_twice
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,13 +61,9 @@ def test_an_app_that_is_not_callable_fails_when_the_middleware_is_built() -> Non
 
 async def test_a_store_url_is_opened_by_the_middleware(framework: str) -> None:
     app = create_app(framework, "memory://")  # type: ignore[arg-type]
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
-    ) as client:
-        first = await client.post("/orders", json={}, headers=keyed("k-url"))
-        again = await client.post("/orders", json={}, headers=keyed("k-url"))
-    assert again.headers["idempotent-replayed"] == "true"
-    assert again.content == first.content
+    async with client_of(app) as client:
+        first, again = await post_twice(client, "/orders", "k-url", json={})
+    assert_replay_of(again, first)
 
 
 async def run_lifespan(app: Callable[..., Any]) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from idemstore import open_store
@@ -15,19 +14,15 @@ from idemstore.http_problems import PROBLEM_TYPES, REFUSAL_PROBLEMS, refusal_pro
 from idemstore.refusals import Refusal
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
-from tests.http.conftest import keyed
+from tests.http.conftest import calls, client_of, keyed, post_twice
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from starlette.applications import Starlette
+    import httpx
 
     from idemstore.protocol import IdempotencyStore, Lease
-
-
-def client_of(app: Starlette) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
 
 
 def refused(response: httpx.Response, refusal: Refusal) -> dict[str, Any]:
@@ -40,10 +35,6 @@ def refused(response: httpx.Response, refusal: Refusal) -> dict[str, Any]:
     assert document["status"] == answer.status
     assert ("retry-after" in response.headers) is refusal.retryable
     return document
-
-
-def calls(app: Starlette, name: str) -> int:
-    return sum(1 for called in app.state.calls if called == name)
 
 
 @pytest.mark.parametrize("refusal", list(Refusal))
@@ -118,8 +109,7 @@ async def test_a_response_too_large_for_the_store_is_not_run_again_and_never_503
 ) -> None:
     app = create_app(framework, _SmallItems())
     async with client_of(app) as client:
-        first = await client.post("/big?size=5000", headers=keyed("k-big"))
-        again = await client.post("/big?size=5000", headers=keyed("k-big"))
+        first, again = await post_twice(client, "/big?size=5000", "k-big")
     assert first.status_code == 200 and len(first.content) > 5000
     refused(again, Refusal.OUTCOME_UNRECORDED)
     assert calls(app, "big") == 1

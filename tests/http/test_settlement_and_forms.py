@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
 from tests.http.apps import create_app
-from tests.http.conftest import ALICE, keyed
+from tests.http.conftest import ALICE, assert_replay_of, calls, client_of, keyed, post_twice
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+    import httpx
 
     from idemstore.protocol import IdempotencyStore
 
@@ -23,20 +24,14 @@ if TYPE_CHECKING:
 PHOTO = bytes(range(256)) * 16
 
 
-def calls(app: Any, name: str) -> int:
-    return sum(1 for call in app.state.calls if call == name)
-
-
 async def test_a_background_task_that_raises_keeps_the_recorded_response(
     framework: str, store: IdempotencyStore
 ) -> None:
     app = create_app(framework, store)
     # The app's exception still reaches the server (as without the middleware); the client
     # has its complete response by then.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        first = await client.post("/charge?fail=now", headers=keyed("bg-now"))
-        again = await client.post("/charge?fail=now", headers=keyed("bg-now"))
+    async with client_of(app, raise_app_exceptions=False) as client:
+        first, again = await post_twice(client, "/charge?fail=now", "bg-now")
     assert first.status_code == again.status_code == 201
     assert again.headers["idempotent-replayed"] == "true"
     assert calls(app, "charge") == 1
@@ -64,8 +59,7 @@ async def test_multipart_retry_with_a_new_boundary_replays(app_client: AppClient
     app, client = app_client
     first = await upload(client, "mp")
     again = await upload(client, "mp")
-    assert again.headers["idempotent-replayed"] == "true"
-    assert again.content == first.content
+    assert_replay_of(again, first)
     assert calls(app, "upload") == 1
 
 
@@ -96,7 +90,7 @@ async def test_urlencoded_forms_compare_by_decoded_fields(app_client: AppClient)
     other = await client.post(
         "/upload", content=b"city=London&name=Ada%20Lovelace", headers=keyed("f", form)
     )
-    assert same.headers["idempotent-replayed"] == "true" and same.content == first.content
+    assert_replay_of(same, first)
     assert other.status_code == 422  # field order is part of a form
     assert calls(app, "upload") == 1
 
@@ -108,7 +102,7 @@ async def test_malformed_multipart_compares_byte_for_byte(app_client: AppClient)
     first = await client.post("/upload", content=body, headers=headers)
     again = await client.post("/upload", content=body, headers=headers)
     changed = await client.post("/upload", content=body.replace(b"data", b"dat4"), headers=headers)
-    assert again.headers["idempotent-replayed"] == "true" and again.content == first.content
+    assert_replay_of(again, first)
     assert changed.status_code == 422
     assert calls(app, "upload") == 1
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
-from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
-from tests.conftest import ROOT
-from tests.http.conftest import ALICE, keyed
+from idemstore.local_servers import free_port
+from tests.http.conftest import ALICE, assert_replay_of, keyed, post_twice
+from tests.loopback_process import Child
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -23,49 +21,19 @@ if TYPE_CHECKING:
 @pytest.fixture
 def uvicorn_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    log = tmp_path / "uvicorn.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "tests.http.apps:uvicorn_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-            ],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        try:
-            wait_for_port(port, process=process, timeout=30, log=log)
-        except ServerUnavailableError as exc:
-            pytest.fail(f"uvicorn did not start: {exc}")
+    app = "tests.http.apps:uvicorn_app"
+    argv = [sys.executable, "-m", "uvicorn", app, "--factory", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--no-access-log"]
+    with Child(argv, port, tmp_path / "uvicorn.log"):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.slow
 async def test_rules_hold_under_uvicorn(uvicorn_url: str) -> None:
     async with httpx.AsyncClient(base_url=uvicorn_url, timeout=10) as client:
-        first = await client.post("/orders", json={"sku": "A1"}, headers=keyed("u-1"))
-        again = await client.post("/orders", json={"sku": "A1"}, headers=keyed("u-1"))
+        first, again = await post_twice(client, "/orders", "u-1", json={"sku": "A1"})
         assert first.status_code == again.status_code == 201
-        assert again.content == first.content
-        assert again.headers["idempotent-replayed"] == "true"
+        assert_replay_of(again, first)
         assert again.headers["location"] == first.headers["location"]
 
         other = await client.post("/orders", json={"sku": "B2"}, headers=keyed("u-1"))
@@ -106,8 +74,8 @@ async def test_background_task_neither_delays_nor_fails_the_recorded_response(
         assert (await client.get("/calls")).json() == ["charge"]
         # The outcome is recorded already, while its background work still runs.
         retry = await client.post("/charge", headers=keyed("bg-1"))
-        assert retry.status_code == 201 and retry.headers["idempotent-replayed"] == "true"
-        assert retry.content == first.content
+        assert retry.status_code == 201
+        assert_replay_of(retry, first)
 
         failing = await client.post("/charge?fail=1", headers=keyed("bg-2"))
         assert failing.status_code == 201
@@ -119,8 +87,8 @@ async def test_background_task_neither_delays_nor_fails_the_recorded_response(
         # The receipt failed after the response was sent: not the request's failure. The key
         # keeps the recorded response and the card is charged once per key.
         again = await client.post("/charge?fail=1", headers=keyed("bg-2"))
-        assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
-        assert again.content == failing.content
+        assert again.status_code == 201
+        assert_replay_of(again, failing)
         calls = (await client.get("/calls")).json()
         assert calls.count("charge") == 2
         assert calls.count("receipt-failed") == 1
@@ -143,8 +111,7 @@ async def test_retried_multipart_upload_replays_under_uvicorn(uvicorn_url: str) 
         first = await upload(photo)
         again = await upload(photo)
         assert first.status_code == again.status_code == 200
-        assert again.headers["idempotent-replayed"] == "true"
-        assert again.content == first.content
+        assert_replay_of(again, first)
         other_file = await upload(photo[::-1])
         assert other_file.status_code == 422
         assert (await client.get("/calls")).json().count("upload") == 1

@@ -8,9 +8,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 ROOT = Path(__file__).resolve().parents[2]
 MOCK_SERVER = str(Path(__file__).with_name("mock_server.py"))
@@ -123,6 +126,17 @@ class RawPeer:
                 "params": {"name": name, **params},
             }
         )
+
+    async def call_each(
+        self, request_ids: Iterable[object], name: str, **params: Any
+    ) -> list[dict[str, Any]]:
+        """The same tools/call under each id in turn, each sent once the one before is
+        answered (a client retrying); the responses, in order."""
+        responses = []
+        for request_id in request_ids:
+            await self.call(request_id, name, **params)
+            responses.append(await self.response(request_id))
+        return responses
 
     async def initialize(self) -> dict[str, Any]:
         response = await self.request(

@@ -6,6 +6,8 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from tests.mcp.raw import executions, mock_command, proxy_command, unmarked, until_executed
 
 if TYPE_CHECKING:
@@ -22,11 +24,30 @@ def _text(response: dict[str, Any]) -> str:
 
 
 async def _proxy(
-    spawn: Spawn, counter: Path, *options: str, server: tuple[str, ...] = ()
+    spawn: Spawn,
+    counter: Path,
+    *options: str,
+    server: tuple[str, ...] = (),
+    log: Path | None = None,
 ) -> RawPeer:
+    """The proxy in front of the mock server, which counts executions in ``counter`` and,
+    given ``log``, writes there each request it receives."""
+    if log is not None:
+        server = ("--log", str(log), *server)
     return await spawn(
         proxy_command(*options, server=mock_command("--counter", str(counter), *server))
     )
+
+
+@pytest.fixture
+def received_log(tmp_path: Path) -> Path:
+    """Where the mock server writes the requests it receives (``_proxy(..., log=...)``)."""
+    return tmp_path / "received.log"
+
+
+def _received(log: Path) -> list[bytes]:
+    """The requests the mock server received, one raw line each."""
+    return log.read_bytes().splitlines(keepends=True)
 
 
 async def test_initialize_result_gains_the_idempotency_capability(
@@ -53,35 +74,29 @@ async def test_discover_result_gains_the_idempotency_capability(
 
 
 async def test_other_messages_pass_byte_for_byte(
-    spawn: Spawn, counter: Path, tmp_path: Path
+    spawn: Spawn, counter: Path, tmp_path: Path, received_log: Path
 ) -> None:
-    log = tmp_path / "received.log"
     direct = await spawn(mock_command("--log", str(tmp_path / "direct.log")))
-    proxy = await _proxy(spawn, counter, server=("--log", str(log)))
+    proxy = await _proxy(spawn, counter, log=received_log)
     odd = b'{ "id" : 7,"jsonrpc":"2.0",  "method":"tools/list", "params":{"x":"\\u00e9\\/"}}\n'
     for peer in (direct, proxy):
         await peer.send(odd)
         await peer.response(7)
     assert proxy.lines == direct.lines  # the server's own bytes, spacing and all
-    assert log.read_bytes() == odd
+    assert _received(received_log) == [odd]
 
 
 async def test_five_identical_calls_execute_once(
     spawn: Spawn, counter: Path, tmp_path: Path
 ) -> None:
     proxy = await _proxy(spawn, counter)
-    answers = []
-    for request_id in range(1, 6):
-        await proxy.call(request_id, "charge", arguments={"amount": 42})
-        answers.append(await proxy.response(request_id))
+    answers = await proxy.call_each(range(1, 6), "charge", arguments={"amount": 42})
     assert len(executions(counter)) == 1
     assert {_text(a) for a in answers} == {"charged 42 (execution 1)"}
     # Without the proxy the same five calls run five times.
     direct_counter = tmp_path / "direct.jsonl"
     direct = await spawn(mock_command("--counter", str(direct_counter)))
-    for request_id in range(1, 6):
-        await direct.call(request_id, "charge", arguments={"amount": 42})
-        await direct.response(request_id)
+    await direct.call_each(range(1, 6), "charge", arguments={"amount": 42})
     assert len(executions(direct_counter)) == 5
 
 
@@ -123,23 +138,21 @@ async def test_a_tool_name_too_long_for_a_key_is_still_deduplicated(
     spawn: Spawn, counter: Path
 ) -> None:
     proxy = await _proxy(spawn, counter)
-    for request_id in (1, 2):
-        await proxy.call(request_id, "t" * 300, arguments={})
-        assert _text(await proxy.response(request_id)) == "t" * 300 + " (execution 1)"
+    answers = await proxy.call_each((1, 2), "t" * 300, arguments={})
+    assert [_text(answer) for answer in answers] == ["t" * 300 + " (execution 1)"] * 2
     assert len(executions(counter)) == 1
 
 
 async def test_sep_key_is_stripped_before_forwarding(
-    spawn: Spawn, counter: Path, tmp_path: Path
+    spawn: Spawn, counter: Path, received_log: Path
 ) -> None:
-    log = tmp_path / "received.log"
-    proxy = await _proxy(spawn, counter, server=("--strict", "--log", str(log)))
+    proxy = await _proxy(spawn, counter, server=("--strict",), log=received_log)
     await proxy.call(1, "charge", arguments={"amount": 3}, idempotencyKey="k-1")
     response = await proxy.response(1)
     assert _text(response) == "charged 3 (execution 1)"  # a strict server did not reject it
-    (received,) = [json.loads(line) for line in log.read_text().splitlines()]
-    assert received["params"] == {"name": "charge", "arguments": {"amount": 3}}
-    assert received["id"] == 1
+    (forwarded,) = [json.loads(line) for line in _received(received_log)]
+    assert forwarded["params"] == {"name": "charge", "arguments": {"amount": 3}}
+    assert forwarded["id"] == 1
 
 
 async def test_sep_duplicate_in_flight_is_rejected_at_once(spawn: Spawn, counter: Path) -> None:
@@ -185,10 +198,7 @@ async def test_meta_key_with_other_arguments_is_a_conflict(spawn: Spawn, counter
 
 async def test_sep_key_replays_an_error_outcome(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter)
-    await proxy.call(1, "fail", arguments={}, idempotencyKey="k-fail")
-    first = await proxy.response(1)
-    await proxy.call(2, "fail", arguments={}, idempotencyKey="k-fail")
-    second = await proxy.response(2)
+    first, second = await proxy.call_each((1, 2), "fail", arguments={}, idempotencyKey="k-fail")
     assert (
         second["error"]
         == first["error"]
@@ -201,31 +211,28 @@ async def test_sep_key_replays_an_error_outcome(spawn: Spawn, counter: Path) -> 
 
 
 async def test_sep_key_does_not_record_a_refusal(
-    spawn: Spawn, counter: Path, tmp_path: Path
+    spawn: Spawn, counter: Path, received_log: Path
 ) -> None:
     # A strict server refuses an unknown param before any tool runs: nothing to replay.
-    log = tmp_path / "received.log"
-    proxy = await _proxy(spawn, counter, server=("--strict", "--log", str(log)))
-    for request_id in (1, 2):
-        await proxy.call(request_id, "charge", arguments={}, idempotencyKey="k-r", extra=1)
-        assert (await proxy.response(request_id))["error"]["code"] == -32602
-    assert len(log.read_text().splitlines()) == 2
+    proxy = await _proxy(spawn, counter, server=("--strict",), log=received_log)
+    answers = await proxy.call_each((1, 2), "charge", arguments={}, idempotencyKey="k-r", extra=1)
+    assert [answer["error"]["code"] for answer in answers] == [-32602, -32602]
+    assert len(_received(received_log)) == 2
     assert executions(counter) == []
 
 
 async def test_server_error_is_not_cached_for_meta_keys(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter)
-    for request_id in (1, 2):
-        await proxy.call(request_id, "fail", arguments={}, _meta={"idempotency-key": "m-fail"})
-        assert "error" in await proxy.response(request_id)
+    meta = {"idempotency-key": "m-fail"}
+    answers = await proxy.call_each((1, 2), "fail", arguments={}, _meta=meta)
+    assert all("error" in answer for answer in answers)
     assert len(executions(counter)) == 2
 
 
 async def test_tool_error_results_are_replayed(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter)
-    for request_id in (1, 2):
-        await proxy.call(request_id, "tool_error", arguments={})
-        assert (await proxy.response(request_id))["result"]["isError"] is True
+    answers = await proxy.call_each((1, 2), "tool_error", arguments={})
+    assert [answer["result"]["isError"] for answer in answers] == [True, True]
     assert len(executions(counter)) == 1
 
 
@@ -285,10 +292,9 @@ async def test_cancelling_a_sep_original_keeps_its_key_until_the_server_answers(
 
 
 async def test_cancelling_a_waiting_duplicate_answers_nothing_and_forwards_nothing(
-    spawn: Spawn, counter: Path, tmp_path: Path
+    spawn: Spawn, counter: Path, received_log: Path
 ) -> None:
-    log = tmp_path / "received.log"
-    proxy = await _proxy(spawn, counter, server=("--log", str(log)))
+    proxy = await _proxy(spawn, counter, log=received_log)
     await proxy.call(1, "charge", arguments={"amount": 1, "seconds": 0.5})
     await until_executed(counter)
     await proxy.call(2, "charge", arguments={"amount": 1, "seconds": 0.5})
@@ -297,7 +303,7 @@ async def test_cancelling_a_waiting_duplicate_answers_nothing_and_forwards_nothi
     assert "result" in await proxy.response(1)
     assert await proxy.request(3, "ping") == {"jsonrpc": "2.0", "id": 3, "result": {}}
     assert not [m for m in proxy._unclaimed if m.get("id") == 2]
-    methods = [json.loads(line).get("method") for line in log.read_text().splitlines()]
+    methods = [json.loads(line).get("method") for line in _received(received_log)]
     assert methods == ["tools/call", "ping"]
 
 
@@ -316,10 +322,9 @@ async def test_server_crash_answers_pending_calls_and_exits_with_its_status(
 
 
 async def test_mrtr_continuations_pass_untouched_and_input_required_is_not_cached(
-    spawn: Spawn, counter: Path, tmp_path: Path
+    spawn: Spawn, counter: Path, received_log: Path
 ) -> None:
-    log = tmp_path / "received.log"
-    proxy = await _proxy(spawn, counter, server=("--log", str(log)))
+    proxy = await _proxy(spawn, counter, log=received_log)
     for request_id in (1, 2):
         await proxy.call(request_id, "ask", arguments={})
         response = await proxy.response(request_id)
@@ -331,9 +336,9 @@ async def test_mrtr_continuations_pass_untouched_and_input_required_is_not_cache
     )
     await proxy.send(continuation)
     assert _text(await proxy.response(3)) == "ask (execution 1)"
-    received = log.read_bytes().splitlines(keepends=True)
-    assert len(received) == 3  # both first rounds reached the server
-    assert received[2] == continuation
+    lines = _received(received_log)
+    assert len(lines) == 3  # both first rounds reached the server
+    assert lines[2] == continuation
 
 
 async def test_malformed_input_never_crashes_the_proxy(spawn: Spawn, counter: Path) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.mcp.mock_server import EXACT_RESULT
@@ -41,32 +43,31 @@ async def test_a_replay_carries_the_servers_own_result_bytes(spawn: Spawn, count
 
 async def test_only_replays_carry_the_replay_marker(spawn: Spawn, counter: Path) -> None:
     proxy = await _proxy(spawn, counter)
-    answers = []
-    for request_id in (1, 2):
-        await proxy.call(request_id, "charge", arguments={"amount": 1}, idempotencyKey="k-m")
-        answers.append(await proxy.response(request_id))
-    first, replay = answers
+    first, replay = await proxy.call_each(
+        (1, 2), "charge", arguments={"amount": 1}, idempotencyKey="k-m"
+    )
     assert "_meta" not in first["result"]
     assert replay["result"]["_meta"] == {REPLAYED_META_KEY: True}
     del replay["result"]["_meta"]
     assert replay["result"] == first["result"]
 
 
-async def test_a_replayed_error_is_left_unmarked(spawn: Spawn, counter: Path) -> None:
+@pytest.mark.parametrize(
+    ("tool", "error", "runs"),
+    [
+        # A tool's error is recorded and replayed as it was: errors carry no marker.
+        ("fail", {"code": -32001, "message": "the tool failed (execution 1)"}, 1),
+        # A cancel is released, not recorded: the retry runs the tool again.
+        ("cancelled", {"code": -32800, "message": "Request cancelled"}, 2),
+    ],
+    ids=["a-replayed-error-is-left-unmarked", "a-cancelled-answer-is-never-recorded"],
+)
+async def test_an_error_is_replayed_unmarked_and_a_cancel_never(
+    spawn: Spawn, counter: Path, tool: str, error: dict[str, Any], runs: int
+) -> None:
     proxy = await _proxy(spawn, counter)
-    for request_id in (1, 2):
-        await proxy.call(request_id, "fail", arguments={}, idempotencyKey="k-fail")
-        error = (await proxy.response(request_id))["error"]
-        assert error == {"code": -32001, "message": "the tool failed (execution 1)"}
-    assert len(executions(counter)) == 1
-
-
-async def test_a_cancelled_answer_is_never_recorded(spawn: Spawn, counter: Path) -> None:
-    proxy = await _proxy(spawn, counter)
-    for request_id in (1, 2):
-        await proxy.call(request_id, "cancelled", arguments={}, idempotencyKey="k-cancelled")
-        error = (await proxy.response(request_id))["error"]
-        assert error == {"code": -32800, "message": "Request cancelled"}
-    # The key was released: the retry ran the tool again instead of replaying the cancel.
-    assert len(executions(counter)) == 2
+    answers = await proxy.call_each((1, 2), tool, arguments={}, idempotencyKey="k-" + tool)
+    assert [answer["error"] for answer in answers] == [error, error]
+    assert len(executions(counter)) == runs
+    # Each answer, replayed or not, carries its own request's id.
     assert [json.loads(line).get("id") for line in proxy.lines] == [1, 2]

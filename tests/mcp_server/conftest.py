@@ -17,9 +17,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, Request
 from pydantic import TypeAdapter
 
-from idemstore import open_store
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.mcp_server.servers import ADAPTERS, Tools, build
+from tests.memory_store import store as store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -105,12 +105,6 @@ def adapter(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=ERAS)
 def era(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[IdempotencyStore]:
-    async with open_store("memory://") as opened:
-        yield opened
 
 
 @pytest.fixture

@@ -6,18 +6,17 @@ replica must replay, not run the tool a second time.
 
 from __future__ import annotations
 
-import asyncio
-import os
+import contextlib
 import re
-import socket
-import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 import pytest
 from mcp import Client, StdioServerParameters
 
+from idemstore.local_servers import free_port
 from tests.conftest import ROOT
+from tests.loopback_process import ENV, Child
 from tests.mcp_server.conftest import call, unmarked
 
 if TYPE_CHECKING:
@@ -34,59 +33,28 @@ def documented_example(name: str) -> str:
     return found.group(1)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def replicas(tmp_path: Path, sqlite_file_store_url: str) -> Iterator[list[str]]:
-    """Two processes of the documented server on one store; their URLs."""
+    """Two processes of the documented server on one store, listening; their URLs."""
     script = tmp_path / "server.py"
     script.write_text(documented_example("fastmcp-replicas"))
-    processes, urls = [], []
-    for _ in range(2):
-        port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "IDEMSTORE_URL": sqlite_file_store_url}
-        env["PORT"] = str(port)
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, str(script)],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+    with contextlib.ExitStack() as running:
+        urls = []
+        for n in range(2):
+            port = free_port()
+            env = {"IDEMSTORE_URL": sqlite_file_store_url, "PORT": str(port)}
+            log = tmp_path / f"replica-{n}.log"
+            running.enter_context(
+                Child([sys.executable, str(script)], port, log, cwd=tmp_path, env=env)
             )
-        )
-        urls.append(f"http://127.0.0.1:{port}/mcp")
-    try:
+            urls.append(f"http://127.0.0.1:{port}/mcp")
         yield urls
-    finally:
-        for process in processes:
-            process.terminate()
-            process.wait(10)
-
-
-async def _connectable(url: str) -> None:
-    port = int(url.split(":")[2].split("/")[0])
-    for _ in range(300):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError(f"{url} never listened")
 
 
 @pytest.mark.slow
 async def test_documented_replicas_without_scope_run_a_key_once(
     replicas: list[str], tmp_path: Path
 ) -> None:
-    for url in replicas:
-        await _connectable(url)
     async with Client(replicas[0]) as one:
         first = await call(one, "charge", {"amount": 5, "currency": "eur"}, key="order-9")
     async with Client(replicas[1]) as two:
@@ -101,7 +69,7 @@ async def test_documented_lowlevel_server_replays_after_a_restart(
 ) -> None:
     script = tmp_path / "server.py"
     script.write_text(documented_example("lowlevel-stdio"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "IDEMSTORE_URL": sqlite_file_store_url}
+    env = {**ENV, "IDEMSTORE_URL": sqlite_file_store_url}
     params = StdioServerParameters(
         command=sys.executable, args=[str(script)], env=env, cwd=tmp_path
     )

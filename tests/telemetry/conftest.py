@@ -16,7 +16,7 @@ import idemstore
 from idemstore import open_store
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator, Iterator, Mapping
 
     from opentelemetry.sdk.trace import ReadableSpan
 
@@ -53,15 +53,34 @@ class Telemetry:
 
     def total(self, name: str, **attributes: object) -> int:
         """Sum of a counter (or count of a histogram) over points matching ``attributes``."""
-        total = 0
-        for point in self.points(name):
-            if all(point.attributes.get(k) == v for k, v in attributes.items()):
-                total += point.count if hasattr(point, "count") else point.value
-        return total
+        return sum(_amount(p) for p in self.points(name) if _matches(p.attributes, attributes))
 
-    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+    def totals_by(self, name: str, attribute: str) -> dict[object, int]:
+        """``total`` of ``name`` for each value of ``attribute`` (points without it left out)."""
+        totals: dict[object, int] = {}
+        for point in self.points(name):
+            if attribute in point.attributes:
+                value = point.attributes[attribute]
+                totals[value] = totals.get(value, 0) + _amount(point)
+        return totals
+
+    def spans(self, name: str | None = None, **attributes: object) -> list[ReadableSpan]:
+        """Finished spans (named ``name``, if given) whose attributes include ``attributes``."""
         spans = list(self.exporter.get_finished_spans())
-        return [s for s in spans if name is None or s.name == name]
+        return [
+            s
+            for s in spans
+            if (name is None or s.name == name) and _matches(s.attributes or {}, attributes)
+        ]
+
+
+def _amount(point: Any) -> int:
+    """A counter point's value, or a histogram point's count."""
+    return int(point.count if hasattr(point, "count") else point.value)
+
+
+def _matches(found: Mapping[str, object], wanted: dict[str, object]) -> bool:
+    return all(found.get(k) == v for k, v in wanted.items())
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 FINGERPRINT = "f" * 64
 OTHER = "e" * 64
+# What ``_ten_calls`` does, by call outcome.
+TEN_CALLS = {"executed": 5, "replayed": 3, "conflict": 1, "in_progress": 1}
 
 
 async def _ten_calls(store: IdempotencyStore) -> None:
@@ -46,12 +49,8 @@ async def test_consumer_calls_count_each_outcome_of_a_scripted_run(
 ) -> None:
     await _ten_calls(store)
     calls = "idemstore.consumer.calls"
-    outcome = "idemstore.call.outcome"
-    assert telemetry.total(calls, **{"idemstore.consumer": "runner"}) == 10
-    assert telemetry.total(calls, **{outcome: "executed"}) == 5
-    assert telemetry.total(calls, **{outcome: "replayed"}) == 3
-    assert telemetry.total(calls, **{outcome: "conflict"}) == 1
-    assert telemetry.total(calls, **{outcome: "in_progress"}) == 1
+    assert telemetry.totals_by(calls, "idemstore.consumer") == {"runner": 10}
+    assert telemetry.totals_by(calls, "idemstore.call.outcome") == TEN_CALLS
 
 
 def _children(telemetry: Telemetry, parent: ReadableSpan) -> list[ReadableSpan]:
@@ -67,10 +66,11 @@ async def test_store_spans_nest_under_the_consumer_span_and_a_replay_shows(
     store: IdempotencyStore, telemetry: Telemetry
 ) -> None:
     await _ten_calls(store)
-    consumer_spans = telemetry.spans("idemstore runner")
-    assert len(consumer_spans) == 10
-    executed = [s for s in consumer_spans if s.attributes["idemstore.call.outcome"] == "executed"]
-    replayed = [s for s in consumer_spans if s.attributes["idemstore.call.outcome"] == "replayed"]
+    outcome = "idemstore.call.outcome"
+    spans = telemetry.spans("idemstore runner")
+    assert Counter(span.attributes[outcome] for span in spans) == TEN_CALLS
+    executed = telemetry.spans("idemstore runner", **{outcome: "executed"})
+    replayed = telemetry.spans("idemstore runner", **{outcome: "replayed"})
     for span in executed:
         assert span.attributes["idemstore.outcome"] == "settled"
         assert [c.name for c in _children(telemetry, span)] == [

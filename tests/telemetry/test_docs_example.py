@@ -3,10 +3,7 @@ received over OTLP, both on loopback, the store a real Redis."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,8 +13,9 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
+from idemstore.local_servers import free_port
 from tests.conftest import ROOT
+from tests.loopback_process import Child
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -96,21 +94,12 @@ def test_the_documented_app_exports_metrics_and_traces(
         assert documented in code
         code = code.replace(documented, actual)
     (tmp_path / "app.py").write_text(code)
-    log = tmp_path / "uvicorn.log"
-    port = str(app_port)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", port],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        try:
-            wait_for_port(app_port, process=process, timeout=30, log=log)
-        except ServerUnavailableError as exc:
-            pytest.fail(f"the example app did not start: {exc}")
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1"]
+    argv += ["--port", str(app_port)]
+    # Stopped as a service manager stops it (SIGTERM): the app's lifespan flushes the
+    # batched spans before it exits.
+    app = Child(argv, app_port, tmp_path / "uvicorn.log", cwd=tmp_path, stop_timeout=30)
+    with app:
         base = f"http://127.0.0.1:{app_port}"
         key = {"Idempotency-Key": "o-1"}
         first = httpx.post(f"{base}/orders", json={"sku": "A1"}, headers=key)
@@ -129,14 +118,6 @@ def test_the_documented_app_exports_metrics_and_traces(
             )
         }
         assert calls == {"executed": 1.0, "replayed": 1.0, "conflict": 1.0}
-    finally:
-        # As a service manager stops it: the app's lifespan flushes the batched spans.
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
     spans = _spans(bodies)
     by_id = {span.span_id: span for span in spans}

@@ -70,12 +70,14 @@ async def test_reserve_outcomes_count_what_the_scripted_run_did(
     assert telemetry.total("idemstore.lease.fenced_out", **{"idemstore.operation": "complete"}) == 1
 
     # The runner's 11 calls (the stale holder reserved directly), by what the consumer saw.
-    calls, outcome = "idemstore.consumer.calls", "idemstore.call.outcome"
+    calls = "idemstore.consumer.calls"
     assert telemetry.total(calls) == 11
-    assert telemetry.total(calls, **{outcome: "executed"}) == 6
-    assert telemetry.total(calls, **{outcome: "replayed"}) == 3
-    assert telemetry.total(calls, **{outcome: "conflict"}) == 1
-    assert telemetry.total(calls, **{outcome: "in_progress"}) == 1
+    assert telemetry.totals_by(calls, "idemstore.call.outcome") == {
+        "executed": 6,
+        "replayed": 3,
+        "conflict": 1,
+        "in_progress": 1,
+    }
 
     duration = "idemstore.store.operation.duration"
     assert telemetry.total(duration, **{"idemstore.operation": "reserve"}) == 12
@@ -89,15 +91,11 @@ async def test_every_store_operation_is_one_span_with_backend_outcome_and_fence(
     await _scripted_run(store)
     reserves = telemetry.spans("idemstore reserve")
     assert len(reserves) == 12
-    takeovers = [s for s in reserves if s.attributes.get("idemstore.reserve.takeover")]
+    takeovers = telemetry.spans("idemstore reserve", **{"idemstore.reserve.takeover": True})
     assert len(takeovers) == 1
     assert takeovers[0].attributes["idemstore.outcome"] == Outcome.ACQUIRED.value
     assert takeovers[0].attributes["idemstore.fence"] == 2
-    fenced = [
-        s
-        for s in telemetry.spans("idemstore complete")
-        if s.attributes["idemstore.outcome"] == "fenced_out"
-    ]
+    fenced = telemetry.spans("idemstore complete", **{"idemstore.outcome": "fenced_out"})
     assert len(fenced) == 1
     for span in telemetry.spans():
         assert span.attributes["idemstore.backend"] == store.backend  # type: ignore[attr-defined]
