@@ -12,14 +12,11 @@ from __future__ import annotations
 import functools
 import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import subprocess
-
-__all__ = ["ServerUnavailableError", "find_binary", "free_port", "wait_for_port"]
+__all__ = ["ServerUnavailableError", "find_binary", "free_port", "spawn", "wait_for_port"]
 
 
 class ServerUnavailableError(RuntimeError):
@@ -63,6 +60,20 @@ def find_binary(name: str, *extra_dirs: str) -> str | None:
             if candidate.is_file():
                 return str(candidate)
     return None
+
+
+def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (a Ctrl-C at the terminal does not reach it), its
+    output appended to ``log``."""
+    with log.open("ab") as output:
+        # The child holds its own copy of the file: ours closes when the server has started.
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def wait_for_port(
