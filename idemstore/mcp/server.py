@@ -54,9 +54,8 @@ try:
     from mcp_types import SERVER_INFO_META_KEY
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingDependencyError(
-        f"idemstore.mcp.server needs the MCP SDK and FastMCP ({exc.name} is missing): "
-        "pip install 'idemstore[mcp]'"
+    raise MissingDependencyError.needing(
+        "idemstore.mcp.server", "the MCP SDK and FastMCP", exc, "mcp"
     ) from exc
 
 if TYPE_CHECKING:
