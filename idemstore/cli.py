@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -55,6 +56,8 @@ __all__ = ["main"]
 
 EXIT_ABSENT = 1
 EXIT_ERROR = 2
+# 128 + SIGPIPE: what a shell reports for a process that wrote to a pipe nobody reads.
+EXIT_BROKEN_PIPE = 141
 
 
 def _when(epoch: float | None) -> str:
@@ -404,7 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _run(list(sys.argv[1:] if argv is None else argv))
+        # What is still buffered for a pipe is written here: its reader may be gone too.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        return _quietly_after_reader_left()
+    return status
+
+
+def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.handler
@@ -415,3 +429,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``idemstore stats URL | head``),
+    rather than some other pipe or socket of the command having broken."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True  # no poll() here (Windows), or no stdout to ask: it was stdout
+
+
+def _quietly_after_reader_left() -> int:
+    """Exit like a Unix tool whose reader left: no traceback, and the status of a process
+    that SIGPIPE ended (128 + 13), as a shell reports for ``yes | head -1``."""
+    # Python flushes stdout again at exit and would report that failure too: point it at
+    # /dev/null first.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from idemstore.protocol import Record
@@ -35,6 +35,14 @@ class ConfigurationError(IdemstoreError, ValueError):
 
 class MissingDependencyError(IdemstoreError, ImportError):
     """A backend's driver is not installed; the message gives the ``pip install`` line."""
+
+    @classmethod
+    def needing(cls, user: str, needs: str, exc: ImportError, extra: str) -> Self:
+        """``user`` (what was imported) could not import ``exc.name``, part of ``needs``:
+        the error that says which extra installs it."""
+        return cls(
+            f"{user} needs {needs} ({exc.name} is missing): pip install 'idemstore[{extra}]'"
+        )
 
 
 class StoreUnavailableError(IdemstoreError):

@@ -93,7 +93,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from idemstore import outcome_markers
 from idemstore.errors import (
@@ -111,13 +111,12 @@ from idemstore.lease_keeping import (
     reserve_cancel_safe,
     shielded,
 )
-from idemstore.protocol import Outcome, answers_inline
+from idemstore.protocol import AsyncContext, Outcome, answers_inline
 from idemstore.records import check_duration, check_response
 from idemstore.running_work import current_execution, refuse_plain_function, running
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
-    from types import TracebackType
 
     from idemstore.execution_hooks import ExecutionObservation, FinishedState
     from idemstore.protocol import IdempotencyStore, Lease, Record
@@ -383,7 +382,7 @@ class ExecutionPolicy:
 _State = Literal["running", "settling", "settled", "released", "held"]
 
 
-class Execution:
+class Execution(AsyncContext):
     """One owned execution of a key, from ``ExecutionPolicy.begin`` to its settlement.
 
     While it is unfinished a ``LeaseKeeper`` keeps the key's lease alive, whatever task
@@ -579,15 +578,7 @@ class Execution:
             return bookkeeping
         return shielded(bookkeeping)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _leave(self, exc: BaseException | None) -> None:
         if self.finished:
             return
         if exc is not None:

@@ -277,17 +277,43 @@ def _non_str_key(obj: dict[Any, Any]) -> _Failure:
 def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     if depth >= _MAX_DEPTH:
         raise _Failure(_TOO_DEEP)
-    depth += 1
     try:
         # One C-level pass both type-checks the keys and finds whether they are all ASCII.
         keys = "".join(obj)
     except TypeError:
         raise _non_str_key(obj) from None
-    changed: dict[Any, Any] | None = None
-    key: str = ""
+    changes = _changes(obj.items(), run, depth + 1)
+    result = obj
+    if changes:
+        result = dict(obj)
+        for key, new in changes:
+            result[key] = new
+    if not keys.isascii() and _NON_BMP.search(keys):
+        return {_Utf16Key(key): item for key, item in result.items()}
+    return result
+
+
+def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
+    if depth >= _MAX_DEPTH:
+        raise _Failure(_TOO_DEEP)
+    changes = _changes(enumerate(items), run, depth + 1)
+    if not changes:
+        return items
+    changed = list(items)
+    for index, new in changes:
+        changed[index] = new
+    return changed
+
+
+def _changes(members: Iterable[tuple[Any, Any]], run: _Run, depth: int) -> list[tuple[Any, object]]:
+    """``(key or index, value the encoder writes as JCS does)`` for each member of an object
+    or array whose value the encoder cannot take as it is; a failure names the member.
+    ``depth`` is the members' own."""
+    changes: list[tuple[Any, object]] = []
+    segment: Any = None
     new: object
     try:
-        for key, item in obj.items():
+        for segment, item in members:
             kind = type(item)
             if kind is str:
                 continue
@@ -319,68 +345,13 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                 new = _value(item, run, depth)
                 if new is item:
                     continue
-            if changed is None:
-                changed = dict(obj)
-            changed[key] = new
+            changes.append((segment, new))
     except _Failure as failure:
-        failure.segments.append(key)
+        failure.segments.append(segment)
         raise
     except RecursionError:
-        raise _Failure(_TOO_DEEP, key) from None
-    result = obj if changed is None else changed
-    if not keys.isascii() and _NON_BMP.search(keys):
-        return {_Utf16Key(key): item for key, item in result.items()}
-    return result
-
-
-def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
-    if depth >= _MAX_DEPTH:
-        raise _Failure(_TOO_DEEP)
-    depth += 1
-    changed: list[Any] | None = None
-    index = 0
-    new: object
-    try:
-        for index, item in enumerate(items):
-            kind = type(item)
-            if kind is str:
-                continue
-            if kind is float:
-                if item % 1.0:
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
-                        continue
-                    new = _float_for_encoder(item, run)
-                elif -_EXACT_INT <= item <= _EXACT_INT:
-                    new = int(item)
-                else:
-                    new = _float_for_encoder(item, run)
-            elif kind is int:
-                if -_EXACT_INT <= item <= _EXACT_INT:
-                    continue
-                new = _int_for_encoder(item, run)
-            elif kind is dict:
-                new = _object(item, run, depth)
-                if new is item:
-                    continue
-            elif kind is list or kind is tuple:
-                new = _array(item, run, depth)
-                if new is item:
-                    continue
-            elif item is None or kind is bool:
-                continue
-            else:
-                new = _value(item, run, depth)
-                if new is item:
-                    continue
-            if changed is None:
-                changed = list(items)
-            changed[index] = new
-    except _Failure as failure:
-        failure.segments.append(index)
-        raise
-    except RecursionError:
-        raise _Failure(_TOO_DEEP, index) from None
-    return items if changed is None else changed
+        raise _Failure(_TOO_DEEP, segment) from None
+    return changes
 
 
 def _check_unicode(value: object, default: Callable[[Any], object] | None) -> None:

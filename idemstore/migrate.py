@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from idemstore.errors import SchemaError
 from idemstore.registry import SQL_MIGRATIONS, engine_for_url, scheme_of
@@ -31,8 +33,10 @@ __all__ = [
     "MigrationRun",
     "MigrationState",
     "SQLMigrations",
+    "StoreSchemaTool",
     "SupportsMigrations",
     "load_migrations",
+    "migrate_hint",
     "migration_engine",
     "migration_states",
     "migrations_dir",
@@ -249,23 +253,42 @@ def _when(state: MigrationState) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
-class SQLMigrations:
+S = TypeVar("S")
+
+
+class StoreSchemaTool(Generic[S]):
+    """What a schema protocol does before anything else: refuse a store that lacks the
+    methods its schema kind needs (``_needs``, whose methods ``_offers`` names), and keep the
+    store's URL without its password for reports."""
+
+    __slots__ = ("_engine", "_store", "_url")
+
+    _needs: ClassVar[type]
+    _offers: ClassVar[str]
+    _kind: ClassVar[str]
+
+    def __init__(self, store: object, *, url: str, engine: str) -> None:
+        if not isinstance(store, self._needs):
+            raise SchemaError(
+                f"the {engine} store does not offer {self._offers}, which its {self._kind}"
+                " schema kind needs"
+            )
+        self._store = cast("S", store)
+        self._url = redact_url(url)
+        self._engine = engine
+
+
+class SQLMigrations(StoreSchemaTool[SupportsMigrations]):
     """The schema protocol for a store with SQL migration files (``SupportsMigrations``).
 
     Works on a store that has not been entered; never migrates except in ``apply``.
     """
 
-    __slots__ = ("_engine", "_store", "_url")
+    __slots__ = ()
 
-    def __init__(self, store: object, *, url: str, engine: str) -> None:
-        if not isinstance(store, SupportsMigrations):
-            raise SchemaError(
-                f"the {engine} store does not offer applied_migrations / apply_migrations / "
-                "migration_sql, which its SQL_MIGRATIONS schema kind needs"
-            )
-        self._store = store
-        self._url = redact_url(url)
-        self._engine = engine
+    _needs = SupportsMigrations
+    _offers = "applied_migrations / apply_migrations / migration_sql"
+    _kind = "SQL_MIGRATIONS"
 
     async def status(self) -> MigrationRun:
         available = load_migrations(self._engine)
@@ -293,6 +316,26 @@ class SQLMigrations:
         return MigrationRun(
             self._url, self._engine, source, tuple(states), tuple(applied), mode="apply"
         )
+
+
+def migrate_hint(url: str, *, password_variable: str | None = None) -> str:
+    """The command that brings the schema of the store at ``url`` up to date, for an error
+    message: ``url`` as given when it holds no password (ready to paste); else ``url``
+    without its password, which messages never show, and where the password may come from
+    instead (``password_variable``, such as PostgreSQL's ``PGPASSWORD``)."""
+    if redact_url(url) == url:
+        return f"run: idemstore migrate {shlex.quote(url)}"
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        password = None
+    if password is None:  # a password urlsplit cannot find: show nothing of the URL
+        return "run: idemstore migrate URL, with this store's URL (not shown: it holds a password)"
+    host = parts.netloc.rsplit("@", 1)[1]
+    bare = urlunsplit(parts._replace(netloc=f"{parts.username or ''}@{host}"))
+    where = f"with {password_variable} set to" if password_variable else "with"
+    return f"run: idemstore migrate {shlex.quote(bare)} {where} the password (not shown here)"
 
 
 async def run_migrations(

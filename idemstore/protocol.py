@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
+    "AsyncContext",
     "IdempotencyStore",
     "Lease",
     "Outcome",
@@ -224,6 +225,34 @@ class IdempotencyStore(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+class AsyncContext:
+    """``async with`` written once, for a store or anything else with a lifecycle: entering
+    runs the ``_enter`` hook and returns the object, leaving runs ``_leave`` with the exception
+    the body raised (``None`` when it finished). A store that subclasses it writes
+    ``_leave`` as ``await self.close()``; it is a mixin, never part of the Protocol."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Self:
+        await self._enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._leave(exc)
+
+    async def _enter(self) -> None:
+        """What entering does before the body (nothing by default)."""
+
+    async def _leave(self, exc: BaseException | None) -> None:
+        """What leaving does; ``exc`` is what the body raised, ``None`` when it finished."""
+        raise NotImplementedError
 
 
 def answers_inline(store: object) -> bool:

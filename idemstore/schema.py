@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from idemstore.errors import SchemaError
-from idemstore.migrate import SQLMigrations
+from idemstore.migrate import SQLMigrations, StoreSchemaTool
 from idemstore.registry import SQL_MIGRATIONS, TABLE, engine_for_url, load_target, scheme_of
 from idemstore.urls import open_store, redact_url
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "MayBeAbsent",
     "NoSchema",
     "SchemaManager",
     "SchemaMode",
@@ -115,6 +116,16 @@ class SupportsTableSchema(Protocol):
         ...
 
 
+@runtime_checkable
+class MayBeAbsent(Protocol):
+    """A store whose database may not exist yet (a SQLite file), which it can tell without
+    creating it."""
+
+    async def absent_database(self) -> str | None:
+        """Why there is no database, or None when there is one."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class TableReport:
     """What ``TableSchema`` found (``status``), would do (``plan``) or did (``apply``)."""
@@ -144,19 +155,14 @@ class TableReport:
         return f"table {self.table!r} already has the right schema: nothing to do"
 
 
-class TableSchema:
+class TableSchema(StoreSchemaTool[SupportsTableSchema]):
     """The schema protocol for a ``SupportsTableSchema`` store (DynamoDB's table and TTL)."""
 
-    __slots__ = ("_store", "_url")
+    __slots__ = ()
 
-    def __init__(self, store: object, *, url: str, engine: str) -> None:
-        if not isinstance(store, SupportsTableSchema):
-            raise SchemaError(
-                f"the {engine} store does not offer table_definition / table_status / "
-                "create_table, which its TABLE schema kind needs"
-            )
-        self._store = store
-        self._url = redact_url(url)
+    _needs = SupportsTableSchema
+    _offers = "table_definition / table_status / create_table"
+    _kind = "TABLE"
 
     async def status(self) -> TableReport:
         facts = await self._store.table_status()
@@ -202,6 +208,10 @@ async def run_schema(url: str, mode: SchemaMode = "apply", **options: Any) -> Sc
     try:
         manager = schema_manager(store, url)
         if mode == "status":
+            # A status only reads: a database that is not there is an error, not a report of
+            # every migration pending (which would suggest it exists, empty).
+            if isinstance(store, MayBeAbsent) and (why := await store.absent_database()):
+                raise SchemaError(why)
             return await manager.status()
         if mode == "plan":
             return await manager.plan()

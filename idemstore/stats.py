@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_LIMIT", "StatsTally", "StoreStats", "SupportsStats", "format_stats"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "StatsTally",
+    "StoreStats",
+    "SupportsStats",
+    "counted_in_one_query",
+    "format_stats",
+]
 
 # Records a scanning backend (Redis, DynamoDB) examines at most by default.
 DEFAULT_LIMIT = 100_000
@@ -99,6 +109,25 @@ class StatsTally:
             complete=complete,
             method=method,
         )
+
+
+def counted_in_one_query(
+    row: Sequence[Any], *, method: str, oldest_age: Callable[[Any], float | None] | None = None
+) -> StoreStats:
+    """The stats of one SQL row ``(in_progress, lapsed, completed, expired, oldest, total)``,
+    the engine having counted every record (no limit applies); ``oldest_age`` turns the
+    engine's ``oldest`` column into an age in seconds (``None``: the column is the age)."""
+    in_progress, lapsed, completed, expired, oldest, total = row
+    return StoreStats(
+        in_progress=in_progress,
+        lapsed=lapsed,
+        completed=completed,
+        expired=expired,
+        oldest_in_progress_age=oldest if oldest_age is None else oldest_age(oldest),
+        scanned=total,
+        complete=True,
+        method=method,
+    )
 
 
 def format_stats(backend: str, stats: StoreStats) -> str:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from idemstore.execution_hooks import current_observer
+from idemstore.protocol import AsyncContext
 from idemstore.records import check_duration
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from idemstore.protocol import IdempotencyStore
 
 __all__ = ["Sweeper"]
@@ -19,7 +18,7 @@ __all__ = ["Sweeper"]
 logger = logging.getLogger("idemstore.sweeper")
 
 
-class Sweeper:
+class Sweeper(AsyncContext):
     """Calls ``store.sweep(limit=...)`` every ``every`` seconds while running.
 
     A pass that removed a full batch runs again at once, so a backlog drains without waiting
@@ -82,14 +81,8 @@ class Sweeper:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         self.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _leave(self, exc: BaseException | None) -> None:
         await self.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from idemstore import telemetry
@@ -19,6 +19,8 @@ from idemstore.registry import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from idemstore.protocol import IdempotencyStore
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "register_backend",
     "require_driver",
 ]
+
+N = TypeVar("N", int, float)
 
 
 # "user:secret@" where urlsplit sees no password: a malformed URL ("redis:/u:pw@h", one slash)
@@ -190,23 +194,23 @@ def pop_str(options: dict[str, Any], name: str, default: str) -> str:
 
 
 def pop_int(options: dict[str, Any], name: str, default: int) -> int:
-    value = options.pop(name, default)
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        return int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"option {name} must be an integer, not {value!r}") from None
+    return _pop_number(options, name, default, int, "an integer")
 
 
 def pop_float(options: dict[str, Any], name: str, default: float) -> float:
+    return _pop_number(options, name, default, float, "a number")
+
+
+def _pop_number(
+    options: dict[str, Any], name: str, default: N, convert: Callable[[Any], N], what: str
+) -> N:
     value = options.pop(name, default)
     try:
         if isinstance(value, bool):
             raise ValueError
-        return float(value)
+        return convert(value)
     except (TypeError, ValueError):
-        raise ConfigurationError(f"option {name} must be a number, not {value!r}") from None
+        raise ConfigurationError(f"option {name} must be {what}, not {value!r}") from None
 
 
 def pop_bool(options: dict[str, Any], name: str, default: bool) -> bool:

@@ -183,6 +183,7 @@ def test_migrate_status_lists_checksums_and_pending_then_applied_times(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'idem.db'}"
+    sqlite3.connect(tmp_path / "idem.db").close()  # --status reads an existing database only
     first = load_migrations("sqlite")[0]
     assert main(["migrate", url, "--status"]) == 0
     before = capsys.readouterr().out

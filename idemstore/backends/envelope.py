@@ -38,13 +38,12 @@ from idemstore.backends.arguments import (
     reserve_arguments,
     wait_arguments,
 )
-from idemstore.protocol import Outcome, Reservation, Status
+from idemstore.protocol import AsyncContext, Outcome, Reservation, Status
 from idemstore.records import check_duration, check_limit, check_response
 from idemstore.stats import DEFAULT_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from types import TracebackType
 
     from idemstore.protocol import Lease, Record
     from idemstore.stats import StoreStats
@@ -70,7 +69,7 @@ def lost_reserve(record: Record, fingerprint: str) -> Reservation:
     return Reservation(_IN_PROGRESS, None, record, False)
 
 
-class _Envelope:
+class _Envelope(AsyncContext):
     """Lifecycle, the closed check, and the operations whose hooks always await."""
 
     __slots__ = ("_closed", "_max_key_length")
@@ -105,12 +104,7 @@ class _Envelope:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _leave(self, exc: BaseException | None) -> None:
         await self.close()
 
     def _owns_nothing(self, lease: Lease) -> bool:
@@ -140,9 +134,6 @@ class _Envelope:
         return await self._stats(limit)
 
     # -- hooks ----------------------------------------------------------------------------
-
-    async def _enter(self) -> None:
-        """What ``async with`` does before the body (nothing by default)."""
 
     async def _shut(self) -> None:
         """Release what the store holds; run once, by the first ``close()``."""

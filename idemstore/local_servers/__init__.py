@@ -14,13 +14,13 @@ import functools
 import random
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Iterator
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "free_port",
     "parse_port_range",
     "ports_from",
+    "spawn",
     "wait_for_port",
 ]
 
@@ -130,6 +131,20 @@ def find_binary(name: str, *extra_dirs: str) -> str | None:
             if candidate.is_file():
                 return str(candidate)
     return None
+
+
+def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (a Ctrl-C at the terminal does not reach it), its
+    output appended to ``log``."""
+    with log.open("ab") as output:
+        # The child holds its own copy of the file: ours closes when the server has started.
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def wait_for_port(

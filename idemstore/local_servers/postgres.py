@@ -21,6 +21,7 @@ from idemstore.local_servers import (
     ServerUnavailableError,
     find_binary,
     free_port,
+    spawn,
     wait_for_port,
 )
 
@@ -116,33 +117,26 @@ class PostgresServer:
         """Start the server and block until it accepts queries."""
         if self.running:
             return
-        log = self._log.open("ab")
-        try:
-            self._process = subprocess.Popen(
-                _command(
-                    str(self._bin / "postgres"),
-                    "-D",
-                    str(self.data_dir),
-                    "-p",
-                    str(self.port),
-                    "-k",
-                    str(self.socket_dir),
-                    "-c",
-                    "listen_addresses=127.0.0.1",
-                    "-c",
-                    "max_connections=300",
-                    "-c",
-                    "shared_buffers=64MB",
-                    "-c",
-                    "log_min_messages=warning",
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        self._process = spawn(
+            _command(
+                str(self._bin / "postgres"),
+                "-D",
+                str(self.data_dir),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.socket_dir),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "max_connections=300",
+                "-c",
+                "shared_buffers=64MB",
+                "-c",
+                "log_min_messages=warning",
+            ),
+            self._log,
+        )
         try:
             wait_for_port(self.port, process=self._process, timeout=timeout, log=self._log)
             self._wait_ready(timeout)
@@ -263,17 +257,7 @@ class PgBouncerServer:
 
     def start(self) -> None:
         """Start (or start again) PgBouncer on its port with its configuration."""
-        log = (self.base / "stdout.log").open("ab")
-        try:
-            self._process = subprocess.Popen(
-                self._argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        self._process = spawn(self._argv, self.base / "stdout.log")
         wait_for_port(self.port, process=self._process, timeout=30, log=self._log)
 
     def shutdown(self, signum: signal.Signals = signal.SIGINT) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,9 +32,8 @@ try:
     from starlette.responses import Response
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised by the packaging test
-    raise MissingDependencyError(
-        f"the MCP gateway needs httpx, starlette and uvicorn ({exc.name} is missing): "
-        "pip install 'idemstore[gateway]'"
+    raise MissingDependencyError.needing(
+        "the MCP gateway", "httpx, starlette and uvicorn", exc, "gateway"
     ) from None
 
 from idemstore.mcp.gateway_calls import ToolCalls
@@ -47,6 +45,7 @@ from idemstore.mcp.http_relay import (
 )
 from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.sse_stream import SSEReader, render_event
+from idemstore.mcp.tool_calls import decoded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
@@ -145,13 +144,6 @@ class GatewayConfig:
         return origin, url.path or "/"
 
 
-def _json_message(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-
-
 class McpGateway:
     """The gateway as an ASGI app (``gateway.app``), one per process.
 
@@ -231,7 +223,7 @@ class McpGateway:
             return Response(status_code=499)
         if body is None:
             return error_response(413, f"request body over {self.config.max_body_bytes} bytes")
-        message = _json_message(body)
+        message = decoded(body)
         if not isinstance(message, dict):
             return await self._relay(request, body)
         method = message.get("method")
@@ -401,7 +393,7 @@ class McpGateway:
             return _unreachable(exc)
         finally:
             await response.aclose()
-        answer = _json_message(original)
+        answer = decoded(original)
         data = relay(answer, original) if isinstance(answer, dict) else original
         relayed = Response(data, status_code=response.status_code)
         relayed.raw_headers = [
@@ -457,10 +449,7 @@ async def serve(gateway: McpGateway, host: str, port: int, *, log_level: str = "
     try:
         import uvicorn
     except ImportError as exc:  # pragma: no cover - exercised by the packaging test
-        raise MissingDependencyError(
-            f"the MCP gateway needs uvicorn ({exc.name} is missing): "
-            "pip install 'idemstore[gateway]'"
-        ) from None
+        raise MissingDependencyError.needing("the MCP gateway", "uvicorn", exc, "gateway") from None
     config = uvicorn.Config(
         gateway.app,
         host=host,

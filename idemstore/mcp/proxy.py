@@ -34,12 +34,13 @@ from idemstore.mcp.tool_calls import (
     ServerResponse,
     ToolCall,
     ToolCallCore,
+    decoded,
     error_line,
     id_key,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from idemstore.protocol import IdempotencyStore
 
@@ -132,11 +133,18 @@ class _LineReader:
                 return
 
 
-def _parse(line: bytes) -> Any:
-    try:
-        return json.loads(line)
-    except (ValueError, RecursionError):
-        return None
+async def _written(
+    writer: ByteWriter | None, lock: asyncio.Lock, data: bytes
+) -> BaseException | None:
+    """Write ``data`` whole, one writer at a time; the error when the other side has gone."""
+    assert writer is not None
+    async with lock:
+        try:
+            writer.write(data)
+            await writer.drain()
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            return exc
+    return None
 
 
 class IdempotentProxy:
@@ -241,35 +249,51 @@ class IdempotentProxy:
 
     # -- client to server -----------------------------------------------------------------
 
-    async def _pump_client(self, reader: ByteReader) -> None:
+    async def _relay_lines(
+        self,
+        reader: ByteReader,
+        side: str,
+        on_line: Callable[[bytes], Awaitable[None]],
+        on_too_long: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Each line ``side`` sends to ``on_line``, until EOF; ``on_too_long`` for a line past
+        the limit (skipped whole)."""
         lines = _LineReader(reader, self._max_line)
         while True:
             try:
                 line = await lines.readline()
             except _LineTooLong:
-                logger.warning("skipped a client message over %d bytes", self._max_line)
-                why = f"message larger than {self._max_line} bytes"
-                await self._send_client(
-                    error_line(None, sep3182.error(sep3182.INVALID_REQUEST, why))
-                )
+                await on_too_long()
                 continue
             if not line:
-                break
+                return
             try:
-                await self._on_client_line(line)
-            except ServerGone:
-                logger.debug("server input closed; dropped a client message")
+                await on_line(line)
             except Exception:
                 # Whatever a message holds, the relay goes on.
-                logger.exception("could not handle a client message; it was dropped")
+                logger.exception("could not handle a %s message; it was dropped", side)
+
+    async def _pump_client(self, reader: ByteReader) -> None:
+        await self._relay_lines(reader, "client", self._on_client_line, self._client_too_long)
         await self._core.wait_forwarded()
         if self._server_writer is not None:
             with contextlib.suppress(Exception):
                 self._server_writer.close()
         self.client_closed.set()
 
+    async def _client_too_long(self) -> None:
+        logger.warning("skipped a client message over %d bytes", self._max_line)
+        why = f"message larger than {self._max_line} bytes"
+        await self._send_client(error_line(None, sep3182.error(sep3182.INVALID_REQUEST, why)))
+
     async def _on_client_line(self, line: bytes) -> None:
-        message = _parse(line)
+        try:
+            await self._relay_client_line(line)
+        except ServerGone:
+            logger.debug("server input closed; dropped a client message")
+
+    async def _relay_client_line(self, line: bytes) -> None:
+        message = decoded(line)
         if isinstance(message, dict):
             method = message.get("method")
             has_id = "id" in message and message["id"] is not None
@@ -307,37 +331,23 @@ class IdempotentProxy:
         self._core.start(call, exchange, self._send_client)
 
     async def _send_server(self, data: bytes) -> None:
-        writer = self._server_writer
-        assert writer is not None
-        async with self._server_lock:
-            try:
-                writer.write(data)
-                await writer.drain()
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ServerGone from exc
+        failure = await _written(self._server_writer, self._server_lock, data)
+        if failure is not None:
+            raise ServerGone from failure
 
     # -- server to client -----------------------------------------------------------------
 
     async def _pump_server(self, reader: ByteReader) -> None:
-        lines = _LineReader(reader, self._max_line)
-        while True:
-            try:
-                line = await lines.readline()
-            except _LineTooLong:
-                logger.error("dropped a server message over %d bytes", self._max_line)
-                continue
-            if not line:
-                return
-            try:
-                await self._on_server_line(line)
-            except Exception:
-                logger.exception("could not handle a server message; it was dropped")
+        await self._relay_lines(reader, "server", self._on_server_line, self._server_too_long)
+
+    async def _server_too_long(self) -> None:
+        logger.error("dropped a server message over %d bytes", self._max_line)
 
     async def _on_server_line(self, line: bytes) -> None:
         if not self._responses and not self._core.busy:
             await self._send_client(line)  # nothing to match: do not even parse
             return
-        message = _parse(line)
+        message = decoded(line)
         if isinstance(message, dict) and "method" not in message and "id" in message:
             future = self._responses.pop(id_key(message["id"]), None)
             if future is not None and not future.done():
@@ -348,14 +358,8 @@ class IdempotentProxy:
         await self._send_client(line)
 
     async def _send_client(self, data: bytes) -> None:
-        writer = self._client_writer
-        assert writer is not None
-        async with self._client_lock:
-            try:
-                writer.write(data)
-                await writer.drain()
-            except (ConnectionError, RuntimeError, ValueError):
-                logger.debug("client output closed; dropped %d bytes", len(data))
+        if await _written(self._client_writer, self._client_lock, data) is not None:
+            logger.debug("client output closed; dropped %d bytes", len(data))
 
 
 def default_key_scope(command: Sequence[str]) -> str:

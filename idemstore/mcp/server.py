@@ -54,9 +54,8 @@ try:
     from mcp_types import SERVER_INFO_META_KEY
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingDependencyError(
-        f"idemstore.mcp.server needs the MCP SDK and FastMCP ({exc.name} is missing): "
-        "pip install 'idemstore[mcp]'"
+    raise MissingDependencyError.needing(
+        "idemstore.mcp.server", "the MCP SDK and FastMCP", exc, "mcp"
     ) from exc
 
 if TYPE_CHECKING:
@@ -324,10 +323,48 @@ class _Sep3182:
             raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
 
 
+class _Adapter:
+    """What both adapters take (the options ``ServerIdempotency`` documents) and advertise."""
+
+    __slots__ = ("_sep",)
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        *,
+        retention: float = 86400.0,
+        lease_ttl: float = 30.0,
+        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
+        advertise_retention: bool = False,
+        max_key_length: int = MAX_KEY_LENGTH,
+        max_response_bytes: int | None = None,
+        on_takeover: TakeoverPolicy = "run",
+    ) -> None:
+        self._sep = _Sep3182(
+            store,
+            retention=retention,
+            lease_ttl=lease_ttl,
+            scope=scope,
+            advertise_retention=advertise_retention,
+            max_key_length=max_key_length,
+            max_response_bytes=max_response_bytes,
+            on_takeover=on_takeover,
+        )
+        self._adapt()
+
+    @property
+    def capability(self) -> dict[str, Any]:
+        """The ``tools.idempotency`` object this middleware advertises."""
+        return dict(self._sep.capability)
+
+    def _adapt(self) -> None:
+        """What the adapter sets up beside the SEP-3182 rules (nothing by default)."""
+
+
 # -- the low-level SDK adapter -------------------------------------------------------------------
 
 
-class ServerIdempotency:
+class ServerIdempotency(_Adapter):
     """SEP-3182 for the ``mcp`` SDK's low-level ``Server``: ``server.middleware.append(...)``.
 
     Args:
@@ -350,39 +387,13 @@ class ServerIdempotency:
             with ``data.type = "idempotency_outcome_unknown"`` (docs/refusals.md).
     """
 
-    __slots__ = ("_sep", "_stamp")
+    __slots__ = ("_stamp",)
 
-    def __init__(
-        self,
-        store: IdempotencyStore,
-        *,
-        retention: float = 86400.0,
-        lease_ttl: float = 30.0,
-        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
-        advertise_retention: bool = False,
-        max_key_length: int = MAX_KEY_LENGTH,
-        max_response_bytes: int | None = None,
-        on_takeover: TakeoverPolicy = "run",
-    ) -> None:
+    def _adapt(self) -> None:
         # The SDK's serverInfo stamp of 2026-era results, learnt from the discover result or
         # a tool result this server produced (a middleware cannot reach the Server): a replay
         # rendered for a 2026 connection carries it too, once known.
         self._stamp: object = None
-        self._sep = _Sep3182(
-            store,
-            retention=retention,
-            lease_ttl=lease_ttl,
-            scope=scope,
-            advertise_retention=advertise_retention,
-            max_key_length=max_key_length,
-            max_response_bytes=max_response_bytes,
-            on_takeover=on_takeover,
-        )
-
-    @property
-    def capability(self) -> dict[str, Any]:
-        """The ``tools.idempotency`` object this middleware advertises."""
-        return dict(self._sep.capability)
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
@@ -450,7 +461,7 @@ def _fastmcp_principal() -> str | None:
     return json.dumps(list(principal_components(token)), separators=(",", ":"))
 
 
-class FastMCPIdempotency(Middleware):
+class FastMCPIdempotency(_Adapter, Middleware):
     """SEP-3182 for FastMCP 4.x servers: ``mcp.add_middleware(FastMCPIdempotency(store))``.
 
     Options are those of ``ServerIdempotency``; a ``scope`` callable is given the SDK's
@@ -458,34 +469,6 @@ class FastMCPIdempotency(Middleware):
     and runs again on every replay; middleware added after it (and the tool) runs once per
     key, and its effect on the result is what is recorded.
     """
-
-    def __init__(
-        self,
-        store: IdempotencyStore,
-        *,
-        retention: float = 86400.0,
-        lease_ttl: float = 30.0,
-        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
-        advertise_retention: bool = False,
-        max_key_length: int = MAX_KEY_LENGTH,
-        max_response_bytes: int | None = None,
-        on_takeover: TakeoverPolicy = "run",
-    ) -> None:
-        self._sep = _Sep3182(
-            store,
-            retention=retention,
-            lease_ttl=lease_ttl,
-            scope=scope,
-            advertise_retention=advertise_retention,
-            max_key_length=max_key_length,
-            max_response_bytes=max_response_bytes,
-            on_takeover=on_takeover,
-        )
-
-    @property
-    def capability(self) -> dict[str, Any]:
-        """The ``tools.idempotency`` object this middleware advertises."""
-        return dict(self._sep.capability)
 
     async def on_initialize(
         self,

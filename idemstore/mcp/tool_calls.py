@@ -49,6 +49,7 @@ mcp-idempotent. A late answer to a cancelled call is relayed as the server wrote
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -92,10 +93,20 @@ __all__ = [
     "ToolCall",
     "ToolCallCore",
     "advertised",
+    "decoded",
     "dumps",
     "error_line",
     "id_key",
 ]
+
+
+def decoded(message: bytes) -> Any:
+    """The JSON value of one client or server message; ``None`` when it is not JSON (or nests
+    deeper than the decoder goes), which every relay then treats as not its business."""
+    try:
+        return json.loads(message)
+    except (ValueError, RecursionError):
+        return None
 
 
 def advertised(message: dict[str, Any], line: bytes) -> bytes:

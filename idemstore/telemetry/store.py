@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.trace import StatusCode
 
-from idemstore.protocol import Status, answers_inline
+from idemstore.protocol import AsyncContext, Status, answers_inline
 from idemstore.telemetry.attributes import (
     BACKEND,
     ERROR_TYPE,
@@ -29,7 +29,6 @@ from idemstore.telemetry.attributes import (
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from types import TracebackType
 
     from opentelemetry.trace import Span
 
@@ -41,7 +40,7 @@ __all__ = ["InstrumentedStore"]
 T = TypeVar("T")
 
 
-class InstrumentedStore:
+class InstrumentedStore(AsyncContext):
     """``IdempotencyStore`` that forwards to ``wrapped`` and records into ``instruments``."""
 
     __slots__ = ("_base", "backend", "instruments", "wrapped")
@@ -95,6 +94,21 @@ class InstrumentedStore:
             describe(result, span)
         return result
 
+    def _settling(
+        self, operation: str, outcome: str, lease: Lease
+    ) -> Callable[[object, Span], None]:
+        """What ``complete``, ``release`` and ``extend`` (answering False or None when the
+        lease was lost) write on the span."""
+
+        def describe(answer: object, span: Span) -> None:
+            span.set_attribute(FENCE, lease.fence)
+            if answer is False or answer is None:
+                self._fenced(operation, span)
+            else:
+                span.set_attribute(OUTCOME, outcome)
+
+        return describe
+
     def _fenced(self, operation: str, span: Span) -> None:
         span.set_attribute(OUTCOME, "fenced_out")
         self.instruments.fenced_out.add(1, {**self._base, OPERATION: operation})
@@ -126,35 +140,17 @@ class InstrumentedStore:
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
-        def describe(stored: bool, span: Span) -> None:
-            span.set_attribute(FENCE, lease.fence)
-            if stored:
-                span.set_attribute(OUTCOME, "completed")
-            else:
-                self._fenced("complete", span)
-
+        describe = self._settling("complete", "completed", lease)
         call = self.wrapped.complete(lease, response, retention=retention)
         return await self._observe("complete", call, describe, lease.key, lease.scope)
 
     async def release(self, lease: Lease) -> bool:
-        def describe(released: bool, span: Span) -> None:
-            span.set_attribute(FENCE, lease.fence)
-            if released:
-                span.set_attribute(OUTCOME, "released")
-            else:
-                self._fenced("release", span)
-
+        describe = self._settling("release", "released", lease)
         call = self.wrapped.release(lease)
         return await self._observe("release", call, describe, lease.key, lease.scope)
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        def describe(extended: Lease | None, span: Span) -> None:
-            span.set_attribute(FENCE, lease.fence)
-            if extended is not None:
-                span.set_attribute(OUTCOME, "extended")
-            else:
-                self._fenced("extend", span)
-
+        describe = self._settling("extend", "extended", lease)
         call = self.wrapped.extend(lease, lease_ttl=lease_ttl)
         return await self._observe("extend", call, describe, lease.key, lease.scope)
 
@@ -209,17 +205,14 @@ class InstrumentedStore:
     async def close(self) -> None:
         await self.wrapped.close()
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         await self.wrapped.__aenter__()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.wrapped.__aexit__(exc_type, exc, tb)
+    async def _leave(self, exc: BaseException | None) -> None:
+        if exc is None:
+            await self.wrapped.__aexit__(None, None, None)
+        else:
+            await self.wrapped.__aexit__(type(exc), exc, exc.__traceback__)
 
 
 def _nothing(result: object, span: Span) -> None:

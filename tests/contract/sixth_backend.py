@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import pytest
 
 from idemstore import Lease, Outcome, Record, Reservation, Status
 from idemstore.errors import ConfigurationError
+from idemstore.protocol import AsyncContext
 from idemstore.records import (
     check_duration,
     check_identity,
@@ -35,9 +36,6 @@ from idemstore.records import (
 )
 from idemstore.registry import Engine, FixtureVariant, register_backend
 from idemstore.urls import parse_store_url
-
-if TYPE_CHECKING:
-    from types import TracebackType
 
 __all__ = ["ENGINE", "SnapshotStore", "snapshot_store_url"]
 
@@ -51,7 +49,7 @@ class _Snapshot:
     released: bool = False
 
 
-class SnapshotStore:
+class SnapshotStore(AsyncContext):
     """An in-process store of immutable record snapshots, one ``asyncio.Condition`` for all."""
 
     def __init__(self) -> None:
@@ -240,15 +238,7 @@ class SnapshotStore:
         async with self._changed:
             self._changed.notify_all()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _leave(self, exc: BaseException | None) -> None:
         await self.close()
 
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 import asyncpg
 
 from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
+from idemstore.backends.postgres.statements import quote_ident
 from idemstore.errors import SchemaError
+from idemstore.migrate import migrate_hint
 
-__all__ = ["driver_errors"]
+__all__ = ["driver_errors", "migrate_command", "missing_privilege"]
 
 
-def driver_errors(where: str) -> DriverErrors:
-    """How asyncpg's exceptions map onto the idemstore family, for the store at ``where``."""
+def driver_errors(where: str, migrate: str) -> DriverErrors:
+    """How asyncpg's exceptions map onto the idemstore family, for the store at ``where``
+    (its URL without the password); ``migrate`` says how to migrate it."""
     return DriverErrors(
         # Everything asyncpg raises, socket errors and timeouts.
         catches=(
@@ -30,10 +35,59 @@ def driver_errors(where: str) -> DriverErrors:
                     asyncpg.UndefinedObjectError,
                 ),
                 lambda exc: SchemaError(
-                    f"the idemstore schema at {where} is missing or incomplete ({exc}); "
-                    f"run: idemstore migrate {where}"
+                    f"the idemstore schema at {where} is missing or incomplete ({exc}); {migrate}"
                 ),
             ),
         ),
         otherwise=unavailable(f"PostgreSQL at {where}"),
+    )
+
+
+def migrate_command(url: str) -> str:
+    """How to migrate the store at ``url``: libpq's (and asyncpg's) ``PGPASSWORD`` carries the
+    password the hint leaves out."""
+    return migrate_hint(url, password_variable="PGPASSWORD")
+
+
+# What PostgreSQL says when a statement lacks a privilege (SQLSTATE 42501): creating a table
+# needs CREATE on its schema, creating the schema CREATE on the database, and altering a table
+# (a later migration) owning it.
+_DENIED = re.compile(r"permission denied for (schema|database) (.+)")
+_NOT_OWNER = re.compile(r"must be owner of (\w+) (.+)")
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def _sql_name(name: str) -> str:
+    return name if _PLAIN_NAME.fullmatch(name) else quote_ident(name)
+
+
+def missing_privilege(exc: BaseException, where: str, role: str) -> SchemaError:
+    """The error for a migration of the store at ``where``, run as ``role``, that PostgreSQL
+    refused for a missing privilege: which privilege on which object, and the statement that
+    grants it."""
+    said = str(exc)
+    grantee = _sql_name(role)
+    if denied := _DENIED.search(said):
+        kind, name = denied.groups()
+        # USAGE too: a role that may create in a schema must also be able to look into it.
+        privilege = "USAGE, CREATE" if kind == "schema" else "CREATE"
+        need = f"the CREATE privilege on {kind} {name}"
+        fix = (
+            f"as the {kind}'s owner or a superuser, run"
+            f" `GRANT {privilege} ON {kind.upper()} {_sql_name(name)} TO {grantee};`"
+            " (or migrate as a role that has it)"
+        )
+    elif not_owner := _NOT_OWNER.search(said):
+        kind, name = not_owner.groups()
+        need = f"to own {kind} {name}"
+        fix = (
+            f"migrate as its owner, or as a superuser run"
+            f" `ALTER {kind.upper()} {name} OWNER TO {grantee};`"
+        )
+    else:
+        need = "a privilege PostgreSQL refused"
+        fix = "migrate as the owner of the schema, or grant the role what the message names"
+    return SchemaError(
+        f"migrating the idemstore schema at {where} needs {need}, which role {role} lacks"
+        f" ({said}): {fix}"
     )

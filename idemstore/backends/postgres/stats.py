@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemstore.stats import StoreStats
+from idemstore.stats import counted_in_one_query
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from idemstore.stats import StoreStats
 
 __all__ = ["STATS", "counted"]
 
@@ -35,14 +37,7 @@ SELECT
 def counted(row: Sequence[Any]) -> StoreStats:
     """The stats in ``STATS``'s one row: a sequential scan of the table, read-only and
     lock-free; no limit applies."""
-    in_progress, lapsed, completed, expired, oldest, total = row
-    return StoreStats(
-        in_progress=in_progress,
-        lapsed=lapsed,
-        completed=completed,
-        expired=expired,
-        oldest_in_progress_age=oldest,
-        scanned=total,
-        complete=True,
+    return counted_in_one_query(
+        row,
         method="one COUNT ... FILTER query over idemstore_records (a sequential scan)",
     )

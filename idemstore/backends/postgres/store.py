@@ -20,7 +20,11 @@ import asyncpg
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import StoreEnvelope
-from idemstore.backends.postgres.client_errors import driver_errors
+from idemstore.backends.postgres.client_errors import (
+    driver_errors,
+    migrate_command,
+    missing_privilege,
+)
 from idemstore.backends.postgres.listening import Subscription
 from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.statements import (
@@ -102,6 +106,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_listener_lock",
         "_listener_retry_at",
         "_max_inactive_lifetime",
+        "_migrate_hint",
         "_migration_lock",
         "_pool_max_size",
         "_pool_min_size",
@@ -143,7 +148,8 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         super().__init__(max_key_length=max_key_length)
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
-        self._errors = driver_errors(self._redacted)
+        self._migrate_hint = migrate_command(url or dsn)
+        self._errors = driver_errors(self._redacted, self._migrate_hint)
         self._schema = schema
         quoted = quote_ident(schema)
         self._sql = {name: template.format(s=quoted) for name, template in _TEMPLATES.items()}
@@ -229,7 +235,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             return
         raise SchemaError(
             f"the idemstore schema {self._schema!r} at {self._redacted} lacks migration(s) "
-            f"{', '.join(missing)}; run: idemstore migrate {self._redacted}"
+            f"{', '.join(missing)}; {self._migrate_hint}"
         )
 
     async def _fetchrow(self, name: str, *args: Any) -> Any:
@@ -270,34 +276,46 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         versions table after taking the lock, so every migration runs exactly once."""
         pool = await self._connect()
         done: list[Migration] = []
-        quoted = quote_ident(self._schema)
         with self._errors.translated():
             async with pool.acquire() as conn:
                 while True:
-                    async with conn.transaction():
-                        await conn.execute("SELECT pg_advisory_xact_lock($1)", self._migration_lock)
-                        # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
-                        # the schema exists: ask first, so a pre-created schema is enough.
-                        if not await conn.fetchval(
-                            "SELECT true FROM pg_namespace WHERE nspname = $1", self._schema
-                        ):
-                            await conn.execute(f"CREATE SCHEMA {quoted}")
-                        await conn.execute(self._sql["versions"])
-                        rows = await conn.fetch(self._sql["applied"])
-                        applied = [AppliedMigration(r[0], r[1], r[2]) for r in rows]
-                        pending = pending_migrations(available, applied)
-                        if not pending:
-                            break
-                        migration = pending[0]
-                        await conn.execute(self.migration_sql(migration))
-                        await conn.execute(
-                            f"INSERT INTO {quoted}.idemstore_migrations (name, checksum) "
-                            "VALUES ($1, $2)",
-                            migration.name,
-                            migration.checksum,
-                        )
+                    try:
+                        migration = await self._apply_next(conn, available)
+                    except asyncpg.InsufficientPrivilegeError as exc:
+                        role = await conn.fetchval("SELECT current_user")
+                        raise missing_privilege(exc, self._redacted, role) from exc
+                    if migration is None:
+                        break
                     done.append(migration)
         return done
+
+    async def _apply_next(
+        self, conn: asyncpg.Connection, available: Sequence[Migration]
+    ) -> Migration | None:
+        """The next pending migration, applied in one transaction; None when none is."""
+        quoted = quote_ident(self._schema)
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", self._migration_lock)
+            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+            # the schema exists: ask first, so a pre-created schema is enough.
+            if not await conn.fetchval(
+                "SELECT true FROM pg_namespace WHERE nspname = $1", self._schema
+            ):
+                await conn.execute(f"CREATE SCHEMA {quoted}")
+            await conn.execute(self._sql["versions"])
+            rows = await conn.fetch(self._sql["applied"])
+            applied = [AppliedMigration(r[0], r[1], r[2]) for r in rows]
+            pending = pending_migrations(available, applied)
+            if not pending:
+                return None
+            migration = pending[0]
+            await conn.execute(self.migration_sql(migration))
+            await conn.execute(
+                f"INSERT INTO {quoted}.idemstore_migrations (name, checksum) VALUES ($1, $2)",
+                migration.name,
+                migration.checksum,
+            )
+        return migration
 
     # -- the contract -----------------------------------------------------------------------
 

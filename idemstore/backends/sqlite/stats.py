@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemstore.stats import StoreStats
+from idemstore.stats import counted_in_one_query
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from idemstore.stats import StoreStats
 
 __all__ = ["STATS", "counted"]
 
@@ -31,14 +33,8 @@ FROM idemstore_records
 def counted(row: Sequence[Any], now: float) -> StoreStats:
     """The stats in ``STATS``'s one row, read at ``now``: a full scan of the table, on the
     read connection (never queued behind writes); no limit applies."""
-    in_progress, lapsed, completed, expired, oldest, total = row
-    return StoreStats(
-        in_progress=in_progress,
-        lapsed=lapsed,
-        completed=completed,
-        expired=expired,
-        oldest_in_progress_age=None if oldest is None else max(0.0, now - oldest),
-        scanned=total,
-        complete=True,
+    return counted_in_one_query(
+        row,
+        oldest_age=lambda oldest: None if oldest is None else max(0.0, now - oldest),
         method="one COUNT query over idemstore_records (a full table scan)",
     )

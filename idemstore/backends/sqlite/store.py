@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -58,6 +59,7 @@ from idemstore.migrate import (
     AppliedMigration,
     Migration,
     load_migrations,
+    migrate_hint,
     pending_migrations,
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation
@@ -315,8 +317,24 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
 
     # -- migrations (SupportsMigrations) ----------------------------------------------------
 
+    async def absent_database(self) -> str | None:
+        """Why there is no database to read, or None: the file does not exist (opening it
+        would create it, which ``idemstore migrate --status`` must not)."""
+        if self._connection is not None or self._database == ":memory:":
+            return None
+        if await asyncio.to_thread(os.path.exists, self._database):
+            return None
+        return (
+            f"the SQLite database {self._database} does not exist; "
+            + migrate_hint(f"sqlite:///{self._database}")
+            + " to create it with the schema"
+        )
+
     async def applied_migrations(self) -> list[AppliedMigration]:
-        """The versions table, in order; empty when it does not exist yet."""
+        """The versions table, in order; empty when it (or the database file) does not exist
+        yet: a missing file is not created."""
+        if await self.absent_database() is not None:
+            return []
         conn = await self._connect()
         with self._errors():
             async with self._lock:
