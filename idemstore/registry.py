@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "SQL_MIGRATIONS",
@@ -30,6 +33,7 @@ __all__ = [
     "engines",
     "fixture_variants",
     "known_schemes",
+    "imported_on_first_use",
     "load_target",
     "register_backend",
     "scheme_of",
@@ -271,3 +275,16 @@ def load_target(target: str) -> Any:
     for part in attribute.split("."):
         found = getattr(found, part)
     return found
+
+
+def imported_on_first_use(package: str, **targets: str) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` that imports each of ``targets`` (name to ``"module:Name"``)
+    when it is first read: a backend package's store, and with it the driver, loads on use, so
+    its driver-free modules (``options``) read without the driver installed."""
+
+    def __getattr__(name: str) -> Any:
+        if name in targets:
+            return load_target(targets[name])
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

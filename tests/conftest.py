@@ -12,10 +12,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from idemstore.testing.fixtures import backend_unavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,3 +46,16 @@ def make_venv(where: Path, *requirements: str) -> Path:
     bin_dir = where / "bin"
     subprocess.run([str(bin_dir / "pip"), "install", "-q", *requirements], check=True)
     return bin_dir
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """Registrations a test makes are undone afterwards."""
+    from idemstore import registry
+
+    engines, schemes = dict(registry._ENGINES), dict(registry._SCHEMES)
+    yield
+    registry._ENGINES.clear()
+    registry._ENGINES.update(engines)
+    registry._SCHEMES.clear()
+    registry._SCHEMES.update(schemes)

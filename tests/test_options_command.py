@@ -15,8 +15,6 @@ from idemstore.registry import Engine, engines, load_target, register_backend
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from idemstore.backends.store_options import Options
 
 WITH_TABLES = [engine.name for engine in engines() if engine.options is not None]
@@ -24,19 +22,6 @@ WITH_TABLES = [engine.name for engine in engines() if engine.options is not None
 
 def test_every_built_in_engine_declares_its_options_table() -> None:
     assert WITH_TABLES == ["memory", "sqlite", "postgres", "redis", "dynamodb"]
-
-
-@pytest.fixture
-def scratch_registry() -> Iterator[None]:
-    """Registrations a test makes are undone afterwards."""
-    from idemstore import registry
-
-    kept, schemes = dict(registry._ENGINES), dict(registry._SCHEMES)
-    yield
-    registry._ENGINES.clear()
-    registry._ENGINES.update(kept)
-    registry._SCHEMES.clear()
-    registry._SCHEMES.update(schemes)
 
 
 def test_without_an_engine_it_lists_every_registered_engine_and_scheme(

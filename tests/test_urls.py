@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 
 import idemstore
@@ -15,9 +13,6 @@ from idemstore import (
 from idemstore.backends.memory import MemoryStore
 from idemstore.registry import engine_for_scheme, engines, load_target, scheme_of
 from idemstore.urls import known_schemes, redact_url
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 
 def test_memory_url_builds_a_memory_store() -> None:
@@ -139,19 +134,6 @@ def test_every_error_has_one_root() -> None:
 
 
 # -- the registry ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def scratch_registry() -> Iterator[None]:
-    """Registrations a test makes are undone afterwards."""
-    from idemstore import registry
-
-    engines, schemes = dict(registry._ENGINES), dict(registry._SCHEMES)
-    yield
-    registry._ENGINES.clear()
-    registry._ENGINES.update(engines)
-    registry._SCHEMES.clear()
-    registry._SCHEMES.update(schemes)
 
 
 async def test_one_full_declaration_reaches_open_store_migrate_and_bench(

@@ -9,9 +9,10 @@ Every operation is one round trip to a server-side function installed by
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from idemstore.backends.postgres.statements import hash64
+from idemstore.registry import imported_on_first_use
 
 __all__ = ["PostgresStore", "hash64"]
 
@@ -19,11 +20,6 @@ if TYPE_CHECKING:
     from idemstore.backends.postgres.store import PostgresStore
 
 
-def __getattr__(name: str) -> Any:
-    # The store (and with it the driver) is imported on first use, so that the package's
-    # driver-free parts (``options``) can be read without the driver installed.
-    if name == "PostgresStore":
-        from idemstore.backends.postgres.store import PostgresStore
-
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = imported_on_first_use(
+    __name__, PostgresStore="idemstore.backends.postgres.store:PostgresStore"
+)

@@ -16,9 +16,10 @@ builds), ``scripts`` (loads the Lua), ``codec`` (key names and hash fields), ``n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from idemstore.backends.redis.codec import record_key
+from idemstore.registry import imported_on_first_use
 
 __all__ = ["RedisStore", "record_key"]
 
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
     from idemstore.backends.redis.store import RedisStore
 
 
-def __getattr__(name: str) -> Any:
-    # redis-py is imported with the store, on first use: ``options`` reads without it.
-    if name == "RedisStore":
-        from idemstore.backends.redis.store import RedisStore
-
-        return RedisStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = imported_on_first_use(
+    __name__, RedisStore="idemstore.backends.redis.store:RedisStore"
+)

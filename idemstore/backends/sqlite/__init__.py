@@ -7,9 +7,10 @@ decoding of rows) and ``options`` (its options table, readable without aiosqlite
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from idemstore.backends.sqlite.statements import split_statements
+from idemstore.registry import imported_on_first_use
 
 __all__ = ["SQLiteStore", "split_statements"]
 
@@ -17,11 +18,6 @@ if TYPE_CHECKING:
     from idemstore.backends.sqlite.store import SQLiteStore
 
 
-def __getattr__(name: str) -> Any:
-    # The store (and with it the driver) is imported on first use, so that the package's
-    # driver-free parts (``options``) can be read without the driver installed.
-    if name == "SQLiteStore":
-        from idemstore.backends.sqlite.store import SQLiteStore
-
-        return SQLiteStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = imported_on_first_use(
+    __name__, SQLiteStore="idemstore.backends.sqlite.store:SQLiteStore"
+)
