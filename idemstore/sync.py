@@ -1,0 +1,211 @@
+"""The synchronous runner: ``idemstore.Idempotency`` for plain functions, threads and processes.
+
+``Idempotency(url)`` opens the store on a private event loop in a daemon thread and runs the
+async runner (``idemstore.runner``, so ``idemstore.execution``) there, unchanged: the same
+records, the same policies, so a synchronous and an asynchronous caller racing one key run it
+once. The work itself runs in the calling thread; the loop heartbeats the lease meanwhile.
+Any number of threads may call one runner at once. Each process uses its own loop and store
+connections (a runner built before a fork opens new ones in the child on first use).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+
+from idemstore import runner
+from idemstore.loop_thread import LoopThread, in_calling_thread
+from idemstore.urls import open_store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import TracebackType
+
+    from idemstore.execution import Result, TakeoverPolicy
+    from idemstore.protocol import IdempotencyStore
+    from idemstore.serializers import Serializer
+
+__all__ = ["Idempotency"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Idempotency:
+    """Execute plain (``def``) work at most once per ``(scope, key)``; retries get its result.
+
+    Args:
+        store: a store URL (``"redis://localhost:6379/0"``, ``"postgresql://..."``), or a
+            zero-argument callable returning an ``IdempotencyStore`` (called on the runner's
+            loop, once per process, so the driver binds to that loop).
+        store_options: engine options for a URL, as ``open_store(url, **store_options)``.
+
+    The other arguments are ``idemstore.Idempotency``'s, with the same meaning and defaults.
+    The store is opened, and every option checked, by the constructor (its errors propagate
+    from it). Use it as a context manager, or call ``close()``, to close the store and stop
+    the loop thread.
+    """
+
+    __slots__ = ("_loop", "_serializer")
+
+    def __init__(
+        self,
+        store: str | Callable[[], IdempotencyStore],
+        *,
+        store_options: Mapping[str, Any] | None = None,
+        lease_ttl: float = 30.0,
+        retention: float = 86400.0,
+        in_flight: Literal["wait", "reject"] = "wait",
+        wait_timeout: float | None = None,
+        on_failure: Literal["release", "hold"] = "release",
+        on_takeover: TakeoverPolicy = "run",
+        max_response_bytes: int | None = None,
+        serializer: Serializer | None = None,
+    ) -> None:
+        if isinstance(store, str):
+            url, options = store, dict(store_options or {})
+
+            def build() -> IdempotencyStore:
+                return open_store(url, **options)
+
+        elif callable(store):
+            if store_options:
+                raise TypeError("store_options are for a store URL, not a store factory")
+            build = store
+        else:
+            raise TypeError(
+                "store must be a store URL or a zero-argument callable returning a store (so it"
+                f" is built on the runner's own event loop), not {type(store).__name__}"
+            )
+
+        async def open_runner() -> runner.Idempotency:
+            opened = build()
+            try:
+                await opened.__aenter__()
+                return runner.Idempotency(
+                    opened,
+                    lease_ttl=lease_ttl,
+                    retention=retention,
+                    in_flight=in_flight,
+                    wait_timeout=wait_timeout,
+                    on_failure=on_failure,
+                    on_takeover=on_takeover,
+                    max_response_bytes=max_response_bytes,
+                    serializer=serializer,
+                )
+            except BaseException:
+                await opened.close()
+                raise
+
+        async def close_runner(opened: runner.Idempotency) -> None:
+            await opened.store.close()
+
+        self._loop: LoopThread[runner.Idempotency] = LoopThread(
+            open_runner, close_runner, name="idemstore-sync"
+        )
+        self._serializer = self._loop.resource.serializer
+
+    @property
+    def serializer(self) -> Serializer:
+        return self._serializer
+
+    def run(
+        self,
+        key: str,
+        fingerprint: str,
+        work: Callable[[], bytes],
+        *,
+        scope: str = "",
+    ) -> Result:
+        """Run ``work`` unless this key already ran (then replay it) or is running.
+
+        ``work`` is a plain zero-argument callable returning the bytes to record; it runs in
+        this thread (``current_execution()`` is set while it does). An ``async def`` function
+        is refused with ``TypeError`` before anything is reserved: use
+        ``idemstore.Idempotency``. Everything else is ``idemstore.Idempotency.run``: the same
+        errors, the same failure policy; an interruption (``KeyboardInterrupt``) of the
+        work, or of this thread while it waits, counts as a failure.
+        """
+        _refuse_async(work)
+
+        def called() -> bytes:
+            value = work()
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: say so once, through the unrecordable path
+            return value
+
+        return self._loop.call(
+            lambda idem: idem.run(key, fingerprint, lambda: in_calling_thread(called), scope=scope)
+        )
+
+    def idempotent(
+        self,
+        key: str | Callable[..., str],
+        *,
+        scope: str | Callable[..., str] = "",
+        require_key: bool = False,
+        serializer: Serializer | None = None,
+    ) -> Callable[[Callable[P, T]], Callable[P, T]]:
+        """Decorate a plain function so each key runs it once and retries get its result.
+
+        Everything is ``idemstore.Idempotency.idempotent``'s (the key and scope arguments,
+        the fingerprint over the function's qualified name and arguments, the serializer,
+        ``require_key``), so a synchronous and an async function of the same qualified name
+        share records. Decorating an ``async def`` function is a ``TypeError``.
+        """
+        async_decorate = self._loop.resource.idempotent(
+            key, scope=scope, require_key=require_key, serializer=serializer
+        )
+
+        def decorate(func: Callable[P, T]) -> Callable[P, T]:
+            if inspect.iscoroutinefunction(func):
+                raise TypeError(
+                    f"idemstore.sync's @idempotent is for plain functions; {func.__qualname__}"
+                    " is `async def`: decorate it with idemstore.Idempotency's @idempotent"
+                )
+
+            # The async decorator sees this stand-in (same name, signature and annotations),
+            # so every rule of the decorated call is the async one.
+            @functools.wraps(func)
+            async def in_caller(*args: P.args, **kwargs: P.kwargs) -> T:
+                return await in_calling_thread(functools.partial(func, *args, **kwargs))
+
+            decorated = async_decorate(in_caller)
+
+            @functools.wraps(func)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+                return self._loop.call(lambda _idem: decorated(*args, **kwargs))
+
+            return wrapper
+
+        return decorate
+
+    def close(self) -> None:
+        """Close the store and stop the loop thread (idempotent); later calls raise
+        ``RuntimeError``. Calls still running when it is called may fail."""
+        self._loop.close()
+
+    def __enter__(self) -> Idempotency:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _refuse_async(work: object) -> None:
+    if not callable(work):
+        raise TypeError(f"work must be a callable returning bytes, not {type(work).__name__}")
+    target: Any = work
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.iscoroutinefunction(target):
+        raise TypeError(
+            f"work {getattr(target, '__qualname__', target)!r} is `async def`: run it with"
+            " idemstore.Idempotency (the async runner). Nothing was reserved or run"
+        )
