@@ -37,6 +37,7 @@ from idemstore.bench.scenarios import (
     run_interleaved,
     run_proxy,
 )
+from idemstore.bench.sync_scenario import run_sync
 from idemstore.bench.telemetry_overhead import run_telemetry
 from idemstore.registry import engine_for_scheme, engines, scheme_of
 from idemstore.urls import open_store, redact_url
@@ -360,7 +361,7 @@ async def run_bench(
     store_steps = len([s for s in config.scenarios if s in STORE_SCENARIOS])
     probe_steps = len([s for s in config.scenarios if s in TARGET_PROBES])
     total = len(targets) * (store_steps * len(config.concurrency) + probe_steps)
-    once = ("hasher", "proxy", "middleware", "gateway", "telemetry")
+    once = ("hasher", "proxy", "middleware", "gateway", "telemetry", "sync")
     total += sum(s in config.scenarios for s in once)
     progress.start(total)
     run_id = secrets.token_hex(3)
@@ -394,6 +395,14 @@ async def run_bench(
             result.unavailable.append(observed)
         else:
             result.measurements += observed
+    if "sync" in config.scenarios:
+        progress.step("sync runner (idemstore.sync overhead)")
+        for measured in await run_sync(targets, one_worker, run_id):
+            if isinstance(measured, Unavailable):
+                result.unavailable.append(measured)
+            else:
+                result.measurements.append(measured)
+        progress.advance()
     if "middleware" in config.scenarios:
         progress.step("asgi middleware")
         overhead = await run_middleware(one_worker, f"{run_id}-middleware:")
