@@ -22,12 +22,15 @@ import threading
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from idemstore.running_work import current_execution, running
+from idemstore.urls import open_store
 
 if TYPE_CHECKING:
     import concurrent.futures
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
-__all__ = ["LoopThread", "in_calling_thread"]
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = ["LoopThread", "in_calling_thread", "store_factory"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -262,3 +265,21 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
 def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
+
+
+def store_factory(
+    store: str | Callable[[], IdempotencyStore], options: Mapping[str, Any] | None
+) -> Callable[[], IdempotencyStore]:
+    """How a synchronous door takes its store: a URL (with ``open_store`` options) or a
+    factory, called on the loop so that the driver binds to it, once per process."""
+    if isinstance(store, str):
+        url, kwargs = store, dict(options or {})
+        return lambda: open_store(url, **kwargs)
+    if callable(store):
+        if options:
+            raise TypeError("store_options are for a store URL, not a store factory")
+        return store
+    raise TypeError(
+        "store must be a store URL or a zero-argument callable returning a store (so it is"
+        f" built on the synchronous door's own event loop), not {type(store).__name__}"
+    )

@@ -15,8 +15,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore import runner
-from idemstore.loop_thread import LoopThread, in_calling_thread
-from idemstore.urls import open_store
+from idemstore.loop_thread import LoopThread, in_calling_thread, store_factory
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -63,21 +62,7 @@ class Idempotency:
         max_response_bytes: int | None = None,
         serializer: Serializer | None = None,
     ) -> None:
-        if isinstance(store, str):
-            url, options = store, dict(store_options or {})
-
-            def build() -> IdempotencyStore:
-                return open_store(url, **options)
-
-        elif callable(store):
-            if store_options:
-                raise TypeError("store_options are for a store URL, not a store factory")
-            build = store
-        else:
-            raise TypeError(
-                "store must be a store URL or a zero-argument callable returning a store (so it"
-                f" is built on the runner's own event loop), not {type(store).__name__}"
-            )
+        build = store_factory(store, store_options)
 
         async def open_runner() -> runner.Idempotency:
             opened = build()
