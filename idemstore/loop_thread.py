@@ -19,7 +19,7 @@ import contextvars
 import os
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from idemstore.running_work import current_execution, running
 from idemstore.urls import open_store
@@ -27,10 +27,11 @@ from idemstore.urls import open_store
 if TYPE_CHECKING:
     import concurrent.futures
     from collections.abc import Awaitable, Callable, Mapping
+    from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["LoopThread", "in_calling_thread", "store_factory"]
+__all__ = ["LoopOwner", "LoopThread", "in_calling_thread", "store_factory"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -217,6 +218,30 @@ class LoopThread(Generic[R]):
             ).result(_CLOSE_TIMEOUT)
         finally:
             _stop(running_now.loop, running_now.thread)
+
+
+class LoopOwner:
+    """What a synchronous door built on a ``LoopThread`` (``self._loop``) offers for its
+    lifecycle: ``close()`` and ``with``."""
+
+    __slots__ = ()
+    _loop: LoopThread[Any]
+
+    def close(self) -> None:
+        """Close the store and stop the loop thread (idempotent); later calls raise
+        ``RuntimeError``. Calls still running when it is called may fail."""
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def _run_asked(ask: _Ask) -> BaseException | None:

@@ -15,11 +15,10 @@ import inspect
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore import runner
-from idemstore.loop_thread import LoopThread, in_calling_thread, store_factory
+from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, store_factory
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from types import TracebackType
 
     from idemstore.execution import Result, TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
@@ -31,7 +30,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class Idempotency:
+class Idempotency(LoopOwner):
     """Execute plain (``def``) work at most once per ``(scope, key)``; retries get its result.
 
     Args:
@@ -165,22 +164,6 @@ class Idempotency:
             return wrapper
 
         return decorate
-
-    def close(self) -> None:
-        """Close the store and stop the loop thread (idempotent); later calls raise
-        ``RuntimeError``. Calls still running when it is called may fail."""
-        self._loop.close()
-
-    def __enter__(self) -> Idempotency:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _refuse_async(work: object) -> None:

@@ -27,12 +27,11 @@ from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import check_size, method_set, required_predicate
 from idemstore.errors import ConfigurationError
 from idemstore.http_identity import default_scope
-from idemstore.loop_thread import LoopThread, in_calling_thread, store_factory
+from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, store_factory
 from idemstore.records import MAX_KEY_LENGTH
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from types import TracebackType
 
     from idemstore.execution import TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
@@ -146,7 +145,7 @@ def _call_app(app: WSGIApp, environ: Environ) -> _Response:
     return response
 
 
-class IdempotencyMiddleware:
+class IdempotencyMiddleware(LoopOwner):
     """Honour ``Idempotency-Key`` on unsafe requests of a WSGI app.
 
     Args:
@@ -282,21 +281,6 @@ class IdempotencyMiddleware:
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
         )
         return response.chunks
-
-    def close(self) -> None:
-        """Close the store and stop the loop thread (idempotent)."""
-        self._loop.close()
-
-    def __enter__(self) -> IdempotencyMiddleware:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _status_line(status: int) -> str:
