@@ -19,7 +19,7 @@ import contextvars
 import os
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from idemstore.running_work import current_execution, running
 from idemstore.urls import open_store
@@ -31,10 +31,18 @@ if TYPE_CHECKING:
 
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["LoopOwner", "LoopThread", "in_calling_thread", "store_factory"]
+__all__ = ["LoopOwner", "LoopThread", "in_calling_thread", "loop_over_store", "store_factory"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class _OverStore(Protocol):
+    @property
+    def store(self) -> IdempotencyStore: ...
+
+
+S = TypeVar("S", bound=_OverStore)
 
 # How long close() waits for the owned resource to close before abandoning the loop.
 _CLOSE_TIMEOUT = 10.0
@@ -308,3 +316,24 @@ def store_factory(
         "store must be a store URL or a zero-argument callable returning a store (so it is"
         f" built on the synchronous door's own event loop), not {type(store).__name__}"
     )
+
+
+def loop_over_store(
+    build: Callable[[], IdempotencyStore], make: Callable[[IdempotencyStore], S], *, name: str
+) -> LoopThread[S]:
+    """A ``LoopThread`` whose resource is ``make(store)`` over the connected store ``build``
+    returns (closed again if ``make`` refuses its options); ``close()`` closes that store."""
+
+    async def open_resource() -> S:
+        store = build()
+        try:
+            await store.__aenter__()
+            return make(store)
+        except BaseException:
+            await store.close()
+            raise
+
+    async def close_resource(resource: S) -> None:
+        await resource.store.close()
+
+    return LoopThread(open_resource, close_resource, name=name)

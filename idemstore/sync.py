@@ -15,7 +15,13 @@ import inspect
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore import runner
-from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, store_factory
+from idemstore.loop_thread import (
+    LoopOwner,
+    LoopThread,
+    in_calling_thread,
+    loop_over_store,
+    store_factory,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -46,6 +52,7 @@ class Idempotency(LoopOwner):
     """
 
     __slots__ = ("_loop", "_serializer")
+    _loop: LoopThread[runner.Idempotency]
 
     def __init__(
         self,
@@ -63,31 +70,20 @@ class Idempotency(LoopOwner):
     ) -> None:
         build = store_factory(store, store_options)
 
-        async def open_runner() -> runner.Idempotency:
-            opened = build()
-            try:
-                await opened.__aenter__()
-                return runner.Idempotency(
-                    opened,
-                    lease_ttl=lease_ttl,
-                    retention=retention,
-                    in_flight=in_flight,
-                    wait_timeout=wait_timeout,
-                    on_failure=on_failure,
-                    on_takeover=on_takeover,
-                    max_response_bytes=max_response_bytes,
-                    serializer=serializer,
-                )
-            except BaseException:
-                await opened.close()
-                raise
+        def make(opened: IdempotencyStore) -> runner.Idempotency:
+            return runner.Idempotency(
+                opened,
+                lease_ttl=lease_ttl,
+                retention=retention,
+                in_flight=in_flight,
+                wait_timeout=wait_timeout,
+                on_failure=on_failure,
+                on_takeover=on_takeover,
+                max_response_bytes=max_response_bytes,
+                serializer=serializer,
+            )
 
-        async def close_runner(opened: runner.Idempotency) -> None:
-            await opened.store.close()
-
-        self._loop: LoopThread[runner.Idempotency] = LoopThread(
-            open_runner, close_runner, name="idemstore-sync"
-        )
+        self._loop = loop_over_store(build, make, name="idemstore-sync")
         self._serializer = self._loop.resource.serializer
 
     @property

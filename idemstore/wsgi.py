@@ -27,7 +27,13 @@ from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import check_size, method_set, required_predicate
 from idemstore.errors import ConfigurationError
 from idemstore.http_identity import default_scope
-from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, store_factory
+from idemstore.loop_thread import (
+    LoopOwner,
+    LoopThread,
+    in_calling_thread,
+    loop_over_store,
+    store_factory,
+)
 from idemstore.records import MAX_KEY_LENGTH
 
 if TYPE_CHECKING:
@@ -167,6 +173,7 @@ class IdempotencyMiddleware(LoopOwner):
     """
 
     __slots__ = ("_loop", "_methods", "_required", "app", "max_body_bytes")
+    _loop: LoopThread[ASGIIdempotencyMiddleware]
 
     def __init__(
         self,
@@ -226,34 +233,23 @@ class IdempotencyMiddleware(LoopOwner):
             )
             await send({"type": "http.response.body", "body": b"".join(response.chunks)})
 
-        async def open_middleware() -> ASGIIdempotencyMiddleware:
-            opened = build()
-            try:
-                await opened.__aenter__()
-                return ASGIIdempotencyMiddleware(
-                    bridge,
-                    store=opened,
-                    methods=self._methods,
-                    required=self._required,
-                    scope=caller_of,
-                    retention=retention,
-                    lease_ttl=lease_ttl,
-                    max_body_bytes=max_body_bytes,
-                    max_response_bytes=max_response_bytes,
-                    record_server_errors=record_server_errors,
-                    max_key_length=max_key_length,
-                    on_takeover=on_takeover,
-                )
-            except BaseException:
-                await opened.close()
-                raise
+        def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
+            return ASGIIdempotencyMiddleware(
+                bridge,
+                store=opened,
+                methods=self._methods,
+                required=self._required,
+                scope=caller_of,
+                retention=retention,
+                lease_ttl=lease_ttl,
+                max_body_bytes=max_body_bytes,
+                max_response_bytes=max_response_bytes,
+                record_server_errors=record_server_errors,
+                max_key_length=max_key_length,
+                on_takeover=on_takeover,
+            )
 
-        async def close_middleware(middleware: ASGIIdempotencyMiddleware) -> None:
-            await middleware.store.close()
-
-        self._loop: LoopThread[ASGIIdempotencyMiddleware] = LoopThread(
-            open_middleware, close_middleware, name="idemstore-wsgi"
-        )
+        self._loop = loop_over_store(build, make, name="idemstore-wsgi")
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD", "GET")).upper()
