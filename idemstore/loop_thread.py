@@ -207,6 +207,12 @@ class LoopThread(Generic[R]):
             raise interrupted
         return _result(future)
 
+    def submit(self, make: Callable[[R], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Start ``make(resource)`` on the loop, for a caller on another event loop to await
+        (``asyncio.wrap_future``); it cannot hand work back with ``in_calling_thread``."""
+        current = self._current()
+        return asyncio.run_coroutine_threadsafe(_awaited(make(current.resource)), current.loop)
+
     def close(self) -> None:
         """Close the resource and stop the loop; later calls raise ``RuntimeError``.
 
