@@ -1,9 +1,12 @@
-"""The examples of docs/sync.md and docs/wsgi.md run as pasted."""
+"""The examples of docs/sync.md, docs/wsgi.md and docs/django.md run as pasted, each in a
+fresh interpreter (the Django one configures settings)."""
 
 from __future__ import annotations
 
+import os
 import re
-import runpy
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,7 +16,7 @@ from tests.conftest import ROOT
 if TYPE_CHECKING:
     from pathlib import Path
 
-PAGES = ["docs/sync.md", "docs/wsgi.md"]
+PAGES = ["docs/sync.md", "docs/wsgi.md", "docs/django.md"]
 
 
 def python_blocks(page: str) -> list[str]:
@@ -28,4 +31,12 @@ def test_every_python_block_of_the_page_runs(page: str, tmp_path: Path) -> None:
     for number, block in enumerate(blocks):
         script = tmp_path / f"example_{number}.py"
         script.write_text(block, encoding="utf-8")
-        runpy.run_path(str(script), run_name="__main__")
+        ran = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, f"{page}, block {number + 1}:\n{ran.stderr[-3000:]}"
