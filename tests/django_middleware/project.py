@@ -110,3 +110,11 @@ def wsgi_application() -> Any:
     from django.core.wsgi import get_wsgi_application
 
     return get_wsgi_application()
+
+
+def asgi_application() -> Any:
+    """What uvicorn serves (``tests.django_middleware.project:asgi_application``, factory)."""
+    configure()
+    from django.core.asgi import get_asgi_application
+
+    return get_asgi_application()

@@ -19,7 +19,7 @@ from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.slow
@@ -38,6 +38,19 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 def gunicorn(app: str, store_url: str, effects: Path, tmp_path: Path) -> Iterator[str]:
     """``app`` under gunicorn with two workers of four threads on a free loopback port;
     the app finds the store and the effects file in its environment."""
+    command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--threads", "4", app]
+    with server(
+        lambda port: [*command, "--bind", f"127.0.0.1:{port}"], store_url, effects, tmp_path
+    ) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def server(
+    command: Callable[[int], list[str]], store_url: str, effects: Path, tmp_path: Path
+) -> Iterator[str]:
+    """A server started by ``command(port)`` on a free loopback port; the app it serves finds
+    the store and the effects file in its environment."""
     port = free_port()
     log = tmp_path / "gunicorn.log"
     env = {
@@ -46,10 +59,9 @@ def gunicorn(app: str, store_url: str, effects: Path, tmp_path: Path) -> Iterato
         "IDEMSTORE_TEST_STORE": store_url,
         "IDEMSTORE_TEST_EFFECTS": str(effects),
     }
-    command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--threads", "4"]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [*command, "--bind", f"127.0.0.1:{port}", app],
+            command(port),
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -59,7 +71,7 @@ def gunicorn(app: str, store_url: str, effects: Path, tmp_path: Path) -> Iterato
         try:
             wait_for_port(port, process=process, timeout=30, log=log)
         except ServerUnavailableError as exc:
-            pytest.fail(f"gunicorn did not start: {exc}")
+            pytest.fail(f"the server did not start: {exc}")
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
