@@ -19,6 +19,7 @@ import contextvars
 import os
 import queue
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from idemstore.running_work import current_execution, running
@@ -111,6 +112,18 @@ class _Running(Generic[R]):
         self.pid = os.getpid()
 
 
+_ALL: weakref.WeakSet[LoopThread[Any]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by another thread of the parent at the fork would stay held forever here.
+    for loop_thread in list(_ALL):
+        loop_thread._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class LoopThread(Generic[R]):
     """A daemon thread running an event loop, and a resource opened on it.
 
@@ -121,7 +134,7 @@ class LoopThread(Generic[R]):
         name: the thread's name.
     """
 
-    __slots__ = ("_close", "_closed", "_lock", "_name", "_open", "_running")
+    __slots__ = ("__weakref__", "_close", "_closed", "_lock", "_name", "_open", "_running")
 
     def __init__(
         self,
@@ -136,6 +149,7 @@ class LoopThread(Generic[R]):
         self._lock = threading.Lock()
         self._closed = False
         self._running: _Running[R] | None = None
+        _ALL.add(self)
         self._start()
 
     @property

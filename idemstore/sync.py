@@ -134,9 +134,9 @@ class Idempotency(LoopOwner):
         ``require_key``), so a synchronous and an async function of the same qualified name
         share records. Decorating an ``async def`` function is a ``TypeError``.
         """
-        async_decorate = self._loop.resource.idempotent(
-            key, scope=scope, require_key=require_key, serializer=serializer
-        )
+
+        def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
+            return idem.idempotent(key, scope=scope, require_key=require_key, serializer=serializer)
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:
             if inspect.iscoroutinefunction(func):
@@ -151,11 +151,24 @@ class Idempotency(LoopOwner):
             async def in_caller(*args: P.args, **kwargs: P.kwargs) -> T:
                 return await in_calling_thread(functools.partial(func, *args, **kwargs))
 
-            decorated = async_decorate(in_caller)
+            # Decorated now, so that a mistake (no such argument) is found here; again for the
+            # runner of a forked child, whose store is its own.
+            current = self._loop.resource
+            decorated: dict[int, Callable[..., Any]] = {
+                id(current): async_decorator(current)(in_caller)
+            }
+
+            def decorated_for(idem: runner.Idempotency) -> Callable[..., Any]:
+                found = decorated.get(id(idem))
+                if found is None:
+                    found = decorated[id(idem)] = async_decorator(idem)(in_caller)
+                return found
 
             @functools.wraps(func)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-                return self._loop.call(lambda _idem: decorated(*args, **kwargs))
+                return self._loop.call(  # type: ignore[no-any-return]
+                    lambda idem: decorated_for(idem)(*args, **kwargs)
+                )
 
             return wrapper
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
 import time
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -377,3 +378,35 @@ def test_close_is_idempotent_and_later_calls_are_refused(server_store_url: str) 
     with pytest.raises(RuntimeError, match="closed"):
         idem.run(new_key(), "fp", lambda: b"x")
     assert not any(t.name == "idemstore-sync" and t.is_alive() for t in threading.enumerate())
+
+
+def _in_forked_child(
+    idem: idem_sync.Idempotency, charge: Callable[[str], str], key: str, out: Any
+) -> None:
+    try:
+        value = idem.run(key, "fp", lambda: b"from the child").value
+        order = f"{key}-order"
+        out.put((value, charge(order), charge(order)))
+    except BaseException as exc:
+        out.put(repr(exc))
+
+
+def test_a_runner_built_before_a_fork_works_in_the_child(shared_store_url: str) -> None:
+    key = new_key()
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    with idem_sync.Idempotency(shared_store_url) as idem:
+        idem.run(new_key(), "fp", lambda: b"the parent's connections are in use")
+
+        @idem.idempotent("order")
+        def charge(order: str) -> str:
+            return f"charged {order}"
+
+        child = context.Process(target=_in_forked_child, args=(idem, charge, key, out))
+        child.start()
+        answer = out.get(timeout=60)
+        child.join()
+        # The parent's runner still works, and sees what the child recorded.
+        replayed = idem.run(key, "fp", lambda: b"not again")
+    assert answer == (b"from the child", f"charged {key}-order", f"charged {key}-order")
+    assert replayed.replayed and replayed.value == b"from the child"
