@@ -10,6 +10,7 @@ connections (a runner built before a fork opens new ones in the child on first u
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
@@ -132,11 +133,18 @@ class Idempotency(LoopOwner):
         Everything is ``idemstore.Idempotency.idempotent``'s (the key and scope arguments,
         the fingerprint over the function's qualified name and arguments, the serializer,
         ``require_key``), so a synchronous and an async function of the same qualified name
-        share records. Decorating an ``async def`` function is a ``TypeError``.
+        share records. Decorating an ``async def`` function is a ``TypeError``. ``key`` and
+        ``scope`` callables run in the calling thread (they may read its thread-locals).
         """
+        # The async decorator runs on the loop thread: callables it is given return what the
+        # caller's own thread computed, handed over in the (copied) context of the call.
+        async_key = _computed_key if callable(key) else key
+        async_scope = _computed_scope if callable(scope) else scope
 
         def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
-            return idem.idempotent(key, scope=scope, require_key=require_key, serializer=serializer)
+            return idem.idempotent(
+                async_key, scope=async_scope, require_key=require_key, serializer=serializer
+            )
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:
             if inspect.iscoroutinefunction(func):
@@ -166,13 +174,35 @@ class Idempotency(LoopOwner):
 
             @functools.wraps(func)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-                return self._loop.call(  # type: ignore[no-any-return]
-                    lambda idem: decorated_for(idem)(*args, **kwargs)
+                computed = _COMPUTED.set(
+                    (
+                        key(*args, **kwargs) if callable(key) else None,
+                        scope(*args, **kwargs) if callable(scope) else None,
+                    )
                 )
+                try:
+                    return self._loop.call(  # type: ignore[no-any-return]
+                        lambda idem: decorated_for(idem)(*args, **kwargs)
+                    )
+                finally:
+                    _COMPUTED.reset(computed)
 
             return wrapper
 
         return decorate
+
+
+_COMPUTED: contextvars.ContextVar[tuple[Any, Any]] = contextvars.ContextVar(
+    "idemstore_sync_key_and_scope"
+)
+
+
+def _computed_key(*args: Any, **kwargs: Any) -> Any:
+    return _COMPUTED.get()[0]
+
+
+def _computed_scope(*args: Any, **kwargs: Any) -> Any:
+    return _COMPUTED.get()[1]
 
 
 def _refuse_async(work: object) -> None:

@@ -410,3 +410,19 @@ def test_a_runner_built_before_a_fork_works_in_the_child(shared_store_url: str) 
         replayed = idem.run(key, "fp", lambda: b"not again")
     assert answer == (b"from the child", f"charged {key}-order", f"charged {key}-order")
     assert replayed.replayed and replayed.value == b"from the child"
+
+
+def test_key_and_scope_functions_run_in_the_calling_thread(
+    runner: idem_sync.Idempotency,
+) -> None:
+    local = threading.local()
+    local.tenant = "acme"
+    order = new_key()
+
+    @runner.idempotent(lambda amount: f"{local.tenant}:{order}", scope=lambda amount: local.tenant)
+    def charge(amount: int) -> int:
+        return amount
+
+    assert charge(5) == 5
+    local.tenant = "other"
+    assert charge(5) == 5  # another tenant: its own key, not a conflict
