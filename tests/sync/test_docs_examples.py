@@ -1,5 +1,5 @@
-"""The examples of docs/sync.md, docs/wsgi.md and docs/django.md run as pasted, each in a
-fresh interpreter (the Django one configures settings)."""
+"""The examples of the synchronous doors' pages (sync, WSGI, Django, Celery) run as pasted,
+each in a fresh interpreter (the Django one configures settings)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 if TYPE_CHECKING:
     from pathlib import Path
 
-PAGES = ["docs/sync.md", "docs/wsgi.md", "docs/django.md"]
+PAGES = ["docs/sync.md", "docs/wsgi.md", "docs/django.md", "docs/celery.md"]
 
 
 def python_blocks(page: str) -> list[str]:
