@@ -23,9 +23,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from celery import current_task
+from idemstore.errors import InvalidKeyError, MissingDependencyError
 
-from idemstore.errors import InvalidKeyError
+try:
+    from celery import current_task
+except ImportError as exc:
+    raise MissingDependencyError(
+        "idemstore.celery needs Celery: pip install 'idemstore[celery]'"
+    ) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -25,17 +25,23 @@ import threading
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
-from django.urls import Resolver404, resolve
-from django.utils.module_loading import import_string
+from idemstore.errors import ConfigurationError, MissingDependencyError
+
+try:
+    from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+    from django.urls import Resolver404, resolve
+    from django.utils.module_loading import import_string
+except ImportError as exc:
+    raise MissingDependencyError(
+        "idemstore.django needs Django: pip install 'idemstore[django]'"
+    ) from exc
 
 from idemstore.asgi import HEADER
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import method_set, required_predicate
-from idemstore.errors import ConfigurationError
 from idemstore.http_identity import default_scope
 from idemstore.loop_thread import LoopThread, in_calling_thread, loop_over_store, store_factory
 from idemstore.wsgi import asgi_scope
