@@ -147,3 +147,14 @@ def test_bad_settings_are_improperly_configured(configured: dict[str, object], s
     with override_settings(IDEMSTORE=configured), pytest.raises(ImproperlyConfigured, match=says):
         IdempotencyMiddleware(lambda request: None)
     close_stores()
+
+
+def test_a_required_predicate_from_settings_is_given_the_request(store_url: str) -> None:
+    def orders_only(request: object) -> bool:
+        return getattr(request, "path", "") == "/orders"
+
+    with override_settings(IDEMSTORE={"STORE": store_url, "REQUIRED": orders_only}):
+        missing = post(Client(), "/orders", "{}", ALICE)
+        elsewhere = post(Client(), "/pings", "{}", ALICE)
+    assert missing.status_code == 400
+    assert elsewhere.status_code == 200
