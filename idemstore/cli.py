@@ -37,6 +37,7 @@ SCENARIO_NAMES = (
     "middleware",
     "gateway",
     "telemetry",
+    "sync",
 )
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000

@@ -162,7 +162,7 @@ class Idempotency:
         function's arguments that returns it; ``scope`` likewise (a constant string by
         default). The fingerprint covers the function's qualified name and all its bound
         arguments (canonical JSON), so those must be JSON values. Decorating a plain ``def``
-        function is a ``TypeError``: use ``async def``.
+        function is a ``TypeError``: use ``async def``, or ``idemstore.sync.Idempotency``.
 
         The result is recorded by ``serializer`` (the runner's by default, ``JSONSerializer``
         unless it was given one): JSON values, dataclasses and pydantic models. Every call,
@@ -185,7 +185,8 @@ class Idempotency:
             if not inspect.iscoroutinefunction(func):
                 raise TypeError(
                     f"@idempotent needs an `async def` function; {_name(func)} is not one"
-                    " (a plain function would no longer run when its caller calls it)"
+                    " (a plain function would no longer run when its caller calls it); for"
+                    " plain functions use idemstore.sync.Idempotency's @idempotent"
                 )
             signature = inspect.signature(func)
             if isinstance(key, str) and key not in signature.parameters:

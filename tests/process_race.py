@@ -53,13 +53,15 @@ def race(
     tasks_per_key: int = 3,
     work_seconds: float = 0.05,
     timeout: float = 120,
+    racers: tuple[str, ...] = ("tests.process_race",),
 ) -> RaceReport:
-    """Start ``processes`` racers on ``keys`` of the store at ``url`` and count what ran."""
+    """Start ``processes`` racers on ``keys`` of the store at ``url`` and count what ran.
+
+    ``racers`` are the modules the processes run, taken in turn (another racer prints the
+    same lines: ``tests/sync/sync_racer.py`` races the sync runner).
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     args = [
-        sys.executable,
-        "-m",
-        "tests.process_race",
         url,
         str(tasks_per_key),
         str(work_seconds),
@@ -67,9 +69,14 @@ def race(
     ]
     procs = [
         subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-m", racers[i % len(racers)], *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        for _ in range(processes)
+        for i in range(processes)
     ]
     report = RaceReport(Counter(), {}, [])
     for proc in procs:

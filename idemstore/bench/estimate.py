@@ -27,7 +27,16 @@ if TYPE_CHECKING:
 __all__ = ["ONCE_PER_BENCH", "Plan", "plan_run", "step_count"]
 
 # The scenarios measured once per run, not per backend, in the order they run.
-ONCE_PER_BENCH: tuple[str, ...] = ("hasher", "proxy", "gateway", "telemetry", "middleware")
+ONCE_PER_BENCH: tuple[str, ...] = (
+    "hasher",
+    "proxy",
+    "gateway",
+    "telemetry",
+    "middleware",
+    "sync",
+)
+# Of those, the ones measured on each target in turn (one worker, a fixed operation count).
+ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync",)
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
 TIMED_SIDES = {"hasher": 3, "proxy": 3, "gateway": 1}
@@ -41,6 +50,7 @@ SETUP_SECONDS = {
     "hasher": 0.0,
     "proxy": 0.0,  # PROXY_ROUND_SECONDS per round instead
     "gateway": 2.5,
+    "sync": 4.0,  # per target: 9 to 13 s for memory and sqlite together
     "telemetry": 1.4,
     "middleware": 1.1,
 }
@@ -102,13 +112,14 @@ def _target_seconds(config: BenchConfig, duration: float, engine: Engine | None)
     for workers in config.concurrency:
         setup = STORE_SETUP_SECONDS + STORE_SETUP_PER_WORKER * workers
         seconds += stores * (sides * duration + setup)
-    return seconds + sum(SETUP_SECONDS[p] for p in TARGET_PROBES if p in config.scenarios)
+    per_target = (*TARGET_PROBES, *ONCE_ON_EACH_TARGET)
+    return seconds + sum(SETUP_SECONDS[p] for p in per_target if p in config.scenarios)
 
 
 def _once_seconds(config: BenchConfig, duration: float) -> float:
     seconds = 0.0
     for scenario in ONCE_PER_BENCH:
-        if scenario in config.scenarios:
+        if scenario in config.scenarios and scenario not in ONCE_ON_EACH_TARGET:
             seconds += TIMED_SIDES.get(scenario, 0) * duration + SETUP_SECONDS[scenario]
     if "proxy" in config.scenarios:
         seconds += PROXY_ROUND_SECONDS * len(rounds_of(config.load(1)))

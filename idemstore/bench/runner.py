@@ -19,7 +19,7 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
@@ -40,12 +40,13 @@ from idemstore.bench.scenarios import (
     run_interleaved,
     run_proxy,
 )
+from idemstore.bench.sync_scenario import run_sync
 from idemstore.bench.telemetry_overhead import run_telemetry
 from idemstore.registry import engine_for_scheme, engine_for_url, engines, scheme_of
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
 
     from idemstore.bench.floors import Floor
     from idemstore.protocol import IdempotencyStore
@@ -274,23 +275,35 @@ def _not_opened(target: Target, exc: Exception) -> Unavailable:
     return Unavailable(target.name, f"{type(exc).__name__}: {exc}")
 
 
-async def _hasher(load: Load, _prefix: str) -> list[Measurement]:
+async def _hasher(_targets: Sequence[Target], load: Load, _prefix: str) -> list[Measurement]:
     return run_hasher(load)
 
 
-async def _proxy(load: Load, _prefix: str) -> Measurement | Unavailable:
+async def _proxy(_targets: Sequence[Target], load: Load, _prefix: str) -> Measurement | Unavailable:
     return await run_proxy(load)
 
 
-async def _gateway(load: Load, _prefix: str) -> Measurement | Unavailable:
+async def _gateway(
+    _targets: Sequence[Target], load: Load, _prefix: str
+) -> Measurement | Unavailable:
     return await run_gateway(load)
 
 
-async def _telemetry(load: Load, _prefix: str) -> list[Measurement] | Unavailable:
+async def _telemetry(
+    _targets: Sequence[Target], load: Load, _prefix: str
+) -> list[Measurement] | Unavailable:
     return await run_telemetry(load)
 
 
-_Once = Callable[[Load, str], Awaitable[list[Measurement] | Measurement | Unavailable]]
+async def _middleware(
+    _targets: Sequence[Target], load: Load, prefix: str
+) -> list[Measurement] | Unavailable:
+    return await run_middleware(load, prefix)
+
+
+_Measured = list[Measurement] | list[Measurement | Unavailable] | Measurement | Unavailable
+# (the targets, for the scenarios measured on each: sync; one worker's load; a key prefix)
+_Once = Callable[[Sequence[Target], Load, str], Awaitable[_Measured]]
 # What the progress bar says while each scenario measured once per bench runs, and the
 # function that runs it on one worker (in estimate.ONCE_PER_BENCH's order).
 _ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
@@ -298,7 +311,8 @@ _ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
     "proxy": ("proxy (mcp)", _proxy),
     "gateway": ("gateway (mcp over http)", _gateway),
     "telemetry": ("telemetry (instrument() overhead)", _telemetry),
-    "middleware": ("asgi middleware", run_middleware),
+    "middleware": ("asgi middleware", _middleware),
+    "sync": ("sync runner (idemstore.sync overhead)", run_sync),
 }
 
 
@@ -424,13 +438,12 @@ async def run_bench(
             continue
         label, run_once = _ONCE_RUNNERS[scenario]
         progress.step(label)
-        measured = await run_once(one_worker, f"{run_id}-{scenario}:")
-        if isinstance(measured, Unavailable):
-            result.unavailable.append(measured)
-        elif isinstance(measured, Measurement):
-            result.measurements.append(measured)
-        else:
-            result.measurements += measured
+        measured = await run_once(targets, one_worker, f"{run_id}-{scenario}:")
+        for item in measured if isinstance(measured, list) else [measured]:
+            if isinstance(item, Unavailable):
+                result.unavailable.append(item)
+            else:
+                result.measurements.append(item)
         progress.advance()
     result.meta["seconds"] = round(time.perf_counter() - started, 3)
     return result

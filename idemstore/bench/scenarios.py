@@ -57,7 +57,7 @@ __all__ = [
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "reserve", "replay", "contention", "mixed")
 # Probes (probes.py): what a store costs besides latency; "middleware" runs once per bench.
 TARGET_PROBES: tuple[str, ...] = ("commands", "wake", "replay-writes")
-# hasher, gateway and telemetry live in modules of their own (hasher_scenario.py, ...).
+# hasher, gateway, telemetry and sync live in modules of their own (hasher_scenario.py, ...).
 SCENARIOS: tuple[str, ...] = (
     *STORE_SCENARIOS,
     "hasher",
@@ -66,6 +66,7 @@ SCENARIOS: tuple[str, ...] = (
     "middleware",
     "gateway",
     "telemetry",
+    "sync",
 )
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a

@@ -1,0 +1,286 @@
+"""HTTP ``Idempotency-Key`` for Flask, Django-as-WSGI and any WSGI app.
+
+``IdempotencyMiddleware(app, store=url)`` wraps a WSGI app with the ASGI middleware's rules,
+not a copy of them: a keyed request is turned into an ASGI request and handed to
+``idemstore.asgi.IdempotencyMiddleware`` on a private event loop (``idemstore.loop_thread``),
+whose inner app hands the request back to the WSGI app in the server's own worker thread. So
+the status codes (400, 409, 413, 422 as problem+json), ``Idempotent-Replayed``, the request
+fingerprint, the caller scope and the record format are the ASGI middleware's: an ASGI and a
+WSGI deployment of one API may share a store.
+
+Requests the key does not apply to (other methods; no key where none is required) go
+straight to the app, streamed, without touching the loop. A keyed request's response is
+buffered (it is recorded before the client sees it); one larger than ``max_response_bytes``
+is sent but not recorded.
+"""
+
+from __future__ import annotations
+
+import http
+import io
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from idemstore.asgi import HEADER
+from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
+from idemstore.asgi_options import check_size, method_set, required_predicate
+from idemstore.errors import ConfigurationError
+from idemstore.http_identity import default_scope
+from idemstore.loop_thread import (
+    LoopOwner,
+    LoopThread,
+    in_calling_thread,
+    loop_over_store,
+    store_factory,
+)
+from idemstore.records import MAX_KEY_LENGTH
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from idemstore.execution import TakeoverPolicy
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = ["IdempotencyMiddleware", "environ_scope"]
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Callable[[bytes], object]]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+EnvironScope = Callable[[Environ], "str | None"]
+EnvironPredicate = Callable[[Environ], bool]
+
+# Where the WSGI environ travels inside the ASGI scope handed to the ASGI middleware.
+_ENVIRON = "idemstore.wsgi.environ"
+
+
+class _User:
+    """``REMOTE_USER`` as the ASGI middleware's default scope reads an authenticated user."""
+
+    __slots__ = ("identity",)
+    is_authenticated = True
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+
+def asgi_scope(environ: Environ) -> dict[str, Any]:
+    """The ASGI HTTP scope of a WSGI request (the headers the environ carries, in its order)."""
+    headers: list[tuple[bytes, bytes]] = []
+    for name, value in environ.items():
+        if name.startswith("HTTP_"):
+            field_name = name[5:].replace("_", "-").lower()
+        elif name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            field_name = name.replace("_", "-").lower()
+        else:
+            continue
+        if value:
+            headers.append((field_name.encode("latin-1"), str(value).encode("latin-1")))
+    # PEP 3333 hands the path over as latin-1-decoded bytes; ASGI as UTF-8 text.
+    raw_path = environ.get("PATH_INFO", "").encode("latin-1")
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": environ.get("SERVER_PROTOCOL", "HTTP/1.1").partition("/")[2] or "1.1",
+        "method": environ.get("REQUEST_METHOD", "GET").upper(),
+        "scheme": environ.get("wsgi.url_scheme", "http"),
+        "path": raw_path.decode("utf-8", "replace"),
+        "raw_path": raw_path,
+        "root_path": environ.get("SCRIPT_NAME", "").encode("latin-1").decode("utf-8", "replace"),
+        "query_string": environ.get("QUERY_STRING", "").encode("latin-1"),
+        "headers": headers,
+        _ENVIRON: environ,
+    }
+    user = environ.get("REMOTE_USER")
+    if user:
+        scope["user"] = _User(str(user))
+    return scope
+
+
+def environ_scope(environ: Environ) -> str | None:
+    """The default caller boundary of a WSGI request: ``REMOTE_USER`` when the server or an
+    outer middleware authenticated the request, else the ``Authorization`` header and the
+    cookies (hashed), else ``None`` (a keyed request is then refused with 400). The same rule
+    as the ASGI middleware's ``default_scope``."""
+    return default_scope(asgi_scope(environ))
+
+
+@dataclass(slots=True)
+class _Response:
+    status: int = 500
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
+
+
+def _read_body(environ: Environ, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of the body: enough to tell that it is too large."""
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length <= 0:
+        # No length: only a server that says the stream ends (chunked bodies) can be read.
+        return bytes(stream.read(limit + 1)) if environ.get("wsgi.input_terminated") else b""
+    return bytes(stream.read(min(length, limit + 1)))
+
+
+def _call_app(app: WSGIApp, environ: Environ) -> _Response:
+    """Run the WSGI app (in the server's thread) and buffer its whole response."""
+    response = _Response()
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Callable[[bytes], object]:
+        if exc_info is not None and response.chunks:
+            raise exc_info[1].with_traceback(exc_info[2])
+        response.status = int(status.split(" ", 1)[0])
+        response.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        return response.chunks.append
+
+    body = app(environ, start_response)
+    try:
+        for chunk in body:
+            response.chunks.append(bytes(chunk))
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    return response
+
+
+class IdempotencyMiddleware(LoopOwner):
+    """Honour ``Idempotency-Key`` on unsafe requests of a WSGI app.
+
+    Args:
+        app: the WSGI app to wrap (``flask_app.wsgi_app = IdempotencyMiddleware(flask_app.wsgi_app,
+            store=...)`` for Flask).
+        store: a store URL (every worker process of the server must reach the same store:
+            Redis, PostgreSQL, SQLite on one host, DynamoDB), or a zero-argument callable
+            returning an ``IdempotencyStore`` (called on the middleware's own event loop, once
+            per process).
+        store_options: engine options for a URL.
+        scope: callable given the WSGI environ returning the caller's boundary, or ``None``
+            when it cannot tell (then a keyed request is a 400). Default: ``environ_scope``.
+        required: ``True``, path patterns (``fnmatch``), or a predicate given the environ.
+
+    ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``, ``max_response_bytes``,
+    ``record_server_errors``, ``max_key_length`` and ``on_takeover`` are the ASGI
+    middleware's. The store is opened, and every option checked, by the constructor.
+    ``close()`` (or ``with``) closes the store.
+    """
+
+    __slots__ = ("_loop", "_methods", "_required", "app", "max_body_bytes")
+    _loop: LoopThread[ASGIIdempotencyMiddleware]
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        *,
+        store: str | Callable[[], IdempotencyStore],
+        store_options: Mapping[str, Any] | None = None,
+        methods: Iterable[str] = ("POST", "PATCH"),
+        required: bool | Iterable[str] | EnvironPredicate = False,
+        scope: EnvironScope | None = None,
+        retention: float = 86400.0,
+        lease_ttl: float = 30.0,
+        max_body_bytes: int = 1024 * 1024,
+        max_response_bytes: int = 1024 * 1024,
+        record_server_errors: bool = False,
+        max_key_length: int = MAX_KEY_LENGTH,
+        on_takeover: TakeoverPolicy = "run",
+    ) -> None:
+        if not callable(app):
+            raise TypeError(f"app must be a WSGI app (a callable), not {app!r}")
+        self.app = app
+        self._methods = method_set(methods)
+        self.max_body_bytes = check_size("max_body_bytes", max_body_bytes)
+        if scope is not None and not callable(scope):
+            raise ConfigurationError(f"scope must be a callable given the WSGI environ: {scope!r}")
+        by_environ = callable(required) and not isinstance(required, bool)
+        predicate = required_predicate(required)
+        # Path patterns and flags read the ASGI scope; a predicate of the user's, the environ.
+        self._required: Callable[[MutableMapping[str, Any]], bool] = (
+            (lambda s: bool(predicate(s[_ENVIRON]))) if by_environ else predicate
+        )
+        caller = environ_scope if scope is None else scope
+
+        def caller_of(asgi: MutableMapping[str, Any]) -> str | None:
+            return caller(asgi[_ENVIRON])
+
+        build = store_factory(store, store_options)
+
+        async def bridge(asgi: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+            environ = dict(asgi[_ENVIRON])
+            chunks: list[bytes] = []
+            while True:  # the ASGI middleware replays the body it read, in one message
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+            response = await in_calling_thread(lambda: _call_app(app, environ))
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status,
+                    "headers": response.headers,
+                }
+            )
+            await send({"type": "http.response.body", "body": b"".join(response.chunks)})
+
+        def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
+            return ASGIIdempotencyMiddleware(
+                bridge,
+                store=opened,
+                methods=self._methods,
+                required=self._required,
+                scope=caller_of,
+                retention=retention,
+                lease_ttl=lease_ttl,
+                max_body_bytes=max_body_bytes,
+                max_response_bytes=max_response_bytes,
+                record_server_errors=record_server_errors,
+                max_key_length=max_key_length,
+                on_takeover=on_takeover,
+            )
+
+        self._loop = loop_over_store(build, make, name="idemstore-wsgi")
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        method = str(environ.get("REQUEST_METHOD", "GET")).upper()
+        if method not in self._methods:
+            return self.app(environ, start_response)
+        scope = asgi_scope(environ)
+        if not any(name == HEADER for name, _ in scope["headers"]) and not self._required(scope):
+            return self.app(environ, start_response)
+        body = _read_body(environ, self.max_body_bytes)
+        response = _Response()
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                response.status = int(message["status"])
+                response.headers = list(message.get("headers", ()))
+            elif message["type"] == "http.response.body":
+                response.chunks.append(bytes(message.get("body", b"")))
+
+        self._loop.call(lambda middleware: middleware(scope, receive, send))
+        start_response(
+            _status_line(response.status),
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
+        )
+        return response.chunks
+
+
+def _status_line(status: int) -> str:
+    try:
+        return f"{status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"

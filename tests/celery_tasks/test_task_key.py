@@ -1,0 +1,37 @@
+"""``idempotent_task`` outside a worker: how the key is found, and the mistake of calling a
+task-id-keyed function directly."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from idemstore import InvalidKeyError
+from idemstore.celery import idempotent_task
+from idemstore.sync import Idempotency
+
+
+def test_a_task_keyed_by_its_id_called_outside_celery_is_refused_clearly() -> None:
+    with Idempotency("memory://") as idem:
+
+        @idempotent_task(idem)
+        def charge(order: str) -> str:
+            return order
+
+        with pytest.raises(InvalidKeyError, match="no Celery task is running"):
+            charge("o-1")
+
+
+def test_a_key_from_the_arguments_works_anywhere() -> None:
+    calls: list[str] = []
+    with Idempotency("memory://") as idem:
+
+        @idempotent_task(idem, key=lambda order: f"order:{order}")
+        def charge(order: str) -> str:
+            calls.append(order)
+            return order
+
+        order = uuid.uuid4().hex
+        assert charge(order) == charge(order) == order
+    assert calls == [order]

@@ -1,0 +1,114 @@
+"""The WSGI middleware under gunicorn with two worker processes: duplicates storming both
+workers at once run the side effect once per key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
+from tests.conftest import ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    store_url = request.getfixturevalue(f"{request.param}_store_url")
+    effects = tmp_path / "effects.txt"
+    effects.touch()
+    with gunicorn("tests.wsgi.apps:gunicorn_app()", store_url, effects, tmp_path) as url:
+        yield url, effects
+
+
+@contextlib.contextmanager
+def gunicorn(app: str, store_url: str, effects: Path, tmp_path: Path) -> Iterator[str]:
+    """``app`` under gunicorn with two workers of four threads on a free loopback port;
+    the app finds the store and the effects file in its environment."""
+    command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--threads", "4", app]
+    with server(
+        lambda port: [*command, "--bind", f"127.0.0.1:{port}"], store_url, effects, tmp_path
+    ) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def server(
+    command: Callable[[int], list[str]], store_url: str, effects: Path, tmp_path: Path
+) -> Iterator[str]:
+    """A server started by ``command(port)`` on a free loopback port; the app it serves finds
+    the store and the effects file in its environment."""
+    port = free_port()
+    log = tmp_path / "gunicorn.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "IDEMSTORE_TEST_STORE": store_url,
+        "IDEMSTORE_TEST_EFFECTS": str(effects),
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command(port),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        try:
+            wait_for_port(port, process=process, timeout=30, log=log)
+        except ServerUnavailableError as exc:
+            pytest.fail(f"the server did not start: {exc}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def storm_and_retry(url: str, path: str, keys: list[str], copies: int) -> list[httpx.Response]:
+    """``copies`` concurrent duplicates of a POST per key, on separate connections (so that
+    gunicorn spreads them over its workers); then one retry per key, returned."""
+    headers = {"Authorization": "Bearer alice", "X-Test-User": "alice"}
+
+    def request(client: httpx.AsyncClient, key: str) -> Awaitable[httpx.Response]:
+        return client.post(
+            path, json={"key": key}, headers={**headers, "Idempotency-Key": f'"{key}"'}
+        )
+
+    async def storm() -> list[httpx.Response]:
+        limits = httpx.Limits(max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+            stormed = await asyncio.gather(
+                *(request(client, k) for k in keys for _ in range(copies))
+            )
+            assert {r.status_code for r in stormed} <= {201, 409}
+            return [await request(client, key) for key in keys]
+
+    return asyncio.run(storm())
+
+
+def test_duplicate_storms_across_workers_run_each_effect_once(served: tuple[str, Path]) -> None:
+    url, effects = served
+    keys = [uuid.uuid4().hex for _ in range(6)]
+    retries = storm_and_retry(url, "/orders?sleep=0.3", keys, copies=6)
+    executed = Counter(line.split()[0].strip('"') for line in effects.read_text().splitlines())
+    assert executed == dict.fromkeys(keys, 1)
+    assert all(r.status_code == 201 and r.headers["idempotent-replayed"] == "true" for r in retries)
+    assert len(effects.read_text().splitlines()) == len(keys)
