@@ -35,6 +35,10 @@ SLOW_PATHS = [
 # Tests elsewhere that install packages, race processes or restart engines carry this marker
 # (declared in pyproject.toml's [tool.pytest.ini_options]).
 SLOW_MARKER = "slow"
+# The slow lane's tests mostly wait (on spawned servers, leases, restarts), so two pytest-xdist
+# workers share it; each test file stays on one worker (loadfile), so a file's own engines and
+# processes are never raced by its own tests.
+SLOW_LANE_WORKERS = ["-n", "2", "--dist", "loadfile"]
 # What a lane installs (editable: the tests import the checkout anyway, pythonpath = ".").
 TEST_EXTRAS = ".[all,test]"
 
@@ -103,7 +107,7 @@ def slow(session: nox.Session) -> None:
     failed = []
     for args in ([*SLOW_PATHS], ["-m", SLOW_MARKER, *ignore]):
         try:
-            _pytest(session, *args)
+            _pytest(session, *SLOW_LANE_WORKERS, *args)
         except nox.command.CommandFailed:
             failed.append(" ".join(args))
     if failed:
