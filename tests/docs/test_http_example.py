@@ -4,7 +4,6 @@ progress, a caller-less key)."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -13,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
+from idemstore.local_servers import free_port
 from tests.docs.markdown_blocks import ROOT, Block, blocks_of
 from tests.docs.test_code_blocks import matches_page
+from tests.loopback_process import Child
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,34 +56,13 @@ def started_on_the_server(store: Path, key: str) -> bool:
 @pytest.fixture
 def payments_port(tmp_path: Path) -> Iterator[int]:
     port = free_port()
-    log = tmp_path / "uvicorn.log"
     env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
         "IDEMSTORE_URL": f"sqlite:///{tmp_path / 'payments-idem.db'}",
         "PAYMENT_SECONDS": PAYMENT_SECONDS,
     }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "examples.http_payments:app", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        try:
-            wait_for_port(port, process=process, timeout=30, log=log)
-        except ServerUnavailableError as exc:
-            pytest.fail(f"the example did not start: {exc}")
+    argv = [sys.executable, "-m", "uvicorn", "examples.http_payments:app", "--port", str(port)]
+    with Child(argv, port, tmp_path / "uvicorn.log", env=env):
         yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def test_the_pages_curl_commands_get_the_answers_it_shows(

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import subprocess
 import sys
 import uuid
 from collections import Counter
@@ -15,8 +13,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
-from tests.conftest import ROOT
+from idemstore.local_servers import free_port
+from tests.loopback_process import Child
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -52,34 +50,10 @@ def server(
     """A server started by ``command(port)`` on a free loopback port; the app it serves finds
     the store and the effects file in its environment."""
     port = free_port()
+    env = {"IDEMSTORE_TEST_STORE": store_url, "IDEMSTORE_TEST_EFFECTS": str(effects)}
     log = tmp_path / "gunicorn.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "IDEMSTORE_TEST_STORE": store_url,
-        "IDEMSTORE_TEST_EFFECTS": str(effects),
-    }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command(port),
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        try:
-            wait_for_port(port, process=process, timeout=30, log=log)
-        except ServerUnavailableError as exc:
-            pytest.fail(f"the server did not start: {exc}")
+    with Child(command(port), port, log, env=env, stop_timeout=15):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def storm_and_retry(url: str, path: str, keys: list[str], copies: int) -> list[httpx.Response]:
