@@ -309,11 +309,15 @@ _STANDBY_READY = """
 """
 
 
-def start_streaming_replica(primary: PostgresServer, timeout: float = 60.0) -> PostgresServer:
+def start_streaming_replica(
+    primary: PostgresServer, *, upstream_port: int | None = None, timeout: float = 60.0
+) -> PostgresServer:
     """A hot standby of ``primary`` on a free loopback port, streaming its WAL.
 
     ``pg_basebackup -R`` copies the primary and writes the standby's connection settings; this
     returns once the primary reports the standby streaming. ``promote()`` makes it a primary.
+    With ``upstream_port`` the standby streams from that loopback port instead of the
+    primary's (a proxy in front of the primary, to cut the standby off).
     """
     bin_dir = _bin_dir()
     _check_user()
@@ -346,6 +350,12 @@ def start_streaming_replica(primary: PostgresServer, timeout: float = 60.0) -> P
             raise ServerUnavailableError(
                 "pg_basebackup failed:\n" + copied.stderr.decode(errors="replace")[-2000:]
             )
+        if upstream_port is not None:
+            settings = base / "data" / "postgresql.auto.conf"
+            text = settings.read_text()
+            if f"port={primary.port}" not in text:
+                raise ServerUnavailableError("pg_basebackup -R wrote no primary_conninfo port")
+            settings.write_text(text.replace(f"port={primary.port}", f"port={upstream_port}"))
         # A standby of a synchronous primary must not itself wait for a standby once promoted
         # in a test that has no other: it starts without the primary's settings.
         replica = PostgresServer(bin_dir, base, free_port())

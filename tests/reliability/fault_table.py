@@ -148,17 +148,18 @@ def render_engine_failovers(rows: list[dict[str, Any]]) -> str:
     """The PostgreSQL and Redis Cluster failover table: one line per run of
     ``test_failover``, by engine and setting."""
     lines = [
-        "| engine | replication | acknowledged completions | lost after failover"
-        " | keys that would run again | typed errors | untyped errors | promotion"
-        " | recovered after | longest call |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | replication | replica at the crash | acknowledged completions"
+        " | lost after failover | keys that would run again | typed errors | untyped errors"
+        " | promotion | recovered after | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in sorted(
-        _engine_failovers(rows), key=lambda r: (str(r["backend"]), str(r.get("setting")))
+        _engine_failovers(rows),
+        key=lambda r: (str(r["backend"]), str(r.get("setting")), str(r.get("standby"))),
     ):
         types = ", ".join(f"`{name}`" for name in run.get("error types", []))
         lines.append(
-            f"| {run['backend']} | {run.get('setting', '?')} "
+            f"| {run['backend']} | {run.get('setting', '?')} | {run.get('standby', '?')} "
             f"| {run.get('acknowledged completions', 0)} "
             f"| {run.get('lost after failover', 0)} "
             f"| {run.get('keys that would run again', 0)} "

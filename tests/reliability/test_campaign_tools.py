@@ -83,6 +83,7 @@ def test_the_engine_failover_table_has_one_line_per_engine_and_setting() -> None
             "backend": backend,
             "fault": "failover",
             "setting": setting,
+            "standby": "streaming",
             "acknowledged completions": 500,
             "lost after failover": lost,
             "keys that would run again": lost,
@@ -104,11 +105,11 @@ def test_the_engine_failover_table_has_one_line_per_engine_and_setting() -> None
     table = render_engine_failovers(rows).splitlines()
     assert len(table) == 5  # header, rule, three runs; Sentinel and the history left out
     assert table[2] == (
-        "| postgres | asynchronous | 500 | 1 | 1 | 12 (`StoreUnavailableError`) | 0 "
+        "| postgres | asynchronous | streaming | 500 | 1 | 1 | 12 (`StoreUnavailableError`) | 0 "
         "| 0.4 s | 0.3 s | 0.1 s |"
     )
-    assert table[3].startswith("| postgres | synchronous | 500 | 0 | 0 |")
-    assert table[4].startswith("| redis-cluster | wait_replicas=0 | 500 | 2 | 2 |")
+    assert table[3].startswith("| postgres | synchronous | streaming | 500 | 0 | 0 |")
+    assert table[4].startswith("| redis-cluster | wait_replicas=0 | streaming | 500 | 2 | 2 |")
     page = (
         f"{FAILOVER_BEGIN}\nkept\n{FAILOVER_END}\n"
         f"{ENGINE_FAILOVER_BEGIN}\nold\n{ENGINE_FAILOVER_END}"
