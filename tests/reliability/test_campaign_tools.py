@@ -3,7 +3,9 @@ soak's leak judgement."""
 
 from __future__ import annotations
 
+import json
 import random
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,12 +16,16 @@ from tests.reliability.fault_table import (
     ENGINE_FAILOVER_END,
     FAILOVER_BEGIN,
     FAILOVER_END,
+    main,
     render,
     render_engine_failovers,
     render_failovers,
     replace_between_markers,
 )
 from tests.reliability.soak import fit_slope, judge
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def history(backend: str, **counts: object) -> dict[str, object]:
@@ -116,6 +122,23 @@ def test_the_engine_failover_table_has_one_line_per_engine_and_setting() -> None
     )
     written = replace_between_markers(page, "| e |", ENGINE_FAILOVER_BEGIN, ENGINE_FAILOVER_END)
     assert "kept" in written and "old" not in written and "| e |" in written
+
+
+def test_a_report_of_failovers_only_rewrites_their_table_and_keeps_the_others(
+    tmp_path: Path,
+) -> None:
+    row = {"backend": "postgres", "fault": "failover", "setting": "asynchronous"}
+    report = tmp_path / "report.jsonl"
+    report.write_text(json.dumps(row) + "\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"{BEGIN}\nfault table\n{END}\n{FAILOVER_BEGIN}\nsentinel\n{FAILOVER_END}\n"
+        f"{ENGINE_FAILOVER_BEGIN}\nold\n{ENGINE_FAILOVER_END}\n"
+    )
+    main([str(report), str(page)])
+    written = page.read_text()
+    assert "fault table" in written and "sentinel" in written
+    assert "old" not in written and "| postgres | asynchronous |" in written
 
 
 def samples(
