@@ -25,7 +25,13 @@ from idemstore.local_servers import (
     wait_for_port,
 )
 
-__all__ = ["PgBouncerServer", "PostgresServer", "start_pgbouncer", "start_postgres"]
+__all__ = [
+    "PgBouncerServer",
+    "PostgresServer",
+    "start_pgbouncer",
+    "start_postgres",
+    "start_streaming_replica",
+]
 
 PG_BIN_DIRS = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/*/bin", "/usr/local/pgsql/bin")
 SERVER_USER = "postgres"
@@ -86,13 +92,17 @@ class PostgresServer:
 
     ``url`` connects as the ``postgres`` superuser to the ``postgres`` database. ``stop()``
     removes everything; ``restart()`` stops and starts it on the same port and data.
+    ``settings`` are server parameters given on the command line (``-c name=value``).
     """
 
-    __slots__ = ("_bin", "_log", "_process", "base", "data_dir", "port", "socket_dir")
+    __slots__ = ("_bin", "_log", "_process", "base", "data_dir", "port", "settings", "socket_dir")
 
-    def __init__(self, bin_dir: Path, base: Path, port: int) -> None:
+    def __init__(
+        self, bin_dir: Path, base: Path, port: int, settings: dict[str, str] | None = None
+    ) -> None:
         self._bin = bin_dir
         self.base = base
+        self.settings = dict(settings or {})
         self.data_dir = base / "data"
         self.socket_dir = base / "sock"
         self._log = base / "postgres.log"
@@ -134,6 +144,7 @@ class PostgresServer:
                 "shared_buffers=64MB",
                 "-c",
                 "log_min_messages=warning",
+                *(f"-c{name}={value}" for name, value in self.settings.items()),
             ),
             self._log,
         )
@@ -161,6 +172,51 @@ class PostgresServer:
         tail = self._log.read_text(errors="replace")[-2000:] if self._log.exists() else ""
         raise ServerUnavailableError(f"PostgreSQL did not become ready:\n{tail}")
 
+    def sql(self, query: str) -> str:
+        """Run ``query`` with psql and return its unaligned output (for setup and checks)."""
+        done = subprocess.run(
+            [
+                str(self._bin / "psql"),
+                "-XAtq",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                SERVER_USER,
+                "-d",
+                "postgres",
+                "-c",
+                query,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ServerUnavailableError(f"psql {query!r} failed: {done.stderr}")
+        return done.stdout.strip()
+
+    def promote(self, timeout: float = 30.0) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``) and wait until it is one."""
+        done = subprocess.run(
+            _command(
+                str(self._bin / "pg_ctl"),
+                "promote",
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "-D",
+                str(self.data_dir),
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ServerUnavailableError(f"pg_ctl promote failed: {done.stdout}{done.stderr}")
+
     def stop_process(self, *, mode: str = "fast", timeout: float = 30.0) -> None:
         """Shut the server down, keeping its data.
 
@@ -185,8 +241,7 @@ class PostgresServer:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start_postgres(*, port: int | None = None) -> PostgresServer:
-    """initdb a fresh cluster in a temporary directory and start it on 127.0.0.1."""
+def _bin_dir() -> Path:
     bin_dir_text = find_binary("initdb", *PG_BIN_DIRS)
     if bin_dir_text is None:
         raise ServerUnavailableError(
@@ -195,7 +250,18 @@ def start_postgres(*, port: int | None = None) -> PostgresServer:
         )
     # Resolve symlinks (/usr/local/bin/initdb -> /usr/lib/postgresql/15/bin/initdb): postgres
     # and pg_isready live beside the real initdb.
-    bin_dir = Path(bin_dir_text).resolve().parent
+    return Path(bin_dir_text).resolve().parent
+
+
+def start_postgres(
+    *, port: int | None = None, settings: dict[str, str] | None = None
+) -> PostgresServer:
+    """initdb a fresh cluster in a temporary directory and start it on 127.0.0.1.
+
+    ``settings`` are server parameters, e.g. ``{"synchronous_standby_names": "*"}`` for a
+    primary that waits for its standby (see ``start_streaming_replica``).
+    """
+    bin_dir = _bin_dir()
     _check_user()
     base = Path(tempfile.mkdtemp(prefix="idemstore-pg-"))
     try:
@@ -222,12 +288,85 @@ def start_postgres(*, port: int | None = None) -> PostgresServer:
             raise ServerUnavailableError(
                 "initdb failed:\n" + init.stderr.decode(errors="replace")[-2000:]
             )
-        server = PostgresServer(bin_dir, base, port or free_port())
+        server = PostgresServer(bin_dir, base, port or free_port(), settings)
         server.start()
     except BaseException:
         shutil.rmtree(base, ignore_errors=True)
         raise
     return server
+
+
+_STANDBY_READY = """
+    SELECT count(*) FROM pg_stat_replication
+    WHERE state = 'streaming'
+      AND (sync_state IN ('sync', 'quorum') OR current_setting('synchronous_standby_names') = '')
+"""
+
+
+def start_streaming_replica(
+    primary: PostgresServer, *, upstream_port: int | None = None, timeout: float = 60.0
+) -> PostgresServer:
+    """A hot standby of ``primary`` on a free loopback port, streaming its WAL.
+
+    ``pg_basebackup -R`` copies the primary and writes the standby's connection settings; this
+    returns once the primary reports the standby streaming. ``promote()`` makes it a primary.
+    With ``upstream_port`` the standby streams from that loopback port instead of the
+    primary's (a proxy in front of the primary, to cut the standby off).
+    """
+    bin_dir = _bin_dir()
+    _check_user()
+    base = Path(tempfile.mkdtemp(prefix="idemstore-pg-replica-"))
+    replica: PostgresServer | None = None
+    try:
+        (base / "sock").mkdir()
+        base.chmod(0o755)
+        _own(base)
+        copied = subprocess.run(
+            _command(
+                str(bin_dir / "pg_basebackup"),
+                "-D",
+                str(base / "data"),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(primary.port),
+                "-U",
+                SERVER_USER,
+            ),
+            capture_output=True,
+            check=False,
+        )
+        if copied.returncode != 0:
+            raise ServerUnavailableError(
+                "pg_basebackup failed:\n" + copied.stderr.decode(errors="replace")[-2000:]
+            )
+        if upstream_port is not None:
+            settings = base / "data" / "postgresql.auto.conf"
+            text = settings.read_text()
+            if f"port={primary.port}" not in text:
+                raise ServerUnavailableError("pg_basebackup -R wrote no primary_conninfo port")
+            settings.write_text(text.replace(f"port={primary.port}", f"port={upstream_port}"))
+        # A standby of a synchronous primary must not itself wait for a standby once promoted
+        # in a test that has no other: it starts without the primary's settings.
+        replica = PostgresServer(bin_dir, base, free_port())
+        replica.start()
+        deadline = time.monotonic() + timeout
+        # Streaming, and counted as synchronous when the primary names synchronous standbys
+        # (a standby streams as "async" for a moment first).
+        while primary.sql(_STANDBY_READY) in ("", "0"):
+            if time.monotonic() > deadline:
+                raise ServerUnavailableError(f"the standby never streamed within {timeout}s")
+            time.sleep(0.1)
+    except BaseException:
+        if replica is not None:
+            replica.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return replica
 
 
 class PgBouncerServer:

@@ -230,7 +230,8 @@ def start_redis(
 
 @dataclass
 class LocalRedisCluster:
-    """Several cluster-enabled ``redis-server`` nodes joined into one cluster, no replicas."""
+    """Several cluster-enabled ``redis-server`` nodes joined into one cluster, each primary
+    with ``replicas`` replicas (none by default)."""
 
     nodes: list[LocalRedis] = field(default_factory=list)
     directory: Path | None = None
@@ -253,6 +254,36 @@ class LocalRedisCluster:
                 raise ServerUnavailableError(f"cluster state not ok within {timeout}s")
             time.sleep(0.1)
 
+    def role_of(self, node: LocalRedis) -> str:
+        """``master`` or ``slave`` as ``node`` reports itself now (``""`` if it does not answer)."""
+        for line in node.cli("INFO", "replication", check=False).splitlines():
+            if line.startswith("role:"):
+                return line.partition(":")[2].strip()
+        return ""
+
+    def replicas_of(self, primary: LocalRedis) -> list[LocalRedis]:
+        """The running nodes that replicate ``primary`` with their link up."""
+        following = f"master_port:{primary.port}"
+        return [
+            node
+            for node in self.nodes
+            if node is not primary
+            and node.running
+            and following in (text := node.cli("INFO", "replication", check=False))
+            and "master_link_status:up" in text
+        ]
+
+    def wait_replicas_linked(self, replicas: int, timeout: float = 30.0) -> None:
+        """Wait until every primary has ``replicas`` replicas with their link up."""
+        deadline = time.monotonic() + timeout
+        while True:
+            primaries = [n for n in self.nodes if n.running and self.role_of(n) == "master"]
+            if primaries and all(len(self.replicas_of(p)) >= replicas for p in primaries):
+                return
+            if time.monotonic() > deadline:
+                raise ServerUnavailableError(f"cluster replicas not linked within {timeout}s")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         """Stop every node for good and remove their directories."""
         for node in self.nodes:
@@ -261,14 +292,20 @@ class LocalRedisCluster:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_redis_cluster(*, nodes: int = 3, appendonly: bool = False) -> LocalRedisCluster:
-    """A running Redis Cluster of ``nodes`` primaries (``redis-cli --cluster create``)."""
+def start_redis_cluster(
+    *, nodes: int = 3, appendonly: bool = False, replicas: int = 0
+) -> LocalRedisCluster:
+    """A running Redis Cluster of ``nodes`` primaries, each with ``replicas`` replicas
+    (``redis-cli --cluster create``). A replica takes over when its primary has been
+    unreachable for the node timeout (2 s here)."""
     if nodes < 3:
         raise ValueError("a Redis Cluster needs at least 3 primaries")
+    if replicas < 0:
+        raise ValueError(f"replicas must be 0 or more, not {replicas}")
     root = Path(tempfile.mkdtemp(prefix="idemstore-redis-cluster-"))
     cluster = LocalRedisCluster(directory=root)
     try:
-        for index in range(nodes):
+        for index in range(nodes * (1 + replicas)):
             where = root / f"node{index}"
             where.mkdir()
             node = LocalRedis(
@@ -289,7 +326,7 @@ def start_redis_cluster(*, nodes: int = 3, appendonly: bool = False) -> LocalRed
                 "create",
                 *(node.address for node in cluster.nodes),
                 "--cluster-replicas",
-                "0",
+                str(replicas),
                 "--cluster-yes",
             ],
             capture_output=True,
@@ -299,6 +336,8 @@ def start_redis_cluster(*, nodes: int = 3, appendonly: bool = False) -> LocalRed
         if created.returncode != 0:
             raise ServerUnavailableError(f"redis-cli --cluster create failed: {created.stdout}")
         cluster.wait_ok()
+        if replicas:
+            cluster.wait_replicas_linked(replicas)
     except BaseException:
         cluster.stop()
         raise

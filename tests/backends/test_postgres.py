@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from idemstore import (
+    ConfigurationError,
     Outcome,
     SchemaError,
     Status,
@@ -87,6 +88,30 @@ def test_url_options_configure_the_store() -> None:
     query = parse_qs(urlsplit(store._dsn).query)
     assert query["sslmode"] == ["prefer"]
     assert "schema" not in query and "pool_max_size" not in query
+
+
+async def test_a_url_listing_several_hosts_reaches_the_first_that_answers(
+    postgres_store_url: str,
+) -> None:
+    # libpq's host list, as in postgresql://u@primary:5432,standby:5432/db: the first host
+    # here has nothing listening, so the store must go on to the second.
+    parts = urlsplit(postgres_store_url)
+    hosts = f"127.0.0.1:{free_port()},{parts.hostname}:{parts.port}"
+    url = postgres_store_url.replace(parts.netloc, f"{parts.username}@{hosts}", 1)
+    store = open_pg(f"{url}&target_session_attrs=read-write")
+    assert hosts in store._dsn
+    async with store:
+        reservation = await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
+        assert reservation.acquired
+
+
+@pytest.mark.parametrize("hosts", ["h1:5432,h2:x", "h1:5432,:5433", "h1:5432,", "h1:5432,h2:99999"])
+def test_a_host_list_with_a_host_or_port_missing_or_bad_is_a_configuration_error(
+    hosts: str,
+) -> None:
+    with pytest.raises(ConfigurationError, match="host list") as caught:
+        open_pg(f"postgresql://app:s3cret@{hosts}/db")
+    assert "s3cret" not in str(caught.value)
 
 
 def test_lock_keys_keep_scope_and_key_apart() -> None:

@@ -1,6 +1,7 @@
 """Write the campaign's tables into docs/reliability.md from the JSON lines the reliability
 tests append to $IDEMSTORE_RELIABILITY_REPORT (see conftest.py ``report_counts``): the fault
-table (one line per fault and backend) and the failover table (one line per Sentinel setting).
+table (one line per fault and backend), the failover table (one line per Sentinel setting) and
+the engine failover table (one line per PostgreSQL or Redis Cluster configuration).
 
     python -m tests.reliability.fault_table REPORT.jsonl docs/reliability.md
 
@@ -19,9 +20,12 @@ from typing import Any
 __all__ = [
     "BEGIN",
     "END",
+    "ENGINE_FAILOVER_BEGIN",
+    "ENGINE_FAILOVER_END",
     "FAILOVER_BEGIN",
     "FAILOVER_END",
     "render",
+    "render_engine_failovers",
     "render_failovers",
     "replace_between_markers",
 ]
@@ -32,6 +36,12 @@ FAILOVER_BEGIN = (
     "<!-- failover-table:begin (written by python -m tests.reliability.fault_table) -->"
 )
 FAILOVER_END = "<!-- failover-table:end -->"
+ENGINE_FAILOVER_BEGIN = (
+    "<!-- engine-failover-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+ENGINE_FAILOVER_END = "<!-- engine-failover-table:end -->"
+# The engines test_failover.py fails over (Sentinel has its own table, above).
+_FAILOVER_ENGINES = ("postgres", "redis-cluster")
 
 # (column title, how to read it from one run's counts)
 _COLUMNS: tuple[tuple[str, str], ...] = (
@@ -128,6 +138,40 @@ def render_failovers(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _engine_failovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        r for r in rows if r.get("backend") in _FAILOVER_ENGINES and r.get("fault") == "failover"
+    ]
+
+
+def render_engine_failovers(rows: list[dict[str, Any]]) -> str:
+    """The PostgreSQL and Redis Cluster failover table: one line per run of
+    ``test_failover``, by engine and setting."""
+    lines = [
+        "| engine | replication | replica at the crash | acknowledged completions"
+        " | lost after failover | keys that would run again | typed errors | untyped errors"
+        " | promotion | recovered after | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(
+        _engine_failovers(rows),
+        key=lambda r: (str(r["backend"]), str(r.get("setting")), str(r.get("standby"))),
+    ):
+        types = ", ".join(f"`{name}`" for name in run.get("error types", []))
+        lines.append(
+            f"| {run['backend']} | {run.get('setting', '?')} | {run.get('standby', '?')} "
+            f"| {run.get('acknowledged completions', 0)} "
+            f"| {run.get('lost after failover', 0)} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
+            f"| {run.get('untyped errors', 0)} "
+            f"| {run.get('promotion seconds', '?')} s "
+            f"| {run.get('recovery seconds', '?')} s "
+            f"| {run.get('longest call seconds', '?')} s |"
+        )
+    return "\n".join(lines)
+
+
 def replace_between_markers(page: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     """``page`` with the text between ``begin`` and ``end`` replaced by ``table``."""
     start = page.index(begin) + len(begin)
@@ -141,14 +185,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("page", type=Path)
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
-    page = replace_between_markers(args.page.read_text(encoding="utf-8"), render(rows))
+    page = args.page.read_text(encoding="utf-8")
+    if any("attempts" in row for row in rows):
+        # A report of other tests only (the failover tests alone, say) keeps the fault table.
+        page = replace_between_markers(page, render(rows))
+        print(render(rows))
     if _failovers(rows):
         # A run that left the Sentinel tests out keeps the published failover table.
         failovers = render_failovers(rows)
         page = replace_between_markers(page, failovers, FAILOVER_BEGIN, FAILOVER_END)
         print(failovers)
+    if _engine_failovers(rows):
+        engines = render_engine_failovers(rows)
+        page = replace_between_markers(page, engines, ENGINE_FAILOVER_BEGIN, ENGINE_FAILOVER_END)
+        print(engines)
     args.page.write_text(page, encoding="utf-8")
-    print(render(rows))
 
 
 if __name__ == "__main__":

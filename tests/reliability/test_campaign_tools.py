@@ -3,20 +3,29 @@ soak's leak judgement."""
 
 from __future__ import annotations
 
+import json
 import random
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.reliability.fault_table import (
     BEGIN,
     END,
+    ENGINE_FAILOVER_BEGIN,
+    ENGINE_FAILOVER_END,
     FAILOVER_BEGIN,
     FAILOVER_END,
+    main,
     render,
+    render_engine_failovers,
     render_failovers,
     replace_between_markers,
 )
 from tests.reliability.soak import fit_slope, judge
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def history(backend: str, **counts: object) -> dict[str, object]:
@@ -72,6 +81,64 @@ def test_the_failover_table_has_one_line_per_sentinel_setting_in_order() -> None
     page = f"{BEGIN}\nold\n{END}\n{FAILOVER_BEGIN}\nold\n{FAILOVER_END}\n"
     written = replace_between_markers(page, "| f |", FAILOVER_BEGIN, FAILOVER_END)
     assert written == f"{BEGIN}\nold\n{END}\n{FAILOVER_BEGIN}\n| f |\n{FAILOVER_END}\n"
+
+
+def test_the_engine_failover_table_has_one_line_per_engine_and_setting() -> None:
+    def failover(backend: str, setting: str, lost: int) -> dict[str, object]:
+        return {
+            "backend": backend,
+            "fault": "failover",
+            "setting": setting,
+            "standby": "streaming",
+            "acknowledged completions": 500,
+            "lost after failover": lost,
+            "keys that would run again": lost,
+            "typed errors": 12,
+            "error types": ["StoreUnavailableError"],
+            "untyped errors": 0,
+            "promotion seconds": 0.4,
+            "recovery seconds": 0.3,
+            "longest call seconds": 0.1,
+        }
+
+    rows = [
+        failover("redis-cluster", "wait_replicas=0", 2),
+        failover("postgres", "synchronous", 0),
+        {"backend": "redis-sentinel", "fault": "failover", "wait_replicas": 1},
+        history("postgres"),
+        failover("postgres", "asynchronous", 1),
+    ]
+    table = render_engine_failovers(rows).splitlines()
+    assert len(table) == 5  # header, rule, three runs; Sentinel and the history left out
+    assert table[2] == (
+        "| postgres | asynchronous | streaming | 500 | 1 | 1 | 12 (`StoreUnavailableError`) | 0 "
+        "| 0.4 s | 0.3 s | 0.1 s |"
+    )
+    assert table[3].startswith("| postgres | synchronous | streaming | 500 | 0 | 0 |")
+    assert table[4].startswith("| redis-cluster | wait_replicas=0 | streaming | 500 | 2 | 2 |")
+    page = (
+        f"{FAILOVER_BEGIN}\nkept\n{FAILOVER_END}\n"
+        f"{ENGINE_FAILOVER_BEGIN}\nold\n{ENGINE_FAILOVER_END}"
+    )
+    written = replace_between_markers(page, "| e |", ENGINE_FAILOVER_BEGIN, ENGINE_FAILOVER_END)
+    assert "kept" in written and "old" not in written and "| e |" in written
+
+
+def test_a_report_of_failovers_only_rewrites_their_table_and_keeps_the_others(
+    tmp_path: Path,
+) -> None:
+    row = {"backend": "postgres", "fault": "failover", "setting": "asynchronous"}
+    report = tmp_path / "report.jsonl"
+    report.write_text(json.dumps(row) + "\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"{BEGIN}\nfault table\n{END}\n{FAILOVER_BEGIN}\nsentinel\n{FAILOVER_END}\n"
+        f"{ENGINE_FAILOVER_BEGIN}\nold\n{ENGINE_FAILOVER_END}\n"
+    )
+    main([str(report), str(page)])
+    written = page.read_text()
+    assert "fault table" in written and "sentinel" in written
+    assert "old" not in written and "| postgres | asynchronous |" in written
 
 
 def samples(

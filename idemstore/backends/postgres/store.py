@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import urlencode, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -84,6 +84,35 @@ async def _no_reset(connection: asyncpg.Connection) -> None:
     The store leaves no session state behind (no session locks, no LISTEN on pooled
     connections, no SET), and the default reset would cost a second round trip per operation.
     """
+
+
+def _split_host_list(url: str) -> tuple[str, str | None]:
+    """For a URL that lists several hosts (``postgresql://u@h1:5432,h2:5432/db``, libpq's form,
+    which asyncpg reads and tries in order, with ``target_session_attrs`` choosing among them):
+    the URL with its first host only, which the checks every store URL gets can parse, and the
+    host part as written, for the DSN. A URL with one host comes back as it is, with ``None``.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return url, None
+    ends = [index for index in (rest.find(c) for c in "/?#") if index >= 0]
+    end = min(ends, default=len(rest))
+    netloc = rest[:end]
+    userinfo, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return url, None
+    for host in hosts.split(","):
+        try:
+            urlsplit(f"//{host}").port  # noqa: B018 (parsing it is the check)
+        except ValueError:
+            host = ""
+        if not host or host.startswith(":"):
+            raise ConfigurationError(
+                f"malformed store URL {redact_url(url)!r}: every host in a host list needs "
+                "a name and, optionally, a port (h1:5432,h2:5432)"
+            )
+    first = hosts.split(",", 1)[0]
+    return f"{scheme}://{userinfo}{at}{first}{rest[end:]}", netloc
 
 
 class PostgresStore(StoreEnvelope[asyncpg.Pool]):
@@ -174,7 +203,8 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
-        parsed = parse_store_url(url, options)
+        first_host_url, host_list = _split_host_list(url)
+        parsed = parse_store_url(first_host_url, options)
         # asyncpg's connection parameters pass through to the DSN, as text.
         connection = {
             name: str(parsed.options.pop(name))
@@ -183,7 +213,8 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         kwargs = OPTIONS.from_url(parsed, also_known=CONNECTION_PARAMETERS)
         connection.setdefault("application_name", "idemstore")
         # asyncpg reads the connection parameters from the DSN; our options never reach it.
-        dsn = urlunsplit(("postgresql", parsed.netloc, parsed.path, urlencode(connection), ""))
+        netloc = host_list or parsed.netloc
+        dsn = urlunsplit(("postgresql", netloc, parsed.path, urlencode(connection), ""))
         return cls(dsn, url=url, **kwargs)
 
     # -- connections ----------------------------------------------------------------------
