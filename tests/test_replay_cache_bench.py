@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idemstore.bench.replay_cache_scenario import ENGINE_REPLAY
+from idemstore.bench.report import note_lines
 from idemstore.bench.runner import BenchConfig, Target, run_bench
 
 
@@ -28,3 +29,13 @@ async def test_the_probe_replays_from_the_cache_beside_the_engine_and_runs_nothi
     assert measured.exactly_once is True
     # Every timed cached replay was a hit (the preload and warm-up fill the cache).
     assert measured.notes["hits"] >= len(measured.subject.latencies_ns)
+
+
+async def test_the_report_says_how_much_faster_the_cached_replay_was(
+    memory_store_url: str,
+) -> None:
+    config = BenchConfig(scenarios=("replay-cache",), concurrency=(1,), ops=40)
+    result = await run_bench([Target("memory", memory_store_url)], config)
+    (line,) = [line for line in note_lines(result) if "replay-cache" in line]
+    assert line.startswith("memory replay-cache: a replay from CachedStore is ")
+    assert line.endswith("x as fast as the engine's at p50")
