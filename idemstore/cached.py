@@ -142,11 +142,13 @@ class CachedStore:
         return answers_inline(self.wrapped)
 
     def cache_info(self) -> CacheInfo:
+        """Hits, misses, and what the cache holds now."""
         return CacheInfo(self._hits, self._misses, len(self._entries), self._bytes)
 
     def forget(self, key: str, *, scope: str = "") -> None:
-        """Drop ``(scope, key)`` from this process's cache (the store keeps its record)."""
-        self._drop((scope, key))
+        """Drop ``(scope, key)`` from this process's cache (the store keeps its record); a
+        read already in flight for it does not put it back."""
+        self._invalidate((scope, key))
 
     # -- the cache ---------------------------------------------------------------------------
 
