@@ -34,6 +34,7 @@ SCENARIO_NAMES = (
     "commands",
     "wake",
     "replay-writes",
+    "replay-cache",
     "middleware",
     "gateway",
     "telemetry",

@@ -47,6 +47,7 @@ SETUP_SECONDS = {
     "wake": 0.8,
     "commands": 0.3,
     "replay-writes": 0.3,
+    "replay-cache": 0.3,
     "hasher": 0.0,
     "proxy": 0.0,  # PROXY_ROUND_SECONDS per round instead
     "gateway": 2.5,

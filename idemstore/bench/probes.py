@@ -21,6 +21,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from idemstore.bench.replay_cache_scenario import run_replay_cache
 from idemstore.bench.results import Measurement, Timing, Unavailable
 from idemstore.bench.scenarios import (
     FINGERPRINT,
@@ -206,6 +207,8 @@ async def run_target_probe(
         return await _commands(store, floor, load, prefix, backend)
     if probe == "replay-writes" and hasattr(floor, "write_counters"):
         return await _replay_writes(store, floor, load, prefix, backend)
+    if probe == "replay-cache":
+        return [await run_replay_cache(store, load, prefix, backend)]
     return []
 
 

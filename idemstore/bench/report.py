@@ -216,6 +216,11 @@ def note_lines(result: BenchResult) -> list[str]:
                 f" {notes['wal_bytes']} WAL bytes meanwhile, {notes.get('wal_bytes_idle', '?')}"
                 " in as long without them"
             )
+        elif m.scenario == "replay-cache" and isinstance(notes.get("speedup_p50"), float):
+            lines.append(
+                f"{where}: a replay from CachedStore is {notes['speedup_p50']:.1f}x as fast"
+                " as the engine's at p50"
+            )
         elif m.scenario == "middleware" and m.floor is not None:
             ours, bare = m.subject.latency_ms()["p50"], m.floor.latency_ms()["p50"]
             if ours is not None and bare is not None:

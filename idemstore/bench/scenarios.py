@@ -56,7 +56,7 @@ __all__ = [
 
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "reserve", "replay", "contention", "mixed")
 # Probes (probes.py): what a store costs besides latency; "middleware" runs once per bench.
-TARGET_PROBES: tuple[str, ...] = ("commands", "wake", "replay-writes")
+TARGET_PROBES: tuple[str, ...] = ("commands", "wake", "replay-writes", "replay-cache")
 # hasher, gateway, telemetry and sync live in modules of their own (hasher_scenario.py, ...).
 SCENARIOS: tuple[str, ...] = (
     *STORE_SCENARIOS,
