@@ -378,14 +378,17 @@ def start_redis_sentinel(
     down_after_ms: int = 1000,
     failover_timeout_ms: int = 5000,
     appendonly: bool = True,
+    appendfsync: str = "everysec",
 ) -> LocalRedisSentinel:
     """A primary with ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority)
     monitoring it as ``service``; a primary that stops answering for ``down_after_ms`` is
     failed over to a replica.
 
-    Every data node keeps an AOF (``appendfsync everysec``) unless ``appendonly=False``:
+    Every data node keeps an AOF (``appendfsync`` as given) unless ``appendonly=False``:
     without it, a primary restarted before Sentinel fails it over comes back empty and its
     replicas drop everything on resync (what a store with ``wait_replicas`` refuses)."""
+    if appendfsync not in ("always", "everysec", "no"):
+        raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
     root = Path(tempfile.mkdtemp(prefix="idemstore-redis-sentinel-"))
 
     def node(name: str, **options: object) -> LocalRedis:
@@ -395,6 +398,7 @@ def start_redis_sentinel(
             port=free_port(),
             directory=where,
             appendonly=appendonly,
+            appendfsync=appendfsync,
             owns_directory=False,
             **options,  # type: ignore[arg-type]
         )

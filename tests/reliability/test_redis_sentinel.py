@@ -173,23 +173,32 @@ async def test_a_sentinel_failover_without_wait_loses_at_most_the_unreplicated_t
 
 
 RESTART_LOAD = 0.8  # seconds of load before the primary is SIGKILLed and started again
+# What Redis logs when an everysec fsync still running made it hold the AOF write back for
+# 2 s (while answering clients). Shorter hold-backs are not logged, so 0 proves nothing.
+POSTPONED = "Asynchronous AOF fsync is taking too long"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("appendonly", [False, True], ids=["no-persistence", "aof"])
+@pytest.mark.parametrize("appendfsync", [None, "everysec", "always"], ids=lambda v: f"aof-{v}")
 async def test_a_volatile_primary_restarted_before_failover_loses_what_wait_confirmed(
-    appendonly: bool, report_counts: Callable[[dict[str, Any]], None]
+    appendfsync: str | None, report_counts: Callable[[dict[str, Any]], None]
 ) -> None:
     """The primary is SIGKILLed under ``wait_replicas=1`` load and started again at once, well
-    inside Sentinel's down-after, so no failover happens. Without persistence it comes back
-    empty, the replica resyncs from it, and every completion ``WAIT`` confirmed before the
-    kill is gone (the store refuses such a primary unless told ``volatile_primary=allow``);
-    with AOF it comes back whole and nothing is lost."""
+    inside Sentinel's down-after, so no failover happens; the replica resyncs from whatever it
+    came back with. Without persistence that is nothing: every completion ``WAIT`` confirmed
+    before the kill is gone (the store refuses such a primary unless told
+    ``volatile_primary=allow``). With ``appendfsync always`` nothing is lost. With
+    ``everysec`` the loss is measured, not asserted (1 run in 12 lost 12 completions): Redis
+    answers clients while it holds the AOF write back behind a slow fsync, the likely cause."""
     with running(
         "redis (sentinel)",
-        lambda: start_redis_sentinel(appendonly=appendonly, down_after_ms=10_000),
+        lambda: start_redis_sentinel(
+            appendonly=appendfsync is not None,
+            appendfsync=appendfsync or "everysec",
+            down_after_ms=10_000,
+        ),
     ) as group:
-        policy = "allow" if not appendonly else "refuse"
+        policy = "allow" if appendfsync is None else "refuse"
         url = f"{group.url}?{OPTIONS}&wait_replicas=1&wait_replicas_timeout=0.5"
         acknowledged: list[str] = []
         errors: list[str] = []
@@ -221,18 +230,20 @@ async def test_a_volatile_primary_restarted_before_failover_loses_what_wait_conf
                 record = await store.get(key)
                 if record is None or record.response != key.encode():
                     lost += 1
+        postponed = group.primary.log.read_text(errors="replace").count(POSTPONED)
         counts = {
             "backend": "redis-sentinel",
             "fault": "primary restarted before failover",
-            "persistence": "appendonly yes (everysec)" if appendonly else "none",
+            "persistence": f"appendonly yes, appendfsync {appendfsync}" if appendfsync else "none",
             "wait_replicas": 1,
             "acknowledged completions": len(acknowledged),
             "lost after restart": lost,
+            "AOF writes held back 2 s": postponed,
             "typed errors": len(errors),
         }
         report_counts(counts)
         assert len(acknowledged) > 0, counts
-        if appendonly:
-            assert lost == 0, counts
-        else:
+        if appendfsync is None:
             assert lost > 0, counts  # the hazard the default refusal prevents
+        elif appendfsync == "always":
+            assert lost == 0, counts
