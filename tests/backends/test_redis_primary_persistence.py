@@ -151,6 +151,20 @@ async def test_without_config_the_check_reads_info_and_says_what_it_could_not_ch
             pass
 
 
+async def test_a_primary_that_answers_neither_info_nor_config_is_not_refused_but_said_so(
+    volatile_primary: LocalRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    cli = ("ACL", "SETUSER", "blind", "on", ">secret", "~*", "&*", "+@all", "-config", "-info")
+    volatile_primary.cli(*cli)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        async with open_store(url_of(volatile_primary, "", user="blind:secret@")) as store:
+            await complete_some(store)
+    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(warnings) == 1, warnings
+    assert "at all, so it is not refused" in warnings[0]
+    assert "INFO persistence" in warnings[0]
+
+
 async def test_a_store_without_wait_replicas_does_not_check() -> None:
     with running("redis", start_redis) as server:
         server.cli("CONFIG", "RESETSTAT")

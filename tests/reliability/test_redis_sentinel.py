@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from idemstore import IdemstoreError, open_store
+from idemstore import ConfigurationError, IdemstoreError, open_store
 from idemstore.local_servers.redis import start_redis_sentinel
 from idemstore.testing.fixtures import running
 
@@ -247,3 +247,30 @@ async def test_a_volatile_primary_restarted_before_failover_loses_what_wait_conf
             assert lost > 0, counts  # the hazard the default refusal prevents
         elif appendfsync == "always":
             assert lost == 0, counts
+
+
+@pytest.mark.slow
+async def test_a_failover_to_a_replica_without_persistence_is_refused_by_default() -> None:
+    """The check runs again on the first connection to a new primary: a store that accepted
+    a primary with AOF refuses the replica Sentinel promotes when that one has none."""
+    with running("redis (sentinel)", lambda: start_redis_sentinel(down_after_ms=1000)) as group:
+        (replica,) = group.replicas
+        replica.cli("CONFIG", "SET", "appendonly", "no")
+        url = f"{group.url}?{OPTIONS}&wait_replicas=1&wait_replicas_timeout=0.5"
+        async with open_store(url) as store:
+            first = await store.reserve("before", "fp", lease_ttl=30, retention=600)
+            assert first.acquired
+            await asyncio.to_thread(group.primary.shutdown, kill=True)
+            killed_at = time.monotonic()
+            refused = None
+            while refused is None:
+                assert time.monotonic() - killed_at < 30, "the promoted replica was never used"
+                try:
+                    await store.reserve(f"k-{uuid.uuid4().hex}", "fp", lease_ttl=30, retention=600)
+                except ConfigurationError as exc:
+                    refused = exc
+                except IdemstoreError:
+                    await asyncio.sleep(0.2)  # no primary yet, or its connections breaking
+            assert group.primary_port() == replica.port
+            assert f"primary 127.0.0.1:{replica.port}" in str(refused)
+            assert "no persistence" in str(refused)

@@ -44,6 +44,8 @@ class Verdict:
     writes across a restart, or that is unknown) and what could not be checked."""
 
     volatile: str | None = None
+    # Whether aof_enabled was read: without it nothing is known.
+    known: bool = False
     unchecked: list[str] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
 
@@ -58,25 +60,26 @@ def _config_value(reply: Any) -> str | None:
     return _text(values[0]) if values else None
 
 
+def _info_fields(info: Any) -> dict[str, str]:
+    """``INFO``'s ``name:value`` lines."""
+    lines = _text(info).splitlines()
+    return dict(line.strip().split(":", 1) for line in lines if ":" in line and line[0] != "#")
+
+
 def judge(info: Any, appendfsync: Any, save: Any) -> Verdict:
     """The verdict on the replies to ``_ASKED`` (each a reply, or the exception it raised)."""
     verdict = Verdict()
+    for asked, reply in zip(_ASKED, (info, appendfsync, save), strict=True):
+        if isinstance(reply, BaseException):
+            verdict.unchecked.append(f"{' '.join(asked)} ({reply})")
     fsync = None if isinstance(appendfsync, BaseException) else _config_value(appendfsync)
     snapshots = None if isinstance(save, BaseException) else _config_value(save)
-    if isinstance(info, BaseException):
-        verdict.unchecked.append(f"INFO persistence ({info})")
-        info = ""
-    fields = dict(
-        line.split(":", 1) for line in _text(info).splitlines() if ":" in line and line[0] != "#"
-    )
-    for name, reply in (("appendfsync", appendfsync), ("save", save)):
-        if isinstance(reply, BaseException):
-            verdict.unchecked.append(f"CONFIG GET {name} ({reply})")
-    aof = fields.get("aof_enabled")
+    aof = None if isinstance(info, BaseException) else _info_fields(info).get("aof_enabled")
     if aof is None:
-        if not any(u.startswith("INFO") for u in verdict.unchecked):
+        if not isinstance(info, BaseException):
             verdict.unchecked.append("aof_enabled (not in INFO persistence)")
         return verdict
+    verdict.known = True
     if aof.strip() == "1":
         if fsync == "no":
             verdict.caveats.append(
@@ -147,9 +150,12 @@ class PrimaryPersistence:
                 verdict.volatile,
             )
         if verdict.unchecked:
+            # Unknown is not refused: a primary is refused only for what it said.
+            how_far = "fully" if verdict.known else "at all, so it is not refused"
             logger.warning(
-                "%s: could not check the primary's persistence fully; not checked: %s",
+                "%s: could not check the primary's persistence %s; not read: %s",
                 name,
+                how_far,
                 "; ".join(verdict.unchecked),
             )
         for caveat in verdict.caveats:
