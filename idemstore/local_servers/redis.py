@@ -101,6 +101,9 @@ class LocalRedis:
             "yes" if self.appendonly else "no",
             "--appendfsync",
             self.appendfsync,
+            # A replica's full sync starts at once (Redis 7 waits 5 s for more replicas).
+            "--repl-diskless-sync-delay",
+            "0",
         ]
         if self.cluster:
             assert self.cluster_port is not None
@@ -413,11 +416,18 @@ def start_redis_sentinel(
     service: str = "idemstore",
     down_after_ms: int = 1000,
     failover_timeout_ms: int = 5000,
-    appendonly: bool = False,
+    appendonly: bool = True,
+    appendfsync: str = "everysec",
 ) -> LocalRedisSentinel:
     """A primary with ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority)
     monitoring it as ``service``; a primary that stops answering for ``down_after_ms`` is
-    failed over to a replica."""
+    failed over to a replica.
+
+    Every data node keeps an AOF (``appendfsync`` as given) unless ``appendonly=False``:
+    without it, a primary restarted before Sentinel fails it over comes back empty and its
+    replicas drop everything on resync (what a store with ``wait_replicas`` refuses)."""
+    if appendfsync not in ("always", "everysec", "no"):
+        raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
     root = Path(tempfile.mkdtemp(prefix="idemstore-redis-sentinel-"))
 
     def node(name: str, **options: object) -> LocalRedis:
@@ -427,6 +437,7 @@ def start_redis_sentinel(
             port=free_port(),
             directory=where,
             appendonly=appendonly,
+            appendfsync=appendfsync,
             owns_directory=False,
             **options,  # type: ignore[arg-type]
         )

@@ -125,6 +125,16 @@ OPTIONS = Options(
         check_duration,
     ),
     Option(
+        "volatile_primary",
+        str,
+        "refuse",
+        "with `wait_replicas`, what to do with a primary that has no AOF (a restart before a "
+        "failover would lose what `WAIT` confirmed, see "
+        "[Failover](#failover-to-a-replica-sentinel)): `refuse` (a `ConfigurationError`), "
+        "`warn` (log once per primary) or `allow` (not checked)",
+        one_of("refuse", "warn", "allow"),
+    ),
+    Option(
         "ssl",
         bool,
         False,

@@ -47,6 +47,7 @@ from idemstore.backends.redis.notifier import (
     shard_pubsub_everywhere,
 )
 from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, check_together
+from idemstore.backends.redis.persistence import PrimaryPersistence
 from idemstore.backends.redis.replication import run_replicated
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
@@ -127,6 +128,7 @@ class RedisStore(StoreEnvelope[Any]):
         max_key_length: int = MAX_KEY_LENGTH,
         wait_replicas: int = 0,
         wait_replicas_timeout: float = 1.0,
+        volatile_primary: str = "refuse",
         ssl: bool = False,
         ssl_ca_certs: str | None = None,
         ssl_certfile: str | None = None,
@@ -164,7 +166,13 @@ class RedisStore(StoreEnvelope[Any]):
         if not cluster:
             # (RedisCluster takes no handshake of ours: _open bounds its discovery.)
             options["db"] = db
-            options["redis_connect_func"] = handshake_within_connect_timeout
+            # With wait_replicas, each new primary's persistence is checked on its first
+            # connection (see persistence): off the hot path, and again after a failover.
+            options["redis_connect_func"] = (
+                PrimaryPersistence(given["volatile_primary"], self._where).connect
+                if wait_replicas
+                else handshake_within_connect_timeout
+            )
         self._client_options = {**options, "socket_timeout": None}
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
