@@ -25,7 +25,7 @@ from idemstore.loop_thread import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from idemstore.execution import Result, TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
@@ -127,14 +127,17 @@ class Idempotency(LoopOwner):
         scope: str | Callable[..., str] = "",
         require_key: bool = False,
         serializer: Serializer | None = None,
+        fingerprint_exclude: Iterable[str] | None = None,
+        fingerprint_include: Iterable[str] | None = None,
     ) -> Callable[[Callable[P, T]], Callable[P, T]]:
         """Decorate a plain function so each key runs it once and retries get its result.
 
         Everything is ``idemstore.Idempotency.idempotent``'s (the key and scope arguments,
-        the fingerprint over the function's qualified name and arguments, the serializer,
-        ``require_key``), so a synchronous and an async function of the same qualified name
-        share records. Decorating an ``async def`` function is a ``TypeError``. ``key`` and
-        ``scope`` callables run in the calling thread (they may read its thread-locals).
+        the fingerprint over the function's qualified name and arguments and its
+        ``fingerprint_exclude``/``fingerprint_include``, the serializer, ``require_key``),
+        so a synchronous and an async function of the same qualified name share records.
+        Decorating an ``async def`` function is a ``TypeError``. ``key`` and ``scope``
+        callables run in the calling thread (they may read its thread-locals).
         """
         # The async decorator runs on the loop thread: callables it is given return what the
         # caller's own thread computed, handed over in the (copied) context of the call.
@@ -143,7 +146,12 @@ class Idempotency(LoopOwner):
 
         def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
             return idem.idempotent(
-                async_key, scope=async_scope, require_key=require_key, serializer=serializer
+                async_key,
+                scope=async_scope,
+                require_key=require_key,
+                serializer=serializer,
+                fingerprint_exclude=fingerprint_exclude,
+                fingerprint_include=fingerprint_include,
             )
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:

@@ -167,9 +167,9 @@ class IdempotencyMiddleware(LoopOwner):
         required: ``True``, path patterns (``fnmatch``), or a predicate given the environ.
 
     ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``, ``max_response_bytes``,
-    ``record_server_errors``, ``max_key_length`` and ``on_takeover`` are the ASGI
-    middleware's. The store is opened, and every option checked, by the constructor.
-    ``close()`` (or ``with``) closes the store.
+    ``record_server_errors``, ``max_key_length``, ``on_takeover`` and the ``fingerprint_*``
+    options are the ASGI middleware's. The store is opened, and every option checked, by the
+    constructor. ``close()`` (or ``with``) closes the store.
     """
 
     __slots__ = ("_loop", "_methods", "_required", "app", "max_body_bytes")
@@ -191,6 +191,9 @@ class IdempotencyMiddleware(LoopOwner):
         record_server_errors: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         on_takeover: TakeoverPolicy = "run",
+        fingerprint_exclude: Iterable[str] | None = None,
+        fingerprint_include: Iterable[str] | None = None,
+        fingerprint_headers: Iterable[str] | None = None,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI app (a callable), not {app!r}")
@@ -247,6 +250,9 @@ class IdempotencyMiddleware(LoopOwner):
                 record_server_errors=record_server_errors,
                 max_key_length=max_key_length,
                 on_takeover=on_takeover,
+                fingerprint_exclude=fingerprint_exclude,
+                fingerprint_include=fingerprint_include,
+                fingerprint_headers=fingerprint_headers,
             )
 
         self._loop = loop_over_store(build, make, name="idemstore-wsgi")
