@@ -19,12 +19,12 @@ Both at once are refused: which one wins for a field under both would be a guess
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from idemstore.errors import ConfigurationError
 
-__all__ = ["FieldSelection", "field_selection", "parse_pointer"]
+__all__ = ["FieldSelection", "field_selection", "parse_pointer", "readable_again"]
 
 # RFC 6901: an array index is 0 or digits without a leading zero.
 _INDEX = re.compile(r"0|[1-9][0-9]*")
@@ -72,6 +72,14 @@ def _pointers(option: str, value: object) -> dict[str, Tokens]:
             f"{option} is an empty list; leave it out (None) to cover every field"
         )
     return pointers
+
+
+def readable_again(value: Any) -> Any:
+    """``value`` as a tuple when it is a one-pass iterable (a generator), else as given: a door
+    that builds its middleware or decorator again after a fork reads its options twice."""
+    if isinstance(value, Iterator):
+        return tuple(value)
+    return value
 
 
 class FieldSelection:

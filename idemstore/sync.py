@@ -16,6 +16,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore import runner
+from idemstore.fingerprint_fields import readable_again
 from idemstore.loop_thread import (
     LoopOwner,
     LoopThread,
@@ -143,6 +144,9 @@ class Idempotency(LoopOwner):
         # caller's own thread computed, handed over in the (copied) context of the call.
         async_key = _computed_key if callable(key) else key
         async_scope = _computed_scope if callable(scope) else scope
+        # Read again for the runner of a forked child.
+        fingerprint_exclude = readable_again(fingerprint_exclude)
+        fingerprint_include = readable_again(fingerprint_include)
 
         def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
             return idem.idempotent(

@@ -26,6 +26,7 @@ from idemstore.asgi import HEADER
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import check_size, method_set, required_predicate
 from idemstore.errors import ConfigurationError
+from idemstore.fingerprint_fields import readable_again
 from idemstore.http_identity import default_scope
 from idemstore.loop_thread import (
     LoopOwner,
@@ -214,6 +215,9 @@ class IdempotencyMiddleware(LoopOwner):
             return caller(asgi[_ENVIRON])
 
         build = store_factory(store, store_options)
+        fingerprint_exclude, fingerprint_include, fingerprint_headers = map(
+            readable_again, (fingerprint_exclude, fingerprint_include, fingerprint_headers)
+        )
 
         async def bridge(asgi: MutableMapping[str, Any], receive: Any, send: Any) -> None:
             environ = dict(asgi[_ENVIRON])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from idemstore.errors import ConfigurationError
-from idemstore.fingerprint_fields import field_selection, parse_pointer
+from idemstore.fingerprint_fields import field_selection, parse_pointer, readable_again
 
 
 def test_pointer_tokens_unescape_tilde_and_slash_in_the_rfc_6901_order() -> None:
@@ -66,3 +66,9 @@ def test_array_indexes_follow_rfc_6901_no_leading_zero_and_no_dash() -> None:
     selection = field_selection(None, ["/items/01", "/items/-"])
     assert selection is not None
     assert selection.apply({"items": [1, 2]}) == {"items": [1, 2]}
+
+
+def test_a_generator_of_pointers_can_be_read_again_after_a_fork() -> None:
+    pointers = readable_again(p for p in ["/a"])
+    assert field_selection(None, pointers) is not None
+    assert field_selection(None, pointers) is not None
