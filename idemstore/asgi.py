@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from idemstore.asgi_options import (
+    HEADER_NAME,
     check_app,
     check_size,
+    header_names,
     method_set,
     required_predicate,
     store_of,
@@ -31,6 +33,7 @@ from idemstore.asgi_options import (
 from idemstore.callers import fit_scope
 from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
+from idemstore.fingerprint_fields import field_selection
 from idemstore.http_identity import (
     default_scope,
     header_values,
@@ -57,7 +60,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ScopeFunction = Callable[[Scope], "str | Awaitable[str | None] | None"]
 RoutePredicate = Callable[[Scope], bool]
 
-HEADER = b"idempotency-key"
+HEADER = HEADER_NAME.encode("ascii")
 REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 
 # Response extensions that would bypass ``send``'s body messages and so the recorder.
@@ -138,11 +141,22 @@ class IdempotencyMiddleware:
             without a response: ``"run"`` it again (default), or ``"refuse"`` with 409
             "Outcome unknown", for this and every retry under that key (the earlier request
             may have taken effect: see docs/refusals.md).
+        fingerprint_exclude: JSON pointers (RFC 6901, such as ``"/meta/sent_at"``) into a
+            JSON request body whose values the fingerprint leaves out, so a retry that
+            differs only there replays instead of a 422. A body that is not JSON counts
+            whole. The risk: a left-out field that changes what the request does makes two
+            different requests share one outcome.
+        fingerprint_include: JSON pointers the fingerprint covers instead of the whole JSON
+            body (not with ``fingerprint_exclude``).
+        fingerprint_headers: header names whose values the fingerprint covers too (by
+            default it covers none).
 
     Every option is checked here: a wrong one raises ``ConfigurationError`` or ``TypeError``.
     """
 
     __slots__ = (
+        "_fields",
+        "_headers",
         "_max_key_length",
         "_methods",
         "_owns_store",
@@ -170,6 +184,9 @@ class IdempotencyMiddleware:
         record_server_errors: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         on_takeover: TakeoverPolicy = "run",
+        fingerprint_exclude: Iterable[str] | None = None,
+        fingerprint_include: Iterable[str] | None = None,
+        fingerprint_headers: Iterable[str] | None = None,
     ) -> None:
         check_app(app)
         self.app = app
@@ -184,6 +201,8 @@ class IdempotencyMiddleware:
             raise TypeError(f"record_server_errors must be True or False: {record_server_errors!r}")
         self.record_server_errors = record_server_errors
         self._max_key_length = check_size("max_key_length", max_key_length, least=1)
+        self._fields = field_selection(fingerprint_include, fingerprint_exclude)
+        self._headers = header_names(fingerprint_headers)
         # The store last: every other mistake is reported before a URL's store is built.
         opened, self._owns_store = store_of(store)
         self._policy = ExecutionPolicy(
@@ -290,7 +309,7 @@ class IdempotencyMiddleware:
                 ),
             )
             return
-        print_ = request_fingerprint(scope, body)
+        print_ = request_fingerprint(scope, body, fields=self._fields, headers=self._headers)
         await self._run(scope, receive, send, key, caller, print_, body)
 
     async def _read_body(self, receive: Receive) -> tuple[bytes, bool]:

@@ -15,7 +15,16 @@ from idemstore.urls import open_store
 if TYPE_CHECKING:
     from idemstore.asgi import RoutePredicate, Scope
 
-__all__ = ["check_app", "check_size", "method_set", "required_predicate", "store_of"]
+__all__ = [
+    "check_app",
+    "check_size",
+    "header_names",
+    "method_set",
+    "required_predicate",
+    "store_of",
+]
+
+HEADER_NAME = "idempotency-key"
 
 # RFC 9110's token: what a method name may be made of.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -95,3 +104,24 @@ def check_size(name: str, value: object, *, least: int = 0) -> int:
         what = "a non-negative int" if least == 0 else f"an int of at least {least}"
         raise ConfigurationError(f"{name} must be {what}, not {value!r}")
     return value
+
+
+def header_names(headers: object, *, option: str = "fingerprint_headers") -> tuple[bytes, ...]:
+    """The lower-cased field names ``headers`` gives, for the fingerprint to cover."""
+    if headers is None:
+        return ()
+    if isinstance(headers, str) or not isinstance(headers, Iterable):
+        raise ConfigurationError(
+            f'{option} must be a list of header names such as ["X-Tenant"], not {headers!r}'
+        )
+    names: list[bytes] = []
+    for name in headers:
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise ConfigurationError(f"{option}: {name!r} is not an HTTP header name")
+        if name.lower() == HEADER_NAME:
+            raise ConfigurationError(
+                f"{option}: {name!r} is the key itself; records are already kept per key"
+            )
+        names.append(name.lower().encode("ascii"))
+    # Sorted and without repeats: the same names in another order are the same fingerprint.
+    return tuple(sorted(set(names)))

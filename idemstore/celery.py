@@ -33,7 +33,7 @@ except ImportError as exc:
     ) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from idemstore.sync import Idempotency
 
@@ -60,6 +60,8 @@ def idempotent_task(
     *,
     key: Callable[..., str] | None = None,
     scope: str = "celery",
+    fingerprint_exclude: Iterable[str] | None = None,
+    fingerprint_include: Iterable[str] | None = None,
 ) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Decorate a task's function (below ``@app.task``) so it runs once per key.
 
@@ -68,9 +70,18 @@ def idempotent_task(
         key: a function of the task's arguments returning the key (for producers that may
             send one operation as several tasks); default: the task id (``task_id``).
         scope: the records' scope (default ``"celery"``).
+        fingerprint_exclude, fingerprint_include: arguments (or fields in them) the
+            fingerprint leaves out or is limited to, as JSON pointers (``"/sent_at"``): the
+            ``@idempotent`` decorator's options.
 
     The fingerprint covers the function's qualified name and its arguments, which must be
     JSON values (so a bound task's ``self`` cannot be one of them: use ``bind=False``). The
     result is recorded by the runner's serializer (JSON values, dataclasses, pydantic models).
     """
-    return idem.idempotent(task_id if key is None else key, scope=scope, require_key=True)
+    return idem.idempotent(
+        task_id if key is None else key,
+        scope=scope,
+        require_key=True,
+        fingerprint_exclude=fingerprint_exclude,
+        fingerprint_include=fingerprint_include,
+    )

@@ -14,7 +14,9 @@ bodies by what they say rather than how they are framed:
   epilogue and other part headers make no difference;
 - anything else, or a body that does not parse as its type says: the SHA-256 of its bytes.
 
-The method, path and query string are part of the fingerprint too; other headers are not.
+The method, path and query string are part of the fingerprint too; other headers are not,
+unless named (``headers``). A ``FieldSelection`` (``idemstore.fingerprint_fields``) narrows
+what of a JSON body counts; it does not apply to other bodies, which count whole.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import re
 from collections.abc import Callable, MutableMapping
 from email.message import Message
 from email.utils import collapse_rfc2231_value
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from idemstore.callers import HTTP_API_SOURCES, CallerSources, asgi_headers
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import fingerprint
+
+if TYPE_CHECKING:
+    from idemstore.fingerprint_fields import FieldSelection
 
 __all__ = [
     "default_scope",
@@ -110,16 +115,33 @@ default_scope = scope_by(CallerSources(HTTP_API_SOURCES))
 bearing the same credentials."""
 
 
-def request_fingerprint(scope: Scope, body: bytes) -> str:
-    """The fingerprint of a request: method, path, query and body as the module says."""
-    request = {
+def request_fingerprint(
+    scope: Scope,
+    body: bytes,
+    *,
+    fields: FieldSelection | None = None,
+    headers: tuple[bytes, ...] = (),
+) -> str:
+    """The fingerprint of a request: method, path, query and body as the module says, the
+    JSON body narrowed by ``fields``, and the values of the ``headers`` named (lower case).
+    """
+    request: dict[str, Any] = {
         "method": scope.get("method", "").upper(),
         "path": scope.get("path", ""),
         "query": scope.get("query_string", b"").decode("latin-1"),
     }
+    if headers:
+        # Only when asked: the fingerprints records already hold stay as they were.
+        request["headers"] = {
+            name.decode("latin-1"): [v.decode("latin-1") for v in header_values(scope, name)]
+            for name in headers
+        }
     content_types = header_values(scope, b"content-type")
     try:
-        return fingerprint({**request, "body": _parsed_body(content_types, body)})
+        parsed = _parsed_body(content_types, body)
+        if fields is not None and "json" in parsed:
+            parsed = {"json": fields.apply(parsed["json"])}
+        return fingerprint({**request, "body": parsed})
     except (CanonicalizationError, RecursionError):
         # A JSON body holding NaN, or nested too deep: compare its bytes instead.
         return fingerprint({**request, "body": _raw_body(body)})

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
 from idemstore.execution import ExecutionPolicy, Replay, Result, TakeoverPolicy
+from idemstore.fingerprint_fields import field_selection
 from idemstore.hashing import fingerprint as canonical_fingerprint
 from idemstore.running_work import running
 from idemstore.serializers import JSONSerializer, Serializer, return_type
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from idemstore.protocol import IdempotencyStore
 
@@ -155,6 +156,8 @@ class Idempotency:
         scope: str | Callable[..., str] = "",
         require_key: bool = False,
         serializer: Serializer | None = None,
+        fingerprint_exclude: Iterable[str] | None = None,
+        fingerprint_include: Iterable[str] | None = None,
     ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
         """Decorate an async function so each key runs it once and retries get its result.
 
@@ -177,8 +180,17 @@ class Idempotency:
         A key that is ``None`` means "no key": the call runs without deduplication (as a
         request without an ``Idempotency-Key`` does), unless ``require_key`` is true, which
         raises ``InvalidKeyError`` instead. Any other key is used as ``str(key)``.
+
+        ``fingerprint_exclude`` leaves arguments, or fields inside them, out of the
+        fingerprint: JSON pointers (RFC 6901) into the arguments as an object of argument
+        name to value (``"/trace_id"``, ``"/order/sent_at"``), so a retry that differs only
+        there replays instead of raising ``ConflictError``; ``fingerprint_include`` names
+        the only ones it covers. The first token of each must be an argument's name
+        (``ConfigurationError`` at decoration otherwise). The risk: a left-out value that
+        changes what the call does makes two different calls share one result.
         """
         chosen = self.serializer if serializer is None else _checked(serializer)
+        fields = field_selection(fingerprint_include, fingerprint_exclude)
         policy = self._policy
 
         def decorate(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
@@ -191,6 +203,14 @@ class Idempotency:
             signature = inspect.signature(func)
             if isinstance(key, str) and key not in signature.parameters:
                 raise ConfigurationError(f"{func.__qualname__} has no argument named {key!r}")
+            unknown = set() if fields is None else fields.first_tokens() - set(signature.parameters)
+            if unknown:
+                raise ConfigurationError(
+                    f"fingerprint_include/fingerprint_exclude: {func.__qualname__} has no"
+                    f" argument named {', '.join(sorted(map(repr, unknown)))}; a pointer"
+                    " starts with an argument's name, such as"
+                    f" {'/' + next(iter(signature.parameters), 'order')!r}"
+                )
             name = f"{func.__module__}.{func.__qualname__}"
             recorder = _Recorder(policy, chosen, name, func)
 
@@ -211,7 +231,8 @@ class Idempotency:
                         )
                     return await func(*args, **kwargs)
                 the_scope = scope(*args, **kwargs) if callable(scope) else scope
-                print_ = canonical_fingerprint({"function": name, "arguments": arguments})
+                covered = arguments if fields is None else fields.apply(arguments)
+                print_ = canonical_fingerprint({"function": name, "arguments": covered})
                 call = functools.partial(func, *args, **kwargs)
                 return await recorder.run(str(the_key), print_, the_scope, call)  # type: ignore[no-any-return]
 

@@ -16,6 +16,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from idemstore import runner
+from idemstore.fingerprint_fields import readable_again
 from idemstore.loop_thread import (
     LoopOwner,
     LoopThread,
@@ -25,7 +26,7 @@ from idemstore.loop_thread import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from idemstore.execution import Result, TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
@@ -127,23 +128,34 @@ class Idempotency(LoopOwner):
         scope: str | Callable[..., str] = "",
         require_key: bool = False,
         serializer: Serializer | None = None,
+        fingerprint_exclude: Iterable[str] | None = None,
+        fingerprint_include: Iterable[str] | None = None,
     ) -> Callable[[Callable[P, T]], Callable[P, T]]:
         """Decorate a plain function so each key runs it once and retries get its result.
 
         Everything is ``idemstore.Idempotency.idempotent``'s (the key and scope arguments,
-        the fingerprint over the function's qualified name and arguments, the serializer,
-        ``require_key``), so a synchronous and an async function of the same qualified name
-        share records. Decorating an ``async def`` function is a ``TypeError``. ``key`` and
-        ``scope`` callables run in the calling thread (they may read its thread-locals).
+        the fingerprint over the function's qualified name and arguments and its
+        ``fingerprint_exclude``/``fingerprint_include``, the serializer, ``require_key``),
+        so a synchronous and an async function of the same qualified name share records.
+        Decorating an ``async def`` function is a ``TypeError``. ``key`` and ``scope``
+        callables run in the calling thread (they may read its thread-locals).
         """
         # The async decorator runs on the loop thread: callables it is given return what the
         # caller's own thread computed, handed over in the (copied) context of the call.
         async_key = _computed_key if callable(key) else key
         async_scope = _computed_scope if callable(scope) else scope
+        # Read again for the runner of a forked child.
+        fingerprint_exclude = readable_again(fingerprint_exclude)
+        fingerprint_include = readable_again(fingerprint_include)
 
         def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
             return idem.idempotent(
-                async_key, scope=async_scope, require_key=require_key, serializer=serializer
+                async_key,
+                scope=async_scope,
+                require_key=require_key,
+                serializer=serializer,
+                fingerprint_exclude=fingerprint_exclude,
+                fingerprint_include=fingerprint_include,
             )
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:

@@ -26,6 +26,7 @@ from idemstore.asgi import HEADER
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import check_size, method_set, required_predicate
 from idemstore.errors import ConfigurationError
+from idemstore.fingerprint_fields import readable_again
 from idemstore.http_identity import default_scope
 from idemstore.loop_thread import (
     LoopOwner,
@@ -167,9 +168,9 @@ class IdempotencyMiddleware(LoopOwner):
         required: ``True``, path patterns (``fnmatch``), or a predicate given the environ.
 
     ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``, ``max_response_bytes``,
-    ``record_server_errors``, ``max_key_length`` and ``on_takeover`` are the ASGI
-    middleware's. The store is opened, and every option checked, by the constructor.
-    ``close()`` (or ``with``) closes the store.
+    ``record_server_errors``, ``max_key_length``, ``on_takeover`` and the ``fingerprint_*``
+    options are the ASGI middleware's. The store is opened, and every option checked, by the
+    constructor. ``close()`` (or ``with``) closes the store.
     """
 
     __slots__ = ("_loop", "_methods", "_required", "app", "max_body_bytes")
@@ -191,6 +192,9 @@ class IdempotencyMiddleware(LoopOwner):
         record_server_errors: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         on_takeover: TakeoverPolicy = "run",
+        fingerprint_exclude: Iterable[str] | None = None,
+        fingerprint_include: Iterable[str] | None = None,
+        fingerprint_headers: Iterable[str] | None = None,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI app (a callable), not {app!r}")
@@ -211,6 +215,9 @@ class IdempotencyMiddleware(LoopOwner):
             return caller(asgi[_ENVIRON])
 
         build = store_factory(store, store_options)
+        fingerprint_exclude, fingerprint_include, fingerprint_headers = map(
+            readable_again, (fingerprint_exclude, fingerprint_include, fingerprint_headers)
+        )
 
         async def bridge(asgi: MutableMapping[str, Any], receive: Any, send: Any) -> None:
             environ = dict(asgi[_ENVIRON])
@@ -247,6 +254,9 @@ class IdempotencyMiddleware(LoopOwner):
                 record_server_errors=record_server_errors,
                 max_key_length=max_key_length,
                 on_takeover=on_takeover,
+                fingerprint_exclude=fingerprint_exclude,
+                fingerprint_include=fingerprint_include,
+                fingerprint_headers=fingerprint_headers,
             )
 
         self._loop = loop_over_store(build, make, name="idemstore-wsgi")

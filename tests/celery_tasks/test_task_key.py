@@ -35,3 +35,17 @@ def test_a_key_from_the_arguments_works_anywhere() -> None:
         order = uuid.uuid4().hex
         assert charge(order) == charge(order) == order
     assert calls == [order]
+
+
+def test_a_redelivery_differing_only_in_an_excluded_argument_replays() -> None:
+    calls: list[str] = []
+    with Idempotency("memory://") as idem:
+
+        @idempotent_task(idem, key=lambda order, sent_at: order, fingerprint_exclude=["/sent_at"])
+        def charge(order: str, sent_at: float) -> str:
+            calls.append(order)
+            return order
+
+        order = uuid.uuid4().hex
+        assert charge(order, 1.0) == charge(order, 2.0) == order
+    assert calls == [order]

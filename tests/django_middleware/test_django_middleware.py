@@ -141,6 +141,8 @@ def tenant_scope(request: object) -> str | None:
         ({"STORE": "memory://", "RETENTON": 5}, "unknown keys"),
         ({"STORE": "nosuch://x"}, "unknown store scheme"),
         ({"STORE": "memory://", "METHODS": []}, "at least one method"),
+        ({"STORE": "memory://", "FINGERPRINT_EXCLUDE": ["sent_at"]}, "start it with /"),
+        ({"STORE": "memory://", "FINGERPRINT_INCLUDE": "/item"}, "list of JSON pointers"),
     ],
 )
 def test_bad_settings_are_improperly_configured(configured: dict[str, object], says: str) -> None:
@@ -158,3 +160,29 @@ def test_a_required_predicate_from_settings_is_given_the_request(store_url: str)
         elsewhere = post(Client(), "/pings", "{}", ALICE)
     assert missing.status_code == 400
     assert elsewhere.status_code == 200
+
+
+def test_settings_can_leave_a_body_field_out_of_the_fingerprint(store_url: str) -> None:
+    settings = {"STORE": store_url, "FINGERPRINT_EXCLUDE": ["/meta/sent_at"]}
+    with override_settings(IDEMSTORE=settings):
+        client, headers = Client(), keyed()
+        first = post(client, "/orders", '{"item": "tea", "meta": {"sent_at": 1}}', headers)
+        again = post(client, "/orders", '{"item": "tea", "meta": {"sent_at": 2}}', headers)
+        other = post(client, "/orders", '{"item": "cake", "meta": {"sent_at": 2}}', headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert other.status_code == 422
+    assert EFFECTS == {"orders": 1}
+
+
+async def test_settings_can_pick_the_fields_the_fingerprint_covers(store_url: str) -> None:
+    settings = {"STORE": store_url, "FINGERPRINT_INCLUDE": ["/a"]}
+    with override_settings(IDEMSTORE=settings):
+        client, headers = AsyncClient(), keyed()
+        path, kind = "/async-orders", "application/json"
+        await client.post(path, '{"a": 1, "t": 1}', content_type=kind, headers=headers)
+        again = await client.post(path, '{"a": 1, "t": 2}', content_type=kind, headers=headers)
+        other = await client.post(path, '{"a": 2, "t": 1}', content_type=kind, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert other.status_code == 422
+    assert EFFECTS == {"async_orders": 1}

@@ -426,3 +426,31 @@ def test_key_and_scope_functions_run_in_the_calling_thread(
     assert charge(5) == 5
     local.tenant = "other"
     assert charge(5) == 5  # another tenant: its own key, not a conflict
+
+
+def test_the_sync_decorator_leaves_excluded_fields_out_and_conflicts_on_the_rest(
+    runner: idem_sync.Idempotency,
+) -> None:
+    charges: list[int] = []
+
+    @runner.idempotent(key="order_id", fingerprint_exclude=["/meta/sent_at"])
+    def charge(order_id: str, amount: int, meta: dict[str, int]) -> int:
+        charges.append(amount)
+        return len(charges)
+
+    key = new_key()
+    assert charge(key, 10, {"sent_at": 1}) == 1
+    assert charge(key, 10, {"sent_at": 2}) == 1
+    with pytest.raises(ConflictError):
+        charge(key, 20, {"sent_at": 2})
+    assert charges == [10]
+
+
+def test_the_sync_decorator_refuses_a_pointer_to_no_argument(
+    runner: idem_sync.Idempotency,
+) -> None:
+    with pytest.raises(ConfigurationError, match="no argument named 'amount'"):
+
+        @runner.idempotent(key="order_id", fingerprint_include=["/amount"])
+        def charge(order_id: str) -> None:
+            pass

@@ -249,3 +249,39 @@ def test_an_asgi_deployment_replays_what_the_wsgi_one_recorded(redis_store_url: 
     assert replayed.status_code == 201
     assert replayed.headers["idempotent-replayed"] == "true"
     assert replayed.json() == first.get_json()
+
+
+def test_a_retry_differing_only_in_an_excluded_field_replays(store_url: str) -> None:
+    flask_app = orders_app()
+    with IdempotencyMiddleware(
+        flask_app.wsgi_app, store=store_url, fingerprint_exclude=["/sent_at"]
+    ) as middleware:
+        flask_app.wsgi_app = middleware  # type: ignore[method-assign]
+        client, headers = Client(flask_app), keyed()
+        first = client.post("/orders", json={"item": "tea", "sent_at": 1}, headers=headers)
+        again = client.post("/orders", json={"item": "tea", "sent_at": 2}, headers=headers)
+        other = client.post("/orders", json={"item": "cake", "sent_at": 2}, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.get_json() == first.get_json()
+    assert other.status_code == 422
+    assert flask_app.config["count"] == 1
+
+
+def test_a_change_in_an_included_field_is_a_422(store_url: str) -> None:
+    flask_app = orders_app()
+    with IdempotencyMiddleware(
+        flask_app.wsgi_app, store=store_url, fingerprint_include=["/item"]
+    ) as middleware:
+        flask_app.wsgi_app = middleware  # type: ignore[method-assign]
+        client, headers = Client(flask_app), keyed()
+        client.post("/orders", json={"item": "tea", "note": "a"}, headers=headers)
+        again = client.post("/orders", json={"item": "tea", "note": "b"}, headers=headers)
+        other = client.post("/orders", json={"item": "cake", "note": "a"}, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert other.status_code == 422
+    assert flask_app.config["count"] == 1
+
+
+def test_a_bad_fingerprint_pointer_is_refused_by_the_constructor() -> None:
+    with pytest.raises(ConfigurationError, match="start it with /"):
+        IdempotencyMiddleware(orders_app().wsgi_app, store="memory://", fingerprint_exclude=["x"])
