@@ -52,9 +52,10 @@ def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
     assert report.counts["executions"] >= report.counts["keys"]
 
 
-# Pauses: a 1 s lease, and a worker frozen 1.5-3 s while it holds keys (SIGSTOP; a GC pause,
-# a stopped VM) wakes up a stale owner and goes on extending, completing or releasing.
-PAUSED_LEASE = 1.0
+# Pauses: a worker frozen 1.5-3 leases long while it holds keys (SIGSTOP; a GC pause, a
+# stopped VM) wakes up a stale owner and goes on extending, completing or releasing. The lease
+# is the SIGKILL runs' (TTL), which keeps the run short in the test command.
+PAUSED_LEASE = TTL
 
 
 @pytest.mark.slow
@@ -68,12 +69,19 @@ def test_workers_frozen_past_their_lease_are_fenced_out_when_they_wake(
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
     url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
-    config = WorkerConfig(lease_ttl=PAUSED_LEASE)
+    # More long work, most of it heartbeating, some of it outlasting a pause: so a heartbeat
+    # wakes up with work left and tries to extend a lease that was taken over.
+    config = WorkerConfig(
+        lease_ttl=PAUSED_LEASE,
+        long_work_probability=0.4,
+        long_work_max=4 * PAUSED_LEASE,
+        heartbeat_probability=0.7,
+    )
     report = run_history(
         url,
         tmp_path,
         workers=4,
-        keys_per_round=8,
+        keys_per_round=6,
         kills=0,
         pauses=pauses,
         pause_seconds=(1.5 * PAUSED_LEASE, 3 * PAUSED_LEASE),
