@@ -9,17 +9,20 @@ SIGKILL loses nothing it logged: in particular the ``reserve`` line of an acquis
 before the side effect starts, and the ``completing`` line (with the response) before
 ``complete`` is called.
 
-Events (``ev``), all with ``w`` (worker log name), ``key``, ``t0``/``t1`` (wall clock around
-the call):
+Events (``ev``), all with ``w`` (worker log name), ``key``, ``m0``/``m1`` (``time.monotonic()``
+immediately before the call was sent and after it returned: the only times the checker
+reads) and ``t0``/``t1`` (the wall clock, for people reading the logs):
 
 - ``reserve``: ``outcome`` acquired | replayed | in-progress | conflict, ``probe`` (reserved
   with other arguments, which must never acquire), ``fence``/``token`` (the lease's, or the
-  existing record's), for acquired ``takeover``, ``lease_expires_at`` and ``acquired_at``
-  (the engine's clock: the deadline minus the lease), for a completed record ``response`` (hex).
-- ``extend``: ``fence``, ``token``, ``lease_expires_at`` (``None`` when the lease was lost).
-- ``completing``: ``fence``, ``token``, ``response``, written before ``complete`` is called.
-- ``releasing``: ``fence``, ``token``, written before ``release`` is called (a worker killed
-  after it may or may not have released).
+  existing record's), for acquired ``takeover``, ``lease_ttl`` and ``lease_expires_at`` (the
+  store's deadline, never used to order anything), for a completed record ``response`` (hex).
+- ``extend``: ``fence``, ``token``, ``lease_ttl``, ``lease_expires_at`` (``None`` when the
+  lease was lost).
+- ``completing``: ``fence``, ``token``, ``response``, ``m0``, written before ``complete`` is
+  called.
+- ``releasing``: ``fence``, ``token``, ``m0``, written before ``release`` is called (a worker
+  killed after it may or may not have released).
 - ``end``: ``fence``, ``token``, ``outcome`` completed | lost (``complete`` returned False) |
   unknown (``complete`` raised) | released | release-lost | release-unknown. An execution
   without an ``end`` was killed in mid-work.
@@ -28,8 +31,10 @@ the call):
   ``hang`` (the call outlived the worker's cap and was abandoned).
 
 ``run_history`` starts N worker processes, SIGKILLs workers that are in mid-work and restarts
-them, runs an optional fault scenario alongside, then lets a *finisher* worker (never killed)
-settle every key, reads the final records and calls ``check_history``.
+them, freezes others past their lease (SIGSTOP, then SIGCONT, logged as ``pause`` events with
+``victim`` and ``m0``/``m1`` in ``nemesis.jsonl``), runs an optional fault scenario alongside,
+then lets a *finisher* worker (never killed) settle every key, reads the final records and
+calls ``check_history``.
 
 Run as a module, this file is one worker process.
 """
@@ -155,6 +160,9 @@ class Worker:
         the call is sent and after it returns (the checker's real-time bounds of the call), and
         ``t0``/``t1``, the wall clock, for people reading the logs.
         """
+        # CLOCK_MONOTONIC is system-wide on Linux: every worker process (and the nemesis) reads
+        # the same clock, so these stamps order calls across processes; the wall clock may be
+        # stepped, and a stamp the store computes for a lease may be taken before sending.
         cap = self.config.call_cap
         timer = asyncio.timeout(cap)
         t0 = time.time()
