@@ -31,6 +31,14 @@ def kills() -> int:
 
 
 @pytest.fixture
+def pauses() -> int:
+    """How many times a pause history run freezes a worker past its lease (SIGSTOP, then
+    SIGCONT): a few in the test command, more in the campaign (IDEMSTORE_RELIABILITY_PAUSES,
+    scripts/reliability-campaign)."""
+    return int(os.environ.get("IDEMSTORE_RELIABILITY_PAUSES") or 3)
+
+
+@pytest.fixture
 def report_counts(request: pytest.FixtureRequest) -> Callable[[dict[str, Any]], None]:
     """Append a run's counts as one JSON line to $IDEMSTORE_RELIABILITY_REPORT (when set):
     docs/reliability.md takes its numbers from there."""

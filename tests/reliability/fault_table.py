@@ -47,6 +47,7 @@ _FAILOVER_ENGINES = ("postgres", "redis-cluster")
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("runs", "runs"),
     ("worker kills", "kills"),
+    ("worker pauses", "pauses"),
     ("engine faults", "engine faults"),
     ("attempts", "attempts"),
     ("keys", "keys"),
@@ -54,11 +55,16 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("cut off by a kill", "killed in mid-work"),
     ("re-executions", "re-executions"),
     ("takeovers", "takeovers"),
+    ("paused past their lease", "paused past their lease"),
+    ("paused owners fenced out", "paused owners fenced out"),
+    ("stale owners fenced out", "stale owners fenced out"),
+    ("extends refused", "extends refused"),
     ("typed errors", "errors"),
     ("untyped errors", "untyped errors"),
     ("hangs", "hangs"),
     ("longest call (s)", "longest call"),
     ("duplicates found", "duplicates found"),
+    ("lost acknowledgements", "lost acknowledgements"),
 )
 
 # Counters a scenario adds to a run that are engine-side faults (restarts, failovers, throttles).
@@ -76,15 +82,20 @@ def _fold(rows: list[dict[str, Any]]) -> dict[str, Any]:
     longest = 0.0
     for row in rows:
         total["runs"] += 1
-        for name in ("kills", "attempts", "keys", "executions", "killed in mid-work"):
+        for name in ("kills", "pauses", "attempts", "keys", "executions", "killed in mid-work"):
             total[name] += int(row.get(name, 0))
         for name in (
             "re-executions",
             "takeovers",
+            "paused past their lease",
+            "paused owners fenced out",
+            "stale owners fenced out",
+            "extends refused",
             "errors",
             "untyped errors",
             "hangs",
             "duplicates found",
+            "lost acknowledgements",
         ):
             total[name] += int(row.get(name, 0))
         total["engine faults"] += sum(int(row.get(name, 0)) for name in _ENGINE_FAULTS)

@@ -9,17 +9,20 @@ SIGKILL loses nothing it logged: in particular the ``reserve`` line of an acquis
 before the side effect starts, and the ``completing`` line (with the response) before
 ``complete`` is called.
 
-Events (``ev``), all with ``w`` (worker log name), ``key``, ``t0``/``t1`` (wall clock around
-the call):
+Events (``ev``), all with ``w`` (worker log name), ``key``, ``m0``/``m1`` (``time.monotonic()``
+immediately before the call was sent and after it returned: the only times the checker
+reads) and ``t0``/``t1`` (the wall clock, for people reading the logs):
 
 - ``reserve``: ``outcome`` acquired | replayed | in-progress | conflict, ``probe`` (reserved
   with other arguments, which must never acquire), ``fence``/``token`` (the lease's, or the
-  existing record's), for acquired ``takeover``, ``lease_expires_at`` and ``acquired_at``
-  (the engine's clock: the deadline minus the lease), for a completed record ``response`` (hex).
-- ``extend``: ``fence``, ``token``, ``lease_expires_at`` (``None`` when the lease was lost).
-- ``completing``: ``fence``, ``token``, ``response``, written before ``complete`` is called.
-- ``releasing``: ``fence``, ``token``, written before ``release`` is called (a worker killed
-  after it may or may not have released).
+  existing record's), for acquired ``takeover``, ``lease_ttl`` and ``lease_expires_at`` (the
+  store's deadline, never used to order anything), for a completed record ``response`` (hex).
+- ``extend``: ``fence``, ``token``, ``lease_ttl``, ``lease_expires_at`` (``None`` when the
+  lease was lost).
+- ``completing``: ``fence``, ``token``, ``response``, ``m0``, written before ``complete`` is
+  called.
+- ``releasing``: ``fence``, ``token``, ``m0``, written before ``release`` is called (a worker
+  killed after it may or may not have released).
 - ``end``: ``fence``, ``token``, ``outcome`` completed | lost (``complete`` returned False) |
   unknown (``complete`` raised) | released | release-lost | release-unknown. An execution
   without an ``end`` was killed in mid-work.
@@ -28,8 +31,10 @@ the call):
   ``hang`` (the call outlived the worker's cap and was abandoned).
 
 ``run_history`` starts N worker processes, SIGKILLs workers that are in mid-work and restarts
-them, runs an optional fault scenario alongside, then lets a *finisher* worker (never killed)
-settle every key, reads the final records and calls ``check_history``.
+them, freezes others past their lease (SIGSTOP, then SIGCONT, logged as ``pause`` events with
+``victim`` and ``m0``/``m1`` in ``nemesis.jsonl``), runs an optional fault scenario alongside,
+then lets a *finisher* worker (never killed) settle every key, reads the final records and
+calls ``check_history``.
 
 Run as a module, this file is one worker process.
 """
@@ -41,6 +46,7 @@ import asyncio
 import functools
 import itertools
 import json
+import math
 import os
 import random
 import signal
@@ -147,15 +153,25 @@ class Worker:
 
     async def _call(
         self, op: str, key: str, make: Callable[[], Awaitable[Any]]
-    ) -> tuple[bool, Any]:
-        """Run one store call; log any exception (typed or not, or a hang) and report it."""
+    ) -> tuple[bool, Any, dict[str, float]]:
+        """Run one store call; log any exception (typed or not, or a hang) and report it.
+
+        Also returns the call's stamps: ``m0``/``m1``, ``time.monotonic()`` immediately before
+        the call is sent and after it returns (the checker's real-time bounds of the call), and
+        ``t0``/``t1``, the wall clock, for people reading the logs.
+        """
+        # CLOCK_MONOTONIC is system-wide on Linux: every worker process (and the nemesis) reads
+        # the same clock, so these stamps order calls across processes; the wall clock may be
+        # stepped, and a stamp the store computes for a lease may be taken before sending.
         cap = self.config.call_cap
-        t0 = time.time()
         timer = asyncio.timeout(cap)
+        t0 = time.time()
+        m0 = time.monotonic()
         try:
             async with timer:
-                return True, await make()
+                value = await make()
         except Exception as exc:
+            m1 = time.monotonic()
             hang = timer.expired()
             self._log.write(
                 ev="error",
@@ -163,20 +179,23 @@ class Worker:
                 key=key,
                 t0=t0,
                 t1=time.time(),
+                m0=m0,
+                m1=m1,
                 error=f"{type(exc).__module__}.{type(exc).__qualname__}",
                 typed=isinstance(exc, IdemstoreError) and not hang,
                 hang=hang,
                 message=str(exc)[:300],
             )
             await asyncio.sleep(self.config.error_pause)
-            return False, exc
+            return False, exc, {"t0": t0, "t1": time.time(), "m0": m0, "m1": m1}
+        m1 = time.monotonic()
+        return True, value, {"t0": t0, "t1": time.time(), "m0": m0, "m1": m1}
 
     async def settle(self, key: str) -> None:
         config = self.config
         store = self.store
         while True:
-            t0 = time.time()
-            ok, reservation = await self._call(
+            ok, reservation, stamps = await self._call(
                 "reserve",
                 key,
                 lambda: store.reserve(
@@ -185,49 +204,53 @@ class Worker:
             )
             if not ok:
                 continue
-            t1 = time.time()
             if reservation.outcome is Outcome.ACQUIRED:
                 lease = reservation.lease
                 self._log.write(
                     ev="reserve",
                     key=key,
-                    t0=t0,
-                    t1=t1,
+                    **stamps,
                     outcome="acquired",
                     probe=False,
                     fence=lease.fence,
                     token=lease.token,
                     takeover=reservation.takeover,
+                    lease_ttl=config.lease_ttl,
+                    # The store's word, for people reading the logs; the checker never
+                    # orders by it (on DynamoDB the client computes it before sending).
                     lease_expires_at=lease.lease_expires_at,
-                    acquired_at=lease.lease_expires_at - config.lease_ttl,
                 )
                 if await self._execute(lease):
                     break
                 continue
             record = reservation.record
-            self._log_record(key, t0, t1, reservation.outcome, record, probe=False)
+            self._log_record(key, stamps, reservation.outcome, record, probe=False)
             if reservation.outcome is Outcome.COMPLETED:
                 break
             if reservation.outcome is Outcome.MISMATCH:
                 return  # a bug (same arguments every time); the checker reports it
-            t0 = time.time()
             timeout = config.lease_ttl * 2
-            ok, _ = await self._call(
+            ok, _, stamps = await self._call(
                 "wait", key, lambda: store.wait(key, timeout=config.lease_ttl * 2)
             )
             if ok:
-                self._log.write(ev="wait", key=key, t0=t0, t1=time.time(), timeout=timeout)
+                self._log.write(ev="wait", key=key, **stamps, timeout=timeout)
         if self._rng.random() < config.probe_probability:
             await self._probe(key)
 
     def _log_record(
-        self, key: str, t0: float, t1: float, outcome: Outcome, record: Record, *, probe: bool
+        self,
+        key: str,
+        stamps: dict[str, float],
+        outcome: Outcome,
+        record: Record,
+        *,
+        probe: bool,
     ) -> None:
         self._log.write(
             ev="reserve",
             key=key,
-            t0=t0,
-            t1=t1,
+            **stamps,
             outcome={
                 Outcome.COMPLETED: "replayed",
                 Outcome.IN_PROGRESS: "in-progress",
@@ -243,8 +266,7 @@ class Worker:
     async def _probe(self, key: str) -> None:
         """The same key with other arguments: must be refused, never acquired."""
         config = self.config
-        t0 = time.time()
-        ok, reservation = await self._call(
+        ok, reservation, stamps = await self._call(
             "reserve",
             key,
             lambda: self.store.reserve(
@@ -258,8 +280,7 @@ class Worker:
             self._log.write(
                 ev="reserve",
                 key=key,
-                t0=t0,
-                t1=time.time(),
+                **stamps,
                 outcome="acquired",
                 probe=True,
                 fence=lease.fence,
@@ -267,7 +288,7 @@ class Worker:
             )
             await self._call("release", key, lambda: self.store.release(lease))
             return
-        self._log_record(key, t0, time.time(), reservation.outcome, reservation.record, probe=True)
+        self._log_record(key, stamps, reservation.outcome, reservation.record, probe=True)
 
     async def _execute(self, lease: Lease) -> bool:
         """The side effect under ``lease``; True when this execution's result was stored."""
@@ -297,11 +318,14 @@ class Worker:
         lease = held[0]
         ids = {"key": key, "fence": lease.fence, "token": lease.token}
         if rng.random() < config.release_probability:
-            t0 = time.time()
-            self._log.write(ev="releasing", **ids, t0=t0)
-            ok, released = await self._call("release", key, lambda: self.store.release(lease))
+            # Stamped before the line is written, so before the release is sent: the earliest
+            # moment it may have taken effect, even if this process dies right after.
+            self._log.write(ev="releasing", **ids, t0=time.time(), m0=time.monotonic())
+            ok, released, stamps = await self._call(
+                "release", key, lambda: self.store.release(lease)
+            )
             outcome = "release-unknown" if not ok else "released" if released else "release-lost"
-            self._log.write(ev="end", **ids, t0=t0, t1=time.time(), outcome=outcome)
+            self._log.write(ev="end", **ids, **stamps, outcome=outcome)
             return False
         # Bytes a text codec would mangle: a replay must return exactly these.
         response = (
@@ -309,11 +333,14 @@ class Worker:
             + b"\x00\xff\r\n"
             + rng.randbytes(6)
         )
-        t0 = time.time()
-        self._log.write(ev="completing", **ids, t0=t0, response=response.hex())
-        ok, stored = await self._call("complete", key, lambda: self.store.complete(lease, response))
+        self._log.write(
+            ev="completing", **ids, t0=time.time(), m0=time.monotonic(), response=response.hex()
+        )
+        ok, stored, stamps = await self._call(
+            "complete", key, lambda: self.store.complete(lease, response)
+        )
         outcome = "unknown" if not ok else "completed" if stored else "lost"
-        self._log.write(ev="end", **ids, t0=t0, t1=time.time(), outcome=outcome)
+        self._log.write(ev="end", **ids, **stamps, outcome=outcome)
         return ok and stored is True
 
     async def _heartbeat(self, held: list[Lease], stopping: asyncio.Event) -> None:
@@ -321,8 +348,7 @@ class Worker:
         while not stopping.is_set():
             await asyncio.sleep(ttl / 3)
             lease = held[0]
-            t0 = time.time()
-            ok, extended = await self._call(
+            ok, extended, stamps = await self._call(
                 "extend", lease.key, functools.partial(self.store.extend, lease, lease_ttl=ttl)
             )
             if not ok:
@@ -332,8 +358,8 @@ class Worker:
                 key=lease.key,
                 fence=lease.fence,
                 token=lease.token,
-                t0=t0,
-                t1=time.time(),
+                **stamps,
+                lease_ttl=ttl,
                 lease_expires_at=None if extended is None else extended.lease_expires_at,
             )
             if extended is None:
@@ -346,20 +372,46 @@ class Worker:
 
 @dataclass
 class _Execution:
+    """One acquisition and what its owner did with it, in real time: every moment here is a
+    ``time.monotonic()`` stamp a worker took around its own call (CLOCK_MONOTONIC is one clock
+    for every process on a Linux machine, so stamps of different workers compare)."""
+
     key: str
     fence: int
     token: str
     worker: str
     takeover: bool
-    acquired_at: float
-    deadline: float
-    # When this worker's reserve call began and returned (its own clock): the real-time
-    # bounds of the acquisition, whatever stamp the client computed for the lease.
+    lease_ttl: float
+    # When the reserve call was sent and when it returned: the engine acted in between,
+    # whatever stamp the client computed for the lease (or an SDK retry reused).
     called_at: float
     returned_at: float
+    # When each extend the store granted was sent, and each it refused.
+    extended_at: list[float] = field(default_factory=list)
+    refused_at: list[float] = field(default_factory=list)
     completing: dict[str, Any] | None = None
-    releasing: bool = False
+    # When a release was sent (it may have taken effect from then on, even unlogged).
+    releasing_at: float | None = None
     end: dict[str, Any] | None = None
+
+    def lives_until(self, granted_before: float = math.inf) -> float:
+        """The earliest moment this lease may lapse, counting the grants sent before
+        ``granted_before``: the engine set each deadline after the call was sent, so it is at
+        least the lease from the send (a later grant only moves it out)."""
+        sent = [self.called_at, *(m for m in self.extended_at if m < granted_before)]
+        return max(sent) + self.lease_ttl
+
+    def gave_up(self) -> bool:
+        """Released, or may have: a release that was sent may have taken effect even when the
+        worker was killed before it logged the outcome."""
+        if self.end is None:
+            return self.releasing_at is not None
+        return self.end["outcome"] in ("released", "release-unknown")
+
+    def fenced_out(self) -> bool:
+        """The store refused this owner something: an extend, its complete or its release."""
+        ended = None if self.end is None else self.end["outcome"]
+        return bool(self.refused_at) or ended in ("lost", "release-lost")
 
 
 @dataclass
@@ -405,26 +457,42 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
     """Check every key's history against the store contract; ``final`` is each key's record
     read after all workers stopped.
 
+    Time is real time only: each call is the interval between the worker's monotonic stamps
+    around it (``m0`` sent, ``m1`` returned), and one call comes before another only when it
+    returned before the other was sent; overlapping calls have no order to check. No stamp a
+    client computed for a lease (``lease_expires_at``, taken before sending on DynamoDB and
+    reused by SDK retries) orders anything.
+
     Per key: at most one ``complete`` returned True; a second execution only after the first
-    released or its lease lapsed (then as a takeover); fences strictly rise in acquisition
-    order; no acquisition after a completion (no stale owner completed); the stored record is
-    the one acknowledged completion, byte for byte (or, when no acknowledgement was logged, one
-    that was attempted and not refused); every replay and every conflicting record equals it;
-    a reserve with other arguments never acquires; every key ends completed.
+    released or its lease lapsed (then as a takeover), where a reserve that returned before
+    the first lease could have lapsed (``lease_ttl`` after the last grant was sent) or before
+    the release was sent is a duplicate; fences strictly rise in real time; no acquisition
+    after a completion (no stale owner completed); a reserve sent after a completion was
+    acknowledged sees that completion; the stored record is the one acknowledged completion,
+    byte for byte (or, when no acknowledgement was logged, one that was attempted and not
+    refused); every replay and every conflicting record equals it; a reserve with other
+    arguments never acquires; every key ends completed.
+
+    ``pause`` events (the runner's SIGSTOP/SIGCONT of a worker) are counted against the
+    executions they froze: how many were frozen past their lease and were then fenced out.
     """
     report = HistoryReport()
     counts = report.counts
     violations = report.violations
     executions: dict[str, dict[tuple[int, str], _Execution]] = {}
     seen: dict[str, list[dict[str, Any]]] = {}
+    pauses: list[dict[str, Any]] = []
     for event in events:
         kind = event["ev"]
+        if kind == "pause":
+            pauses.append(event)
+            continue
         key = event["key"]
-        if "t0" in event and "t1" in event:
+        if "m0" in event and "m1" in event:
             op = event.get("op", kind)
             if kind == "end":
                 op = "release" if event["outcome"].startswith("release") else "complete"
-            seconds = event["t1"] - event["t0"]
+            seconds = event["m1"] - event["m0"]
             report.max_call_seconds[op] = max(report.max_call_seconds.get(op, 0.0), seconds)
         if kind == "reserve":
             counts["attempts"] += 1
@@ -436,20 +504,19 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
                         f"{key}: a reserve with other arguments acquired fence {event['fence']}"
                     )
                     continue
-                runs = executions.setdefault(key, {})
+                acquisitions = executions.setdefault(key, {})
                 ident = (event["fence"], event["token"])
-                if ident in runs:
+                if ident in acquisitions:
                     violations.append(f"{key}: fence {event['fence']} acquired twice by one token")
-                runs[ident] = _Execution(
+                acquisitions[ident] = _Execution(
                     key,
                     event["fence"],
                     event["token"],
                     event["w"],
                     event["takeover"],
-                    event["acquired_at"],
-                    event["lease_expires_at"],
-                    event["t0"],
-                    event["t1"],
+                    event["lease_ttl"],
+                    event["m0"],
+                    event["m1"],
                 )
                 counts["executions"] += 1
                 counts["takeovers"] += event["takeover"]
@@ -465,12 +532,15 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
                 continue
             if kind == "extend":
                 counts["extends"] += 1
-                if event["lease_expires_at"] is not None:
-                    run.deadline = max(run.deadline, event["lease_expires_at"])
+                if event["lease_expires_at"] is None:
+                    counts["extends refused"] += 1
+                    run.refused_at.append(event["m0"])
+                else:
+                    run.extended_at.append(event["m0"])
             elif kind == "completing":
                 run.completing = event
             elif kind == "releasing":
-                run.releasing = True
+                run.releasing_at = event["m0"]
             else:
                 run.end = event
                 counts[f"end {event['outcome']}"] += 1
@@ -489,36 +559,43 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
             counts["waits"] += 1
     counts["untyped errors"] = len(report.untyped_errors)
     counts["hangs"] += 0
+    counts["extends refused"] += 0
 
     keys = sorted(set(executions) | set(seen) | set(final))
     counts["keys"] = len(keys)
     duplicates = 0
+    lost_acknowledgements = 0
     for key in keys:
-        runs = sorted(executions.get(key, {}).values(), key=lambda r: r.acquired_at)
+        runs = sorted(executions.get(key, {}).values(), key=lambda r: r.fence)
         counts["killed in mid-work"] += sum(1 for r in runs if r.end is None)
         counts["re-executions"] += max(0, len(runs) - 1)
+        counts["stale owners fenced out"] += sum(1 for r in runs if r.fenced_out())
         # Fences strictly rise in real time: an acquisition whose reserve returned before
-        # another's reserve was even sent came first, so its fence must be lower. Overlapping
-        # calls have no order to check (a stamp the client computed before sending, or that
-        # an SDK retry reused, is no evidence of when the engine acted).
+        # another's reserve was even sent came first, so its fence must be lower.
         for before, after in itertools.permutations(runs, 2):
             if before.returned_at < after.called_at and after.fence <= before.fence:
                 violations.append(f"{key}: fence {after.fence} acquired after fence {before.fence}")
-        by_fence = sorted(runs, key=lambda r: r.fence)
-        for before, after in itertools.pairwise(by_fence):
-            # A release that was sent may have taken effect even when the worker was killed
-            # before it logged the outcome: the next owner then took a tombstone, no takeover.
-            gave_up = (before.end is None and before.releasing) or (
-                before.end is not None and before.end["outcome"] in ("released", "release-unknown")
-            )
-            if gave_up:
-                continue
-            if not after.takeover or after.acquired_at < before.deadline - CLOCK_TOLERANCE:
+        for before, after in itertools.pairwise(runs):
+            # The moment from which ``after`` may rightly acquire: ``before``'s lease lapsed,
+            # or its release was sent (then no takeover is needed: the key was free).
+            free_from = before.lives_until()
+            if before.gave_up():
+                assert before.releasing_at is not None or before.end is not None
+                sent = before.releasing_at if before.releasing_at is not None else math.inf
+                free_from = min(free_from, sent)
+            elif not after.takeover:
                 duplicates += 1
                 violations.append(
-                    f"{key}: executed again (fence {after.fence}, takeover={after.takeover}, "
-                    f"at {after.acquired_at:.6f}) while fence {before.fence}'s lease ran until "
-                    f"{before.deadline:.6f}"
+                    f"{key}: executed again (fence {after.fence}) without a takeover, while "
+                    f"fence {before.fence} never released"
+                )
+                continue
+            if after.returned_at < free_from - CLOCK_TOLERANCE:
+                duplicates += 1
+                violations.append(
+                    f"{key}: executed again (fence {after.fence}, takeover={after.takeover}): "
+                    f"its reserve returned {free_from - after.returned_at:.3f} s before fence "
+                    f"{before.fence}'s lease could lapse or its release was sent"
                 )
         acknowledged = [r for r in runs if r.end is not None and r.end["outcome"] == "completed"]
         counts["acknowledged completions"] += len(acknowledged)
@@ -536,9 +613,31 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
                     f"{key}: fence {done.fence} completed, yet fences {later} were acquired "
                     "(a stale owner completed, or a completed key was executed again)"
                 )
+        # A reserve sent after ``complete`` returned True must replay that completion.
+        lost = False
+        for done in acknowledged:
+            assert done.end is not None
+            acked_at = done.end["m1"]
+            shown = [
+                (r.fence, r.token, "acquired")
+                for r in runs
+                if r is not done and r.called_at > acked_at
+            ] + [
+                (e["fence"], e["token"], e["outcome"])
+                for e in seen.get(key, [])
+                if not e["probe"] and e["m0"] > acked_at
+            ]
+            for fence, token, outcome in shown:
+                if (fence, token, outcome) != (done.fence, done.token, "replayed"):
+                    lost = True
+                    violations.append(
+                        f"{key}: acknowledged completion (fence {done.fence}) was lost: a "
+                        f"reserve sent after it was acknowledged got {outcome} with fence {fence}"
+                    )
         record = final.get(key)
         if record is None or record.status is not Status.COMPLETED or record.response is None:
             violations.append(f"{key}: not completed at the end ({record})")
+            lost_acknowledgements += lost or bool(acknowledged)
             continue
         stored = executions.get(key, {}).get((record.fence, record.token))
         if stored is None or stored.completing is None:
@@ -559,10 +658,12 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
             acknowledged[0].fence,
             acknowledged[0].token,
         ):
+            lost = True
             violations.append(
                 f"{key}: acknowledged completion (fence {acknowledged[0].fence}) was lost; "
                 f"the store holds fence {record.fence}"
             )
+        lost_acknowledgements += lost
         for event in seen.get(key, []):
             if event["status"] != str(Status.COMPLETED):
                 continue
@@ -576,7 +677,40 @@ def check_history(events: list[dict[str, Any]], final: dict[str, Record | None])
                     f"which differs from the stored one (fence {record.fence})"
                 )
     counts["duplicates found"] = duplicates
+    counts["lost acknowledgements"] = lost_acknowledgements
+    _count_pauses(pauses, executions, counts)
     return report
+
+
+def _count_pauses(
+    pauses: list[dict[str, Any]],
+    executions: dict[str, dict[tuple[int, str], _Execution]],
+    counts: Counter[str],
+) -> None:
+    """Per pause, the executions it froze past their lease: held when the worker was stopped
+    (the reserve had returned, no complete or release sent yet), and resumed after the lease
+    could have lapsed. Of those, how many the store then fenced out (an extend, complete or
+    release refused) and how many completed anyway (nobody had taken the key over)."""
+    by_worker: dict[str, list[_Execution]] = {}
+    for runs in executions.values():
+        for run in runs.values():
+            by_worker.setdefault(run.worker, []).append(run)
+    counts["pauses"] += len(pauses)
+    counts["paused past their lease"] += 0
+    counts["paused owners fenced out"] += 0
+    for pause in pauses:
+        stopped, resumed = pause["m0"], pause["m1"]
+        for run in by_worker.get(pause["victim"], []):
+            acted = run.completing["m0"] if run.completing is not None else run.releasing_at
+            if run.returned_at >= stopped or (acted is not None and acted <= stopped):
+                continue
+            if resumed <= run.lives_until(granted_before=stopped):
+                continue
+            counts["paused past their lease"] += 1
+            if run.fenced_out():
+                counts["paused owners fenced out"] += 1
+            elif run.end is not None and run.end["outcome"] == "completed":
+                counts["paused owners completed (no takeover)"] += 1
 
 
 # -- running workers ------------------------------------------------------------------------
@@ -633,17 +767,23 @@ def run_history(
     scenario: FaultScenario | None = None,
     final_url: str | None = None,
     timeout: float | None = None,
-    until_kills: bool = False,
+    until_faults: bool = False,
+    pauses: int = 0,
+    pause_seconds: tuple[float, float] = (1.5, 3.0),
 ) -> HistoryReport:
     """Run ``workers`` worker processes on ``url`` and check their history.
 
     Without a ``scenario`` each worker settles one round of ``keys_per_round`` keys, or, with
-    ``until_kills``, goes on round after round until all ``kills`` were sent (a campaign). With
-    a scenario, workers go on round after round until the scenario returns. Up to ``kills``
-    times a worker in mid-work gets SIGKILL and is started again (it begins at round 0,
-    replaying what is done). Finally a finisher settles every key seen (on ``final_url`` when
-    given, say without the fault proxy), the final records are read, and the history is
-    checked.
+    ``until_faults``, goes on round after round until all ``kills`` and ``pauses`` were made
+    (a campaign). With a scenario, workers go on round after round until the scenario returns.
+    Up to ``kills`` times a worker in mid-work gets SIGKILL and is started again (it begins at
+    round 0, replaying what is done). Up to ``pauses`` times a worker in mid-work gets SIGSTOP,
+    stays frozen for a time drawn from ``pause_seconds`` (longer than its lease, so others may
+    take its keys over) and gets SIGCONT: it wakes up a stale owner and goes on extending,
+    completing or releasing, which the store must refuse once the key was taken over. One
+    worker at least stays awake to take keys over. Finally a finisher settles every key seen (on
+    ``final_url`` when given, say without the fault proxy), the final records are read, and
+    the history is checked.
     """
     config = config or WorkerConfig()
     rng = random.Random(seed)
@@ -653,8 +793,8 @@ def run_history(
     if timeout is None:
         # A kill waits for a busy victim and is spaced from the last one (about 0.35 s apart),
         # and each restart costs a process start: scale the bound with the campaign.
-        timeout = 150.0 + 2.0 * kills
-    if scenario is None and not until_kills:
+        timeout = 150.0 + 2.0 * kills + pause_seconds[1] * pauses
+    if scenario is None and not until_faults:
         stop_file.touch()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     generations: Counter[int] = Counter()
@@ -706,8 +846,17 @@ def run_history(
         thread.start()
     sent = 0
     last_kill = time.monotonic()
+    # Frozen workers, each with when it was stopped and when to resume it.
+    frozen: list[tuple[_Process, float, float]] = []
+    paused = 0
+    last_pause = time.monotonic()
+    nemesis_log = (directory / "nemesis.jsonl").open("a", encoding="utf-8")
     failures: list[str] = []
     deadline = started + timeout
+
+    def faults_done() -> bool:
+        return sent >= kills and paused >= pauses and not frozen
+
     try:
         while running:
             if time.monotonic() > deadline:
@@ -724,7 +873,35 @@ def run_history(
                 if code != 0:
                     stderr = (directory / f"{process.name}.stderr").read_text(errors="replace")
                     failures.append(f"{process.name} exited {code}: {stderr[-1500:]}")
-            busy = [p for p in running if p.open_runs]
+            for entry in list(frozen):
+                process, stopped, resume_at = entry
+                if time.monotonic() < resume_at:
+                    continue
+                process.popen.send_signal(signal.SIGCONT)
+                # Monotonic, like the workers' stamps: one clock for every process on Linux.
+                resumed = time.monotonic()
+                frozen.remove(entry)
+                line = {"ev": "pause", "victim": process.name, "m0": stopped, "m1": resumed}
+                nemesis_log.write(json.dumps(line) + "\n")
+                nemesis_log.flush()
+                if until_faults and scenario is None and faults_done():
+                    stop_file.touch()
+            awake = [p for p in running if all(p is not f[0] for f in frozen)]
+            busy = [p for p in awake if p.open_runs]
+            if (
+                paused < pauses
+                and busy
+                and len(frozen) < workers - 1
+                and time.monotonic() - last_pause > 0.25
+                and rng.random() < 0.2
+            ):
+                victim = rng.choice(busy)
+                stopped = time.monotonic()
+                victim.popen.send_signal(signal.SIGSTOP)
+                frozen.append((victim, stopped, stopped + rng.uniform(*pause_seconds)))
+                paused += 1
+                last_pause = time.monotonic()
+                busy.remove(victim)
             if sent < kills and busy and time.monotonic() - last_kill > 0.25 and rng.random() < 0.2:
                 victim = rng.choice(busy)
                 victim.popen.send_signal(signal.SIGKILL)
@@ -735,12 +912,13 @@ def run_history(
                 replacement = start(indexes[id(victim)])
                 indexes[id(replacement)] = indexes[id(victim)]
                 running.append(replacement)
-                if until_kills and scenario is None and sent >= kills:
+                if until_faults and scenario is None and faults_done():
                     stop_file.touch()
             time.sleep(0.02)
     finally:
         stop.set()
         stop_file.touch()
+        nemesis_log.close()
         for process in running:
             process.popen.kill()
             process.popen.wait()
@@ -754,7 +932,7 @@ def run_history(
     keys = sorted({event["key"] for event in events})
     finisher_log = directory / "finisher.jsonl"
     final = asyncio.run(_finish(final_url or url, keys, finisher_log, rng.randrange(2**32), config))
-    report = check_history(read_events([*logs, finisher_log]), final)
+    report = check_history(read_events([*logs, finisher_log, directory / "nemesis.jsonl"]), final)
     report.run.update(
         {
             "seconds": round(time.monotonic() - started, 1),
@@ -794,11 +972,11 @@ async def run_history_in_process(
     kills: int = 6,
     config: WorkerConfig | None = None,
     seed: int = 0,
-    until_kills: bool = False,
+    until_faults: bool = False,
 ) -> HistoryReport:
     """``run_history`` for a store only one process can see (memory): workers are tasks, and a
     kill cancels a task in mid-work (its heartbeat stops, nothing is released). With
-    ``until_kills`` the workers go on round after round until all ``kills`` were made."""
+    ``until_faults`` the workers go on round after round until all ``kills`` were made."""
     config = config or WorkerConfig()
     rng = random.Random(seed)
     prefix = f"h{seed:x}:"
@@ -818,7 +996,7 @@ async def run_history_in_process(
     sent = 0
 
     def done_killing() -> bool:
-        return not until_kills or sent >= kills
+        return not until_faults or sent >= kills
 
     started = time.monotonic()
     running = {index: start(index) for index in range(workers)}

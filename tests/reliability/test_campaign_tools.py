@@ -43,11 +43,49 @@ def test_fault_table_sums_the_runs_of_one_fault_and_backend() -> None:
     table = render(rows).splitlines()
     assert len(table) == 4  # header, rule, two rows
     (redis,) = [line for line in table if "| redis |" in line]
-    cells = [cell.strip() for cell in redis.strip("|").split("|")]
-    assert cells[:4] == ["sigkill", "redis", "2", "100"]  # runs, kills summed
-    assert cells[9:11] == ["6", "5"]  # re-executions, takeovers
+    cells = dict(zip(columns(table[0]), columns(redis), strict=True))
+    assert (cells["fault"], cells["backend"], cells["runs"]) == ("sigkill", "redis", "2")
+    assert cells["worker kills"] == "100"
+    assert (cells["re-executions"], cells["takeovers"]) == ("6", "5")
     (postgres,) = [line for line in table if "| postgres |" in line]
     assert "1.50" in postgres  # the longest call of any operation
+
+
+def columns(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def test_fault_table_sums_the_pause_counts_into_a_sigstop_row() -> None:
+    def paused(pauses: int, past: int, fenced: int, refused: int) -> dict[str, object]:
+        counts = {
+            "pauses": pauses,
+            "paused past their lease": past,
+            "paused owners fenced out": fenced,
+            "stale owners fenced out": fenced + 1,
+            "extends refused": refused,
+            "lost acknowledgements": 0,
+        }
+        return history("sqlite-file", fault="sigstop", **counts)
+
+    rows = [paused(3, 4, 4, 0), paused(40, 52, 50, 6), history("sqlite-file", kills=6)]
+    table = render(rows).splitlines()
+    assert len(table) == 4  # header, rule, one sigstop and one sigkill row
+    header = columns(table[0])
+    (sigstop,) = [
+        dict(zip(header, columns(line), strict=True)) for line in table if "sigstop" in line
+    ]
+    assert sigstop["runs"] == "2"
+    assert sigstop["worker pauses"] == "43"
+    assert sigstop["paused past their lease"] == "56"
+    assert sigstop["paused owners fenced out"] == "54"
+    assert sigstop["stale owners fenced out"] == "56"
+    assert sigstop["extends refused"] == "6"
+    assert sigstop["worker kills"] == "0"
+    (sigkill,) = [
+        dict(zip(header, columns(line), strict=True)) for line in table if "sigkill" in line
+    ]
+    assert (sigkill["worker kills"], sigkill["worker pauses"]) == ("6", "0")
+    assert sigkill["lost acknowledgements"] == "0"
 
 
 def test_the_fault_table_replaces_only_the_text_between_its_markers() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from idemstore import Record, Status, open_store
 from tests.reliability.history import (
+    WorkerConfig,
     check_history,
     run_history,
     run_history_in_process,
@@ -43,7 +44,7 @@ def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
 ) -> None:
     url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
     report = run_history(
-        url, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_kills=True
+        url, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_faults=True
     )
     report_counts({"backend": backend, "fault": "sigkill", **report.row()})
     assert_history_holds(report)
@@ -51,12 +52,58 @@ def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
     assert report.counts["executions"] >= report.counts["keys"]
 
 
+# Pauses: a worker frozen 1.5-3 leases long while it holds keys (SIGSTOP; a GC pause, a
+# stopped VM) wakes up a stale owner and goes on extending, completing or releasing. The lease
+# is the SIGKILL runs' (TTL), which keeps the run short in the test command.
+PAUSED_LEASE = TTL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", sorted(SHARED_STORE_URL_FIXTURES))
+def test_workers_frozen_past_their_lease_are_fenced_out_when_they_wake(
+    request: pytest.FixtureRequest,
+    backend: str,
+    tmp_path: Path,
+    seed: int,
+    pauses: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
+    # More long work, most of it heartbeating, some of it outlasting a pause: so a heartbeat
+    # wakes up with work left and tries to extend a lease that was taken over.
+    config = WorkerConfig(
+        lease_ttl=PAUSED_LEASE,
+        long_work_probability=0.4,
+        long_work_max=4 * PAUSED_LEASE,
+        heartbeat_probability=0.7,
+    )
+    report = run_history(
+        url,
+        tmp_path,
+        workers=4,
+        keys_per_round=6,
+        kills=0,
+        pauses=pauses,
+        pause_seconds=(1.5 * PAUSED_LEASE, 3 * PAUSED_LEASE),
+        config=config,
+        seed=seed,
+        until_faults=True,
+    )
+    report_counts({"backend": backend, "fault": "sigstop", **report.row()})
+    assert_history_holds(report)
+    assert report.counts["pauses"] == pauses
+    assert report.counts["lost acknowledgements"] == 0
+    # Every owner the store refused something was out of its lease; whether a pause lands
+    # before a takeover is up to the schedule, so the counts are reported, not asserted.
+    assert report.counts["paused owners fenced out"] <= report.counts["paused past their lease"]
+
+
 async def test_cancelled_worker_tasks_never_run_a_key_twice_on_memory(
     tmp_path: Path, seed: int, kills: int, report_counts: Callable[[dict[str, Any]], None]
 ) -> None:
     async with open_store("memory://") as store:
         report = await run_history_in_process(
-            store, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_kills=True
+            store, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_faults=True
         )
     report_counts({"backend": "memory", "fault": "sigkill", **report.row()})
     assert_history_holds(report)
@@ -75,28 +122,42 @@ def checker_flags(
     return report
 
 
-def acquired(key: str, fence: int, at: float, *, takeover: bool = False, w: str = "a") -> Any:
+def acquired(
+    key: str,
+    fence: int,
+    at: float,
+    *,
+    takeover: bool = False,
+    w: str = "a",
+    client_stamp: float | None = None,
+) -> Any:
+    """A reserve sent and returned at ``at`` (monotonic, as ``m0``/``m1``); the lease's
+    deadline as the client computed it from ``client_stamp`` (default ``at``), which a
+    checker that ordered by client stamps would read as the acquisition time."""
+    stamp = at if client_stamp is None else client_stamp
     return {
         "ev": "reserve",
         "w": w,
         "key": key,
-        "t0": at,
-        "t1": at,
+        "m0": at,
+        "m1": at,
         "outcome": "acquired",
         "probe": False,
         "fence": fence,
         "token": f"tok{fence}",
         "takeover": takeover,
-        "lease_expires_at": at + TTL,
-        "acquired_at": at,
+        "lease_ttl": TTL,
+        "lease_expires_at": stamp + TTL,
     }
 
 
-def completed(key: str, fence: int, at: float, response: bytes, outcome: str = "completed") -> Any:
-    ids = {"w": "a", "key": key, "fence": fence, "token": f"tok{fence}"}
+def completed(
+    key: str, fence: int, at: float, response: bytes, outcome: str = "completed", *, w: str = "a"
+) -> Any:
+    ids = {"w": w, "key": key, "fence": fence, "token": f"tok{fence}"}
     return [
-        {"ev": "completing", **ids, "t0": at, "response": response.hex()},
-        {"ev": "end", **ids, "t0": at, "t1": at, "outcome": outcome},
+        {"ev": "completing", **ids, "m0": at, "response": response.hex()},
+        {"ev": "end", **ids, "m0": at, "m1": at, "outcome": outcome},
     ]
 
 
@@ -105,8 +166,8 @@ def replayed(key: str, fence: int, response: bytes, *, w: str = "b") -> Any:
         "ev": "reserve",
         "w": w,
         "key": key,
-        "t0": 9.0,
-        "t1": 9.0,
+        "m0": 9.0,
+        "m1": 9.0,
         "outcome": "replayed",
         "probe": False,
         "fence": fence,
@@ -147,7 +208,7 @@ def test_checker_catches_a_second_execution_while_the_lease_lives() -> None:
 def test_checker_passes_a_reacquisition_after_a_release_the_killed_owner_had_sent() -> None:
     # The owner sent release and was SIGKILLed before logging its outcome; the release landed,
     # so the next owner took a tombstone (no takeover) while the old lease had time left.
-    releasing = {"ev": "releasing", "w": "a", "key": "k", "fence": 1, "token": "tok1", "t0": 1.1}
+    releasing = {"ev": "releasing", "w": "a", "key": "k", "fence": 1, "token": "tok1", "m0": 1.1}
     events = [
         acquired("k", 1, 1.0),
         releasing,
@@ -174,8 +235,9 @@ def test_checker_catches_a_heartbeat_extended_lease_taken_over() -> None:
         "key": "k",
         "fence": 1,
         "token": "tok1",
-        "t0": 1.3,
-        "t1": 1.3,
+        "m0": 1.3,
+        "m1": 1.3,
+        "lease_ttl": TTL,
         "lease_expires_at": 1.3 + TTL,
     }
     events = [
@@ -242,11 +304,11 @@ def test_checker_catches_a_key_left_unfinished() -> None:
     checker_flags([acquired("k", 1, 1.0)], {"k": None}, "not completed at the end")
 
 
-def _released(key: str, fence: int, at: float) -> Any:
-    ids = {"w": "a", "key": key, "fence": fence, "token": f"tok{fence}"}
+def _released(key: str, fence: int, at: float, *, w: str = "a") -> Any:
+    ids = {"w": w, "key": key, "fence": fence, "token": f"tok{fence}"}
     return [
-        {"ev": "releasing", **ids, "t0": at},
-        {"ev": "end", **ids, "t0": at, "t1": at, "outcome": "released"},
+        {"ev": "releasing", **ids, "m0": at},
+        {"ev": "end", **ids, "m0": at, "m1": at, "outcome": "released"},
     ]
 
 
@@ -254,9 +316,9 @@ def test_checker_stays_silent_on_a_delayed_retry_whose_client_stamp_is_older() -
     # Worker b computed its lease stamp at 1.0 and its reserve was retried by the SDK until 1.5;
     # a's reserve (sent at 1.1) got fence 1 first and released. The stamps say fence 2 came
     # first, but the two reserve calls overlapped in real time: no order can be read from them.
-    early_b = acquired("k", 2, 1.0, w="b") | {"t0": 1.0, "t1": 1.5}
+    early_b = acquired("k", 2, 1.0, w="b") | {"m0": 1.0, "m1": 1.5}
     events = [
-        acquired("k", 1, 1.1) | {"t0": 1.1, "t1": 1.2},
+        acquired("k", 1, 1.1) | {"m0": 1.1, "m1": 1.2},
         *_released("k", 1, 1.3),
         early_b,
         *completed("k", 2, 2.0, b"r"),
@@ -266,11 +328,123 @@ def test_checker_stays_silent_on_a_delayed_retry_whose_client_stamp_is_older() -
 
 
 def test_checker_reports_a_real_fence_inversion() -> None:
-    # Fence 2's reserve returned before fence 1's was sent: in real time 2 came first.
+    # Fence 2's reserve returned before fence 1's was sent: in real time 2 came first. Fence
+    # 1's client stamp is older (b's wall clock was stepped back between the two calls), so a
+    # checker that ordered by client stamps would see fence 1 first and miss the inversion.
     events = [
-        acquired("k", 2, 1.0) | {"t0": 1.0, "t1": 1.1},
+        acquired("k", 2, 1.0) | {"m0": 1.0, "m1": 1.1},
         *_released("k", 2, 1.2),
-        acquired("k", 1, 2.0, w="b") | {"t0": 2.0, "t1": 2.1, "token": "tok1"},
-        *completed("k", 1, 2.5, b"r"),
+        acquired("k", 1, 2.0, w="b", client_stamp=0.8) | {"m0": 2.0, "m1": 2.1},
+        *completed("k", 1, 2.5, b"r", w="b"),
     ]
     checker_flags(events, final("k", 1, b"r"), "fence 1 acquired after fence 2")
+
+
+def test_checker_catches_a_takeover_that_returned_before_the_lease_could_lapse() -> None:
+    # Fence 1's reserve was sent at 1.0 with a 0.5 s lease; fence 2's takeover returned at
+    # 1.3, so the engine handed it out while fence 1's lease lived, whatever b's client stamp
+    # (a clock running ahead) says.
+    events = [
+        acquired("k", 1, 1.0),
+        acquired("k", 2, 1.2, takeover=True, w="b", client_stamp=1.6) | {"m1": 1.3},
+        *completed("k", 2, 2.0, b"r", w="b"),
+    ]
+    report = checker_flags(events, final("k", 2, b"r"), "executed again")
+    assert report.counts["duplicates found"] == 1
+
+
+def test_checker_stays_silent_on_a_takeover_retried_past_the_lapse_with_an_older_stamp() -> None:
+    # b's takeover computed its stamp at 1.2 (before fence 1's lease could lapse at 1.5) and
+    # was retried by the SDK until 1.6: the engine may have acted after the lapse, so no
+    # duplicate can be claimed.
+    events = [
+        acquired("k", 1, 1.0),
+        acquired("k", 2, 1.2, takeover=True, w="b") | {"m1": 1.6},
+        *completed("k", 2, 2.0, b"r", w="b"),
+    ]
+    report = check_history(events, final("k", 2, b"r"))
+    assert report.violations == []
+
+
+def in_progress(key: str, fence: int, token: str, sent: float) -> Any:
+    return {
+        "ev": "reserve",
+        "w": "b",
+        "key": key,
+        "m0": sent,
+        "m1": sent + 0.05,
+        "outcome": "in-progress",
+        "probe": False,
+        "fence": fence,
+        "token": token,
+        "status": "in_progress",
+        "response": None,
+    }
+
+
+def test_checker_catches_a_reserve_sent_after_the_acknowledgement_that_missed_it() -> None:
+    # complete returned True at 1.1; a reserve sent at 1.3 was shown the key in progress
+    # under another owner: the acknowledged completion was gone then.
+    events = [acquired("k", 1, 1.0), *completed("k", 1, 1.1, b"r"), in_progress("k", 1, "x", 1.3)]
+    report = checker_flags(events, final("k", 1, b"r"), "a reserve sent after it was acknowl")
+    assert report.counts["lost acknowledgements"] == 1
+
+
+def test_checker_stays_silent_on_a_reserve_that_overlapped_the_complete() -> None:
+    # The reserve was sent at 1.05, before complete returned at 1.1: it may have been served
+    # before the completion, and showing the key in progress is right.
+    events = [
+        acquired("k", 1, 1.0),
+        *completed("k", 1, 1.1, b"r"),
+        in_progress("k", 1, "tok1", 1.05),
+        replayed("k", 1, b"r"),
+    ]
+    report = check_history(events, final("k", 1, b"r"))
+    assert report.violations == []
+    assert report.counts["lost acknowledgements"] == 0
+
+
+def pause(victim: str, stopped: float, resumed: float) -> Any:
+    return {"ev": "pause", "victim": victim, "m0": stopped, "m1": resumed}
+
+
+def test_checker_counts_a_paused_owner_fenced_out_after_a_takeover() -> None:
+    refused = {
+        "ev": "extend",
+        "w": "a",
+        "key": "k",
+        "fence": 1,
+        "token": "tok1",
+        "m0": 3.0,
+        "m1": 3.01,
+        "lease_ttl": TTL,
+        "lease_expires_at": None,
+    }
+    events = [
+        acquired("k", 1, 1.0),
+        pause("a", 1.1, 2.9),  # frozen past its 0.5 s lease
+        acquired("k", 2, 1.8, takeover=True, w="b"),
+        *completed("k", 2, 2.0, b"r", w="b"),
+        refused,
+        *completed("k", 1, 3.1, b"stale", outcome="lost"),
+        acquired("j", 1, 5.0),  # acquired after the pause: not frozen by it
+        *completed("j", 1, 5.1, b"r"),
+    ]
+    report = check_history(events, final("k", 2, b"r") | final("j", 1, b"r"))
+    assert report.violations == []
+    assert report.counts["pauses"] == 1
+    assert report.counts["paused past their lease"] == 1
+    assert report.counts["paused owners fenced out"] == 1
+    assert report.counts["stale owners fenced out"] == 1
+    assert report.counts["extends refused"] == 1
+
+
+def test_checker_catches_a_paused_owner_whose_stale_complete_was_accepted() -> None:
+    events = [
+        acquired("k", 1, 1.0),
+        pause("a", 1.1, 2.9),
+        acquired("k", 2, 1.8, takeover=True, w="b"),
+        *completed("k", 1, 3.0, b"stale"),
+        *completed("k", 2, 3.2, b"r", outcome="lost", w="b"),
+    ]
+    checker_flags(events, final("k", 1, b"stale"), "stale owner")
