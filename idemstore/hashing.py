@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
 from math import isfinite
 from typing import TYPE_CHECKING, Any
@@ -89,8 +90,14 @@ _encode = _one_call_encoder()
 # afterwards. A lone surrogate, so no string the caller may pass can contain it: every
 # string with one is refused, and a mark count that does not add up means such a string.
 _MARK = "\udfff"
+_OPEN = '"' + _MARK
+_CLOSE = _MARK + '"'
+_utf16_units = operator.methodcaller("encode", "utf-16-be")
 
 _NON_BMP = re.compile("[\U00010000-\U0010ffff]")
+_LATE_BMP = re.compile("[\ue000-\uffff]")
+# A key with any of these may order differently by UTF-16 code units than by code points.
+_PAST_SURROGATES = re.compile("[\ue000-\U0010ffff]")
 
 
 class _Failure(Exception):
@@ -178,11 +185,12 @@ def _big_int(value: int) -> str:
 
 
 class _Utf16Key(str):
-    """A key of an object that has a non-BMP key: orders by UTF-16 code units, as JCS does.
+    """A key that orders by UTF-16 code units, as JCS does.
 
     Code-point order and UTF-16 order differ only between a character past U+FFFF (a
-    surrogate pair in UTF-16) and one in U+E000-U+FFFF, so only such objects get these keys;
-    the encoder sorts them with ``<`` and writes them as plain strings.
+    surrogate pair in UTF-16) and one in U+E000-U+FFFF, so only objects with both get these,
+    on their keys with such characters; the encoder sorts them with ``<`` and writes them as
+    plain strings.
     """
 
     __slots__ = ()
@@ -212,13 +220,14 @@ def _placeholder(text: str, run: _Run) -> str:
 def _float_for_encoder(value: float, run: _Run) -> object:
     """A float, as the float, int or placeholder the encoder writes as its JCS form."""
     text = _float(value)
-    if text == float.__repr__(value):
-        return value
-    if text.lstrip("-").isdigit():
+    if "." not in text and "e" not in text:
         # Integral: JCS writes the digits (zero-padded past 2**53), as the encoder writes
         # this int.
         return int(text)
-    return _placeholder(text, run)
+    if text == float.__repr__(value):
+        return value
+    run.marks += 1
+    return _MARK + text + _MARK
 
 
 def _int_for_encoder(value: int, run: _Run) -> object:
@@ -293,12 +302,17 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                 continue
             if kind is float:
                 if item % 1.0:
-                    # Not integral, or NaN. Inside this range repr writes what ECMAScript does.
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    # Not integral, or NaN. Inside these ranges repr writes what ECMAScript
+                    # does: plain, or with an exponent of two or three digits.
+                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
                     new = _float_for_encoder(item, run)
                 elif -_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
+                elif item >= 1e21 or item <= -1e21:
+                    # Both write these with a two- or three-digit exponent (infinities took
+                    # the branch above: their remainder is NaN).
+                    continue
                 else:
                     new = _float_for_encoder(item, run)
             elif kind is int:
@@ -328,9 +342,22 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     except RecursionError:
         raise _Failure(_TOO_DEEP, key) from None
     result = obj if changed is None else changed
-    if not keys.isascii() and _NON_BMP.search(keys):
-        return {_Utf16Key(key): item for key, item in result.items()}
+    if not keys.isascii() and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
+        return _in_utf16_order(result)
     return result
+
+
+def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` for the encoder to write in UTF-16 order, though it sorts by ``<``.
+
+    Only keys with a character from U+E000 on can change places, so only those become
+    ``_Utf16Key`` (the rest compare at C speed); and the items are inserted already in order,
+    so the encoder's sort finds one run and compares each key with its neighbour only.
+    """
+    return {
+        (_Utf16Key(key) if _PAST_SURROGATES.search(key) else key): obj[key]
+        for key in sorted(obj, key=_utf16_units)
+    }
 
 
 def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
@@ -347,11 +374,13 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                 continue
             if kind is float:
                 if item % 1.0:
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
                     new = _float_for_encoder(item, run)
                 elif -_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)
+                elif item >= 1e21 or item <= -1e21:
+                    continue
                 else:
                     new = _float_for_encoder(item, run)
             elif kind is int:
@@ -456,16 +485,12 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
         # A lone surrogate in a key of an object sorted by UTF-16 code units.
         raise _not_unicode(value, default) from None
     if run.marks:
-        # Around each placeholder: '"' MARK number MARK '"'. Drop the quotes with the marks.
-        pieces = text.split(_MARK)
-        last = len(pieces) - 1
-        if last != 2 * run.marks:
+        # Around each placeholder: '"' MARK number MARK '"'. Once every mark is known to be
+        # one of ours, '"' MARK only ever opens one and MARK '"' closes one.
+        if text.count(_MARK) != 2 * run.marks:
             # A string of the caller's holds the mark, a lone surrogate.
             raise _not_unicode(value, default)
-        for i in range(0, last, 2):
-            pieces[i] = pieces[i][:-1]
-            pieces[i + 2] = pieces[i + 2][1:]
-        text = "".join(pieces)
+        text = text.replace(_OPEN, "").replace(_CLOSE, "")
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:

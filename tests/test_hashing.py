@@ -63,13 +63,42 @@ def _near(value: float) -> list[float]:
 EDGE_FLOATS = sorted(
     {
         sign * x
-        for base in (1e-7, 1e-6, 1e-5, 1e-4, 1.0, 1e15, 2.0**53, 1e16, 1e20, 1e21, 1e22)
+        for base in (
+            1e-10,
+            1e-9,
+            1e-7,
+            1e-6,
+            1e-5,
+            1e-4,
+            1.0,
+            1e15,
+            2.0**53,
+            1e16,
+            1e20,
+            1e21,
+            1e22,
+        )
         for x in _near(base)
         for sign in (1, -1)
     }
     | {0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 0.5, 24.0}
 )
-edge_floats = st.sampled_from(EDGE_FLOATS) | st.floats(allow_nan=False, allow_infinity=False)
+# Doubles of every decimal magnitude alike, from the subnormals to the largest, and integral
+# doubles up to 1e22 (exact below 2**53, padded with zeros by ECMAScript past it): uniform
+# doubles would almost all be huge or tiny, missing the layouts in between.
+magnitude_floats = st.builds(
+    lambda mantissa, exponent, negative: (
+        (-1 if negative else 1) * float(f"{mantissa!r}e{exponent}")
+    ),
+    st.floats(min_value=1.0, max_value=10.0, exclude_max=True),
+    st.integers(min_value=-324, max_value=308),
+    st.booleans(),
+).filter(math.isfinite) | st.integers(min_value=-(10**22), max_value=10**22).map(float)
+edge_floats = (
+    st.sampled_from(EDGE_FLOATS)
+    | magnitude_floats
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
 edge_scalars = (
     st.none()
     | st.booleans()
@@ -313,6 +342,32 @@ def test_key_order_does_not_matter() -> None:
 )
 def test_escaped_and_literal_characters_fingerprint_alike(escaped: str, literal: str) -> None:
     assert loads_fingerprint(escaped) == loads_fingerprint(literal)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(magnitude_floats, max_size=20), st.dictionaries(st.text(max_size=2), magnitude_floats)
+)
+def test_floats_of_every_magnitude_are_written_like_rfc8785(
+    items: list[float], obj: dict[str, float]
+) -> None:
+    assert canonical_json([items, obj]) == rfc8785.dumps([items, obj])
+
+
+# Few characters, so keys often first differ at a character from each range whose order
+# differs between code points and UTF-16 code units (U+E000-U+FFFF against past U+FFFF).
+PLANE_KEYS = st.text(
+    st.sampled_from(
+        ["a", "é", "中", "\ue000", "\uff01", "\uffff", "\U00010000", "😀", "\U0001d49c"]
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(PLANE_KEYS, edge_scalars | st.dictionaries(PLANE_KEYS, edge_scalars)))
+def test_keys_from_every_plane_sort_like_rfc8785(value: dict[str, Any]) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
 
 
 def test_keys_sort_by_utf16_code_units() -> None:
