@@ -226,6 +226,30 @@ def _float_for_encoder(value: float, run: _Run) -> object:
         return int(text)
     if text == float.__repr__(value):
         return value
+    return _placeholder(text, run)
+
+
+def _odd_float(value: float, run: _Run) -> object:
+    """``_float_for_encoder`` for the only floats the passes below send: NaN, infinities,
+    1e-9 <= |x| < 1e-4 and integral 2**53 < |x| < 1e21, the ranges where repr and
+    ECMAScript disagree. Their repr is re-laid out directly: this is the float-heavy hot path.
+    """
+    text = float.__repr__(value)
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        if "n" in text:  # "nan", "inf" and "-inf" are the only reprs with an "n"
+            raise _Failure(f"{text} is not a JSON number")
+        return int(value)  # below 1e16 repr has all the digits: "9007199254740994.0"
+    if exponent[0] == "+":  # 1e16 <= |x| < 1e21: the digits, padded with zeros
+        point = mantissa.find(".")
+        shift = int(exponent) - (0 if point < 0 else len(mantissa) - point - 1)
+        return int(mantissa.replace(".", "") + "0" * shift)
+    if exponent < "-07":  # "-05" or "-06": written plainly, "0.0000" and the digits
+        sign = "-" if mantissa[0] == "-" else ""
+        digits = mantissa.lstrip("-").replace(".", "")
+        text = sign + "0." + "0" * (int(exponent[1:]) - 1) + digits
+    else:  # 1e-9 <= |x| < 1e-6: an exponent of one digit, not two
+        text = mantissa + "e-" + exponent[2:]
     run.marks += 1
     return _MARK + text + _MARK
 
@@ -306,7 +330,7 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                     # does: plain, or with an exponent of two or three digits.
                     if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
-                    new = _float_for_encoder(item, run)
+                    new = _odd_float(item, run)
                 elif -_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
                 elif item >= 1e21 or item <= -1e21:
@@ -314,7 +338,7 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                     # the branch above: their remainder is NaN).
                     continue
                 else:
-                    new = _float_for_encoder(item, run)
+                    new = _odd_float(item, run)
             elif kind is int:
                 if -_EXACT_INT <= item <= _EXACT_INT:
                     continue
@@ -376,13 +400,13 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                 if item % 1.0:
                     if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
-                    new = _float_for_encoder(item, run)
+                    new = _odd_float(item, run)
                 elif -_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)
                 elif item >= 1e21 or item <= -1e21:
                     continue
                 else:
-                    new = _float_for_encoder(item, run)
+                    new = _odd_float(item, run)
             elif kind is int:
                 if -_EXACT_INT <= item <= _EXACT_INT:
                     continue
