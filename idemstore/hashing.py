@@ -96,8 +96,6 @@ _utf16_units = operator.methodcaller("encode", "utf-16-be")
 
 _NON_BMP = re.compile("[\U00010000-\U0010ffff]")
 _LATE_BMP = re.compile("[\ue000-\uffff]")
-# A key with any of these may order differently by UTF-16 code units than by code points.
-_PAST_SURROGATES = re.compile("[\ue000-\U0010ffff]")
 
 
 class _Failure(Exception):
@@ -184,22 +182,18 @@ def _big_int(value: int) -> str:
     return digits
 
 
-class _Utf16Key(str):
-    """A key that orders by UTF-16 code units, as JCS does.
+class _Placed(str):
+    """A key of an object already in RFC 8785 order: never less than another key.
 
-    Code-point order and UTF-16 order differ only between a character past U+FFFF (a
-    surrogate pair in UTF-16) and one in U+E000-U+FFFF, so only objects with both get these,
-    on their keys with such characters; the encoder sorts them with ``<`` and writes them as
-    plain strings.
+    The encoder sorts keys with ``<`` only, and its sort is stable; keys none of which is
+    less than another therefore stay in the order they were inserted, which is UTF-16
+    code-unit order. The encoder writes them as plain strings.
     """
 
     __slots__ = ()
 
     def __lt__(self, other: str) -> bool:
-        return self.encode("utf-16-be") < other.encode("utf-16-be")
-
-    def __gt__(self, other: str) -> bool:
-        return self.encode("utf-16-be") > other.encode("utf-16-be")
+        return False
 
 
 class _Run:
@@ -372,16 +366,9 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
 
 
 def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` for the encoder to write in UTF-16 order, though it sorts by ``<``.
-
-    Only keys with a character from U+E000 on can change places, so only those become
-    ``_Utf16Key`` (the rest compare at C speed); and the items are inserted already in order,
-    so the encoder's sort finds one run and compares each key with its neighbour only.
-    """
-    return {
-        (_Utf16Key(key) if _PAST_SURROGATES.search(key) else key): obj[key]
-        for key in sorted(obj, key=_utf16_units)
-    }
+    """``obj`` for the encoder to write in UTF-16 order, though it sorts by code point:
+    sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay."""
+    return {_Placed(key): obj[key] for key in sorted(obj, key=_utf16_units)}
 
 
 def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:

@@ -501,6 +501,14 @@ def test_lone_surrogate_in_a_key_beside_a_non_bmp_key_raises_with_its_path() -> 
     assert caught.value.path == "/a/k\\ud800"
 
 
+def test_lone_surrogate_in_a_key_of_an_object_reordered_for_utf16_raises_with_its_path() -> None:
+    # Keys past U+FFFF beside keys in U+E000-U+FFFF are reordered before encoding.
+    with pytest.raises(CanonicalizationError, match="surrogate") as caught:
+        canonical_json({"a": {"\U0001f600": 1, "\uffff": 2, "k\ud800": 3}})
+
+    assert caught.value.path == "/a/k\\ud800"
+
+
 def test_string_holding_the_placeholder_mark_raises_instead_of_corrupting_numbers() -> None:
     # 1e-7 reaches the encoder as a marked placeholder; a caller's string holding the same
     # (lone surrogate) mark must be refused, not unquoted along with it.
@@ -542,6 +550,14 @@ def test_encoder_without_the_c_accelerator_writes_the_same_text(
 
     assert plain == idemstore.hashing._ENCODER.encode
     assert plain(value) == fast(value)
+
+
+def test_pure_python_encoder_keeps_objects_in_utf16_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    monkeypatch.setattr(idemstore.hashing, "_encode", idemstore.hashing._one_call_encoder())
+    value = {"b": {"\uffff": 1, "\U0001f600": [2.0, 1e-7], "a": 3, "\ue000x": {"z": 1, "y": 2}}}
+
+    assert canonical_json(value) == rfc8785.dumps(value)
 
 
 def test_reference_cycle_raises_instead_of_recursing_forever() -> None:
