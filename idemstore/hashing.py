@@ -87,11 +87,16 @@ _encode = _one_call_encoder()
 
 # Wraps the JCS text of a number the encoder cannot be made to write (such as 1e-7, which
 # repr writes 1e-07): the encoder quotes it as a string, and the quotes and marks are removed
-# afterwards. A lone surrogate, so no string the caller may pass can contain it: every
-# string with one is refused, and a mark count that does not add up means such a string.
-_MARK = "\udfff"
-_OPEN = '"' + _MARK
-_CLOSE = _MARK + '"'
+# afterwards. First a control character, which the encoder writes escaped ("\u001f"), so the
+# text stays ASCII where the value is (a surrogate would make the encoder, the unmarking
+# and the UTF-8 encoding work on wider characters). A caller's string can hold that same
+# escape (as the character or as its six characters); a mark count that does not add up
+# then sends the value through again with a lone surrogate as the mark, which no string the
+# caller may pass can contain (every string with one is refused).
+_MARK = "\x1f"
+_SURROGATE_MARK = "\udfff"
+# Each mark as the encoder writes it.
+_WRITTEN = {_MARK: "\\u001f", _SURROGATE_MARK: _SURROGATE_MARK}
 _utf16_units = operator.methodcaller("encode", "utf-16-be")
 
 _NON_BMP = re.compile("[\U00010000-\U0010ffff]")
@@ -199,16 +204,17 @@ class _Placed(str):
 class _Run:
     """What one canonicalization carries beside the value."""
 
-    __slots__ = ("default", "marks")
+    __slots__ = ("default", "mark", "marks")
 
-    def __init__(self, default: Callable[[Any], object] | None) -> None:
+    def __init__(self, default: Callable[[Any], object] | None, mark: str) -> None:
         self.default = default
-        self.marks = 0  # placeholders written; each puts two _MARKs in the text
+        self.mark = mark
+        self.marks = 0  # placeholders written; each puts two marks in the text
 
 
 def _placeholder(text: str, run: _Run) -> str:
     run.marks += 1
-    return _MARK + text + _MARK
+    return run.mark + text + run.mark
 
 
 def _float_for_encoder(value: float, run: _Run) -> object:
@@ -245,7 +251,7 @@ def _odd_float(value: float, run: _Run) -> object:
     else:  # 1e-9 <= |x| < 1e-6: an exponent of one digit, not two
         text = mantissa + "e-" + exponent[2:]
     run.marks += 1
-    return _MARK + text + _MARK
+    return run.mark + text + run.mark
 
 
 def _int_for_encoder(value: int, run: _Run) -> object:
@@ -484,7 +490,21 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
     and infinities, non-str keys, strings with lone surrogates, non-JSON objects without
     ``default``, and nesting deeper than 1000 levels (which includes reference cycles).
     """
-    run = _Run(default)
+    text = _text(value, default, _MARK)
+    if text is None:
+        text = _text(value, default, _SURROGATE_MARK)
+        if text is None:
+            raise _not_unicode(value, default)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _not_unicode(value, default) from None
+
+
+def _text(value: object, default: Callable[[Any], object] | None, mark: str) -> str | None:
+    """The canonical text of ``value`` placing numbers with ``mark``; None when a string of
+    the caller's holds the mark as the encoder writes it."""
+    run = _Run(default, mark)
     try:
         ready = _value(value, run, 0)
         text = _encode(ready)
@@ -495,17 +515,14 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
     except UnicodeEncodeError:
         # A lone surrogate in a key of an object sorted by UTF-16 code units.
         raise _not_unicode(value, default) from None
-    if run.marks:
-        # Around each placeholder: '"' MARK number MARK '"'. Once every mark is known to be
-        # one of ours, '"' MARK only ever opens one and MARK '"' closes one.
-        if text.count(_MARK) != 2 * run.marks:
-            # A string of the caller's holds the mark, a lone surrogate.
-            raise _not_unicode(value, default)
-        text = text.replace(_OPEN, "").replace(_CLOSE, "")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _not_unicode(value, default) from None
+    if not run.marks:
+        return text
+    # Around each placeholder: '"' MARK number MARK '"'. Once every mark is known to be
+    # one of ours, '"' MARK only ever opens one and MARK '"' closes one.
+    written = _WRITTEN[mark]
+    if text.count(written) != 2 * run.marks:
+        return None
+    return text.replace('"' + written, "").replace(written + '"', "")
 
 
 def fingerprint(value: object, *, default: Callable[[Any], object] | None = None) -> str:

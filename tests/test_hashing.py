@@ -521,6 +521,15 @@ def test_string_holding_the_placeholder_mark_raises_instead_of_corrupting_number
     assert caught.value.path == "/b/0"
 
 
+@pytest.mark.parametrize("text", ["\x1f", "\\u001f", '"\x1f5\x1f"', "\x1f1e-7\x1f"])
+def test_string_holding_the_mark_or_its_escape_is_written_like_rfc8785(text: str) -> None:
+    # 1e-7 reaches the encoder between two marks, which the encoder writes as \u001f; a
+    # caller's string may hold the same, and must come out as itself.
+    value = {"a": 1e-7, "b": [text, 2.5e-8], text: text}
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
 def test_canonicalizing_leaves_the_value_unchanged() -> None:
     # Integral and tiny floats, big integers, subclasses and non-BMP keys are all rewritten
     # on the way to the encoder: in copies.
