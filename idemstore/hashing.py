@@ -348,6 +348,8 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                 if new is item:
                     continue
             elif kind is list or kind is tuple:
+                if not item:
+                    continue  # [] and () need no call
                 new = _array(item, run, depth)
                 if new is item:
                     continue
@@ -409,6 +411,8 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                 if new is item:
                     continue
             elif kind is list or kind is tuple:
+                if not item:
+                    continue  # [] and () need no call
                 new = _array(item, run, depth)
                 if new is item:
                     continue
@@ -506,7 +510,8 @@ def _text(value: object, default: Callable[[Any], object] | None, mark: str) -> 
     the caller's holds the mark as the encoder writes it."""
     run = _Run(default, mark)
     try:
-        ready = _value(value, run, 0)
+        # The usual top level, an object, skips the general dispatch.
+        ready = _object(value, run, 0) if type(value) is dict else _value(value, run, 0)
         text = _encode(ready)
     except _Failure as failure:
         raise failure.to_error() from None
