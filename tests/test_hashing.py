@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import idemstore.hashing
-from idemstore.bench.hasher_scenario import hasher_value
+from idemstore.bench.hasher_scenario import SHAPES
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import canonical_json, fingerprint
 
@@ -226,9 +226,11 @@ def test_integer_a_double_holds_is_written_as_rfc8785_writes_that_double(n: int)
     assert canonical_json([n, {"n": n}]) == rfc8785.dumps([float(n), {"n": float(n)}])
 
 
-def test_realistic_tool_call_is_identical_to_rfc8785() -> None:
-    # The bench's 13 KB value: non-ASCII text, emoji keys, integral and tiny floats.
-    value = hasher_value(13_000)
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_realistic_tool_call_of_every_bench_shape_is_identical_to_rfc8785(shape: str) -> None:
+    # The bench's values at 13 KB: non-ASCII text, emoji keys (some reordered for UTF-16),
+    # floats of every layout.
+    value = SHAPES[shape](13_000)
 
     assert canonical_json(value) == rfc8785.dumps(value)
 
