@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
 from math import isfinite
 from typing import TYPE_CHECKING, Any
@@ -86,11 +87,20 @@ _encode = _one_call_encoder()
 
 # Wraps the JCS text of a number the encoder cannot be made to write (such as 1e-7, which
 # repr writes 1e-07): the encoder quotes it as a string, and the quotes and marks are removed
-# afterwards. A lone surrogate, so no string the caller may pass can contain it: every
-# string with one is refused, and a mark count that does not add up means such a string.
-_MARK = "\udfff"
+# afterwards. First a control character, which the encoder writes escaped ("\u001f"), so the
+# text stays ASCII where the value is (a surrogate would make the encoder, the unmarking
+# and the UTF-8 encoding work on wider characters). A caller's string can hold that same
+# escape (as the character or as its six characters); a mark count that does not add up
+# then sends the value through again with a lone surrogate as the mark, which no string the
+# caller may pass can contain (every string with one is refused).
+_MARK = "\x1f"
+_SURROGATE_MARK = "\udfff"
+# Each mark as the encoder writes it.
+_WRITTEN = {_MARK: "\\u001f", _SURROGATE_MARK: _SURROGATE_MARK}
+_utf16_units = operator.methodcaller("encode", "utf-16-be")
 
 _NON_BMP = re.compile("[\U00010000-\U0010ffff]")
+_LATE_BMP = re.compile("[\ue000-\uffff]")
 
 
 class _Failure(Exception):
@@ -177,48 +187,71 @@ def _big_int(value: int) -> str:
     return digits
 
 
-class _Utf16Key(str):
-    """A key of an object that has a non-BMP key: orders by UTF-16 code units, as JCS does.
+class _Placed(str):
+    """A key of an object already in RFC 8785 order: never less than another key.
 
-    Code-point order and UTF-16 order differ only between a character past U+FFFF (a
-    surrogate pair in UTF-16) and one in U+E000-U+FFFF, so only such objects get these keys;
-    the encoder sorts them with ``<`` and writes them as plain strings.
+    The encoder sorts keys with ``<`` only, and its sort is stable; keys none of which is
+    less than another therefore stay in the order they were inserted, which is UTF-16
+    code-unit order. The encoder writes them as plain strings.
     """
 
     __slots__ = ()
 
     def __lt__(self, other: str) -> bool:
-        return self.encode("utf-16-be") < other.encode("utf-16-be")
-
-    def __gt__(self, other: str) -> bool:
-        return self.encode("utf-16-be") > other.encode("utf-16-be")
+        return False
 
 
 class _Run:
     """What one canonicalization carries beside the value."""
 
-    __slots__ = ("default", "marks")
+    __slots__ = ("default", "mark", "marks")
 
-    def __init__(self, default: Callable[[Any], object] | None) -> None:
+    def __init__(self, default: Callable[[Any], object] | None, mark: str) -> None:
         self.default = default
-        self.marks = 0  # placeholders written; each puts two _MARKs in the text
+        self.mark = mark
+        self.marks = 0  # placeholders written; each puts two marks in the text
 
 
 def _placeholder(text: str, run: _Run) -> str:
     run.marks += 1
-    return _MARK + text + _MARK
+    return run.mark + text + run.mark
 
 
 def _float_for_encoder(value: float, run: _Run) -> object:
     """A float, as the float, int or placeholder the encoder writes as its JCS form."""
     text = _float(value)
-    if text == float.__repr__(value):
-        return value
-    if text.lstrip("-").isdigit():
+    if "." not in text and "e" not in text:
         # Integral: JCS writes the digits (zero-padded past 2**53), as the encoder writes
         # this int.
         return int(text)
+    if text == float.__repr__(value):
+        return value
     return _placeholder(text, run)
+
+
+def _odd_float(value: float, run: _Run) -> object:
+    """``_float_for_encoder`` for the only floats the passes below send: NaN, infinities,
+    1e-9 <= |x| < 1e-4 and integral 2**53 < |x| < 1e21, the ranges where repr and
+    ECMAScript disagree. Their repr is re-laid out directly: this is the float-heavy hot path.
+    """
+    text = float.__repr__(value)
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        if "n" in text:  # "nan", "inf" and "-inf" are the only reprs with an "n"
+            raise _Failure(f"{text} is not a JSON number")
+        return int(value)  # below 1e16 repr has all the digits: "9007199254740994.0"
+    if exponent[0] == "+":  # 1e16 <= |x| < 1e21: the digits, padded with zeros
+        point = mantissa.find(".")
+        shift = int(exponent) - (0 if point < 0 else len(mantissa) - point - 1)
+        return int(mantissa.replace(".", "") + "0" * shift)
+    if exponent < "-07":  # "-05" or "-06": written plainly, "0.0000" and the digits
+        sign = "-" if mantissa[0] == "-" else ""
+        digits = mantissa.lstrip("-").replace(".", "")
+        text = sign + "0." + "0" * (int(exponent[1:]) - 1) + digits
+    else:  # 1e-9 <= |x| < 1e-6: an exponent of one digit, not two
+        text = mantissa + "e-" + exponent[2:]
+    run.marks += 1
+    return run.mark + text + run.mark
 
 
 def _int_for_encoder(value: int, run: _Run) -> object:
@@ -277,56 +310,35 @@ def _non_str_key(obj: dict[Any, Any]) -> _Failure:
 def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     if depth >= _MAX_DEPTH:
         raise _Failure(_TOO_DEEP)
+    depth += 1
     try:
         # One C-level pass both type-checks the keys and finds whether they are all ASCII.
         keys = "".join(obj)
     except TypeError:
         raise _non_str_key(obj) from None
-    changes = _changes(obj.items(), run, depth + 1)
-    result = obj
-    if changes:
-        result = dict(obj)
-        for key, new in changes:
-            result[key] = new
-    if not keys.isascii() and _NON_BMP.search(keys):
-        return {_Utf16Key(key): item for key, item in result.items()}
-    return result
-
-
-def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
-    if depth >= _MAX_DEPTH:
-        raise _Failure(_TOO_DEEP)
-    changes = _changes(enumerate(items), run, depth + 1)
-    if not changes:
-        return items
-    changed = list(items)
-    for index, new in changes:
-        changed[index] = new
-    return changed
-
-
-def _changes(members: Iterable[tuple[Any, Any]], run: _Run, depth: int) -> list[tuple[Any, object]]:
-    """``(key or index, value the encoder writes as JCS does)`` for each member of an object
-    or array whose value the encoder cannot take as it is; a failure names the member.
-    ``depth`` is the members' own."""
-    changes: list[tuple[Any, object]] = []
-    segment: Any = None
+    changed: dict[Any, Any] | None = None
+    key: str = ""
     new: object
     try:
-        for segment, item in members:
+        for key, item in obj.items():
             kind = type(item)
             if kind is str:
                 continue
             if kind is float:
                 if item % 1.0:
-                    # Not integral, or NaN. Inside this range repr writes what ECMAScript does.
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    # Not integral, or NaN. Inside these ranges repr writes what ECMAScript
+                    # does: plain, or with an exponent of two or three digits.
+                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
-                    new = _float_for_encoder(item, run)
+                    new = _odd_float(item, run)
                 elif -_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
+                elif item >= 1e21 or item <= -1e21:
+                    # Both write these with a two- or three-digit exponent (infinities took
+                    # the branch above: their remainder is NaN).
+                    continue
                 else:
-                    new = _float_for_encoder(item, run)
+                    new = _odd_float(item, run)
             elif kind is int:
                 if -_EXACT_INT <= item <= _EXACT_INT:
                     continue
@@ -336,6 +348,8 @@ def _changes(members: Iterable[tuple[Any, Any]], run: _Run, depth: int) -> list[
                 if new is item:
                     continue
             elif kind is list or kind is tuple:
+                if not item:
+                    continue  # [] and () need no call
                 new = _array(item, run, depth)
                 if new is item:
                     continue
@@ -345,13 +359,78 @@ def _changes(members: Iterable[tuple[Any, Any]], run: _Run, depth: int) -> list[
                 new = _value(item, run, depth)
                 if new is item:
                     continue
-            changes.append((segment, new))
+            if changed is None:
+                changed = dict(obj)
+            changed[key] = new
     except _Failure as failure:
-        failure.segments.append(segment)
+        failure.segments.append(key)
         raise
     except RecursionError:
-        raise _Failure(_TOO_DEEP, segment) from None
-    return changes
+        raise _Failure(_TOO_DEEP, key) from None
+    result = obj if changed is None else changed
+    if not keys.isascii() and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
+        return _in_utf16_order(result)
+    return result
+
+
+def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` for the encoder to write in UTF-16 order, though it sorts by code point:
+    sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay."""
+    return {_Placed(key): obj[key] for key in sorted(obj, key=_utf16_units)}
+
+
+def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
+    if depth >= _MAX_DEPTH:
+        raise _Failure(_TOO_DEEP)
+    depth += 1
+    changed: list[Any] | None = None
+    index = 0
+    new: object
+    try:
+        for index, item in enumerate(items):
+            kind = type(item)
+            if kind is str:
+                continue
+            if kind is float:
+                if item % 1.0:
+                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
+                        continue
+                    new = _odd_float(item, run)
+                elif -_EXACT_INT <= item <= _EXACT_INT:
+                    new = int(item)
+                elif item >= 1e21 or item <= -1e21:
+                    continue
+                else:
+                    new = _odd_float(item, run)
+            elif kind is int:
+                if -_EXACT_INT <= item <= _EXACT_INT:
+                    continue
+                new = _int_for_encoder(item, run)
+            elif kind is dict:
+                new = _object(item, run, depth)
+                if new is item:
+                    continue
+            elif kind is list or kind is tuple:
+                if not item:
+                    continue  # [] and () need no call
+                new = _array(item, run, depth)
+                if new is item:
+                    continue
+            elif item is None or kind is bool:
+                continue
+            else:
+                new = _value(item, run, depth)
+                if new is item:
+                    continue
+            if changed is None:
+                changed = list(items)
+            changed[index] = new
+    except _Failure as failure:
+        failure.segments.append(index)
+        raise
+    except RecursionError:
+        raise _Failure(_TOO_DEEP, index) from None
+    return items if changed is None else changed
 
 
 def _check_unicode(value: object, default: Callable[[Any], object] | None) -> None:
@@ -415,9 +494,24 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
     and infinities, non-str keys, strings with lone surrogates, non-JSON objects without
     ``default``, and nesting deeper than 1000 levels (which includes reference cycles).
     """
-    run = _Run(default)
+    text = _text(value, default, _MARK)
+    if text is None:
+        text = _text(value, default, _SURROGATE_MARK)
+        if text is None:
+            raise _not_unicode(value, default)
     try:
-        ready = _value(value, run, 0)
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _not_unicode(value, default) from None
+
+
+def _text(value: object, default: Callable[[Any], object] | None, mark: str) -> str | None:
+    """The canonical text of ``value`` placing numbers with ``mark``; None when a string of
+    the caller's holds the mark as the encoder writes it."""
+    run = _Run(default, mark)
+    try:
+        # The usual top level, an object, skips the general dispatch.
+        ready = _object(value, run, 0) if type(value) is dict else _value(value, run, 0)
         text = _encode(ready)
     except _Failure as failure:
         raise failure.to_error() from None
@@ -426,21 +520,14 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
     except UnicodeEncodeError:
         # A lone surrogate in a key of an object sorted by UTF-16 code units.
         raise _not_unicode(value, default) from None
-    if run.marks:
-        # Around each placeholder: '"' MARK number MARK '"'. Drop the quotes with the marks.
-        pieces = text.split(_MARK)
-        last = len(pieces) - 1
-        if last != 2 * run.marks:
-            # A string of the caller's holds the mark, a lone surrogate.
-            raise _not_unicode(value, default)
-        for i in range(0, last, 2):
-            pieces[i] = pieces[i][:-1]
-            pieces[i + 2] = pieces[i + 2][1:]
-        text = "".join(pieces)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _not_unicode(value, default) from None
+    if not run.marks:
+        return text
+    # Around each placeholder: '"' MARK number MARK '"'. Once every mark is known to be
+    # one of ours, '"' MARK only ever opens one and MARK '"' closes one.
+    written = _WRITTEN[mark]
+    if text.count(written) != 2 * run.marks:
+        return None
+    return text.replace('"' + written, "").replace(written + '"', "")
 
 
 def fingerprint(value: object, *, default: Callable[[Any], object] | None = None) -> str:

@@ -19,7 +19,7 @@ import pytest
 from idemstore import cli
 from idemstore.bench import SCENARIOS, BenchConfig, Target, run_bench
 from idemstore.bench.floors import floor_for_url
-from idemstore.bench.hasher_scenario import run_hasher
+from idemstore.bench.hasher_scenario import SHAPES, run_hasher
 from idemstore.bench.local import Launcher, start_local_servers, stop_local_servers
 from idemstore.bench.probes import WAKE_TIMEOUT, run_middleware
 from idemstore.bench.report import COLUMNS, note_lines, print_table, to_markdown
@@ -133,7 +133,7 @@ def test_embedded_run_writes_json_markdown_and_charts(tmp_path: Path) -> None:
             assert result["exactly_once"] is True
     if "sqlite" not in stores:
         assert any(u["backend"] == "sqlite" for u in written["unavailable"])
-    assert {"fingerprint", "rfc8785", "sorted json"} <= {
+    assert {"fingerprint mixed", "rfc8785 float", "sorted json unicode"} <= {
         r["backend"] for r in results if r["scenario"] == "hasher"
     }
 
@@ -262,15 +262,20 @@ async def test_duration_mode_runs_until_the_deadline() -> None:
     assert result.config["duration"] == 0.05 and result.config["ops"] is None
 
 
-def test_hasher_compares_fingerprint_rfc8785_and_sorted_json() -> None:
+def test_hasher_compares_fingerprint_rfc8785_and_sorted_json_on_every_shape() -> None:
     measured = run_hasher(Load(concurrency=1, ops=10, duration=None, payload_bytes=512))
     by_name = {m.backend: m for m in measured}
-    assert set(by_name) == {"fingerprint", "rfc8785", "sorted json"}
+    hashers = ("fingerprint", "rfc8785", "sorted json")
+    assert set(by_name) == {f"{h} {shape}" for h in hashers for shape in SHAPES}
     for m in measured:
         assert m.scenario == "hasher" and len(m.subject.latencies_ns) == 10
         assert m.notes["value_bytes"] >= 512
-    assert by_name["fingerprint"].notes["agrees_with_rfc8785"] is True
-    assert by_name["sorted json"].ratio_p50 == 1.0
+    for shape in SHAPES:
+        ours = by_name[f"fingerprint {shape}"]
+        assert ours.notes["agrees_with_rfc8785"] is True
+        assert ours.notes["rfc8785_x_p50"] > 0 and ours.notes["rfc8785_x_ops"] > 0
+        assert by_name[f"rfc8785 {shape}"].notes["rfc8785_x_p50"] == 1.0
+        assert by_name[f"sorted json {shape}"].ratio_p50 == 1.0
 
 
 async def test_the_mock_server_called_directly_runs_every_identical_call() -> None:

@@ -34,6 +34,7 @@ def timing(p50_ns: int, ops: int = 500, *, executions: int = 0, keys: int = 0) -
 
 
 PROXY_NOTES = {"identical_calls": 5, "direct_executions": 5, "added_p50_ms": 0.25}
+HASHER_NOTES = {"shape": "unicode", "rfc8785_x_p50": 3.456, "rfc8785_x_ops": 2.5}
 REPLAY_NOTES = {"replays": 200, "row_rewritten": False, "wal_bytes": 0, "wal_bytes_idle": 0}
 
 
@@ -56,15 +57,15 @@ def a_full_result() -> BenchResult:
                     )
                 )
     for backend, scenario in (
-        ("fingerprint", "hasher"),
-        ("sorted json", "hasher"),
+        ("fingerprint unicode", "hasher"),
+        ("sorted json unicode", "hasher"),
         ("mcp proxy", "proxy"),
         ("mcp gateway", "gateway"),
         (RERUN, "telemetry"),
         ("otel, no SDK", "telemetry"),
         ("asgi new key", "middleware"),
     ):
-        notes = PROXY_NOTES if scenario == "proxy" else {}
+        notes = {"proxy": PROXY_NOTES, "hasher": HASHER_NOTES}.get(scenario, {})
         result.measurements.append(Measurement(backend, scenario, 1, slow, floor=fast, notes=notes))
     return result
 
@@ -72,6 +73,7 @@ def a_full_result() -> BenchResult:
 def test_the_default_table_fits_80_columns() -> None:
     text = render_table(a_full_result(), width=80)
     assert "otel off, rerun" in text and "replay-writes" in text
+    assert "hasher unicode: fingerprint 3.46x faster than rfc8785 at p50, 2.50x" in text
     for line in text.splitlines():
         assert len(line) <= 80, line
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import idemstore.hashing
-from idemstore.bench.hasher_scenario import hasher_value
+from idemstore.bench.hasher_scenario import SHAPES
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import canonical_json, fingerprint
 
@@ -63,13 +63,42 @@ def _near(value: float) -> list[float]:
 EDGE_FLOATS = sorted(
     {
         sign * x
-        for base in (1e-7, 1e-6, 1e-5, 1e-4, 1.0, 1e15, 2.0**53, 1e16, 1e20, 1e21, 1e22)
+        for base in (
+            1e-10,
+            1e-9,
+            1e-7,
+            1e-6,
+            1e-5,
+            1e-4,
+            1.0,
+            1e15,
+            2.0**53,
+            1e16,
+            1e20,
+            1e21,
+            1e22,
+        )
         for x in _near(base)
         for sign in (1, -1)
     }
     | {0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 0.5, 24.0}
 )
-edge_floats = st.sampled_from(EDGE_FLOATS) | st.floats(allow_nan=False, allow_infinity=False)
+# Doubles of every decimal magnitude alike, from the subnormals to the largest, and integral
+# doubles up to 1e22 (exact below 2**53, padded with zeros by ECMAScript past it): uniform
+# doubles would almost all be huge or tiny, missing the layouts in between.
+magnitude_floats = st.builds(
+    lambda mantissa, exponent, negative: (
+        (-1 if negative else 1) * float(f"{mantissa!r}e{exponent}")
+    ),
+    st.floats(min_value=1.0, max_value=10.0, exclude_max=True),
+    st.integers(min_value=-324, max_value=308),
+    st.booleans(),
+).filter(math.isfinite) | st.integers(min_value=-(10**22), max_value=10**22).map(float)
+edge_floats = (
+    st.sampled_from(EDGE_FLOATS)
+    | magnitude_floats
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
 edge_scalars = (
     st.none()
     | st.booleans()
@@ -197,9 +226,11 @@ def test_integer_a_double_holds_is_written_as_rfc8785_writes_that_double(n: int)
     assert canonical_json([n, {"n": n}]) == rfc8785.dumps([float(n), {"n": float(n)}])
 
 
-def test_realistic_tool_call_is_identical_to_rfc8785() -> None:
-    # The bench's 13 KB value: non-ASCII text, emoji keys, integral and tiny floats.
-    value = hasher_value(13_000)
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_realistic_tool_call_of_every_bench_shape_is_identical_to_rfc8785(shape: str) -> None:
+    # The bench's values at 13 KB: non-ASCII text, emoji keys (some reordered for UTF-16),
+    # floats of every layout.
+    value = SHAPES[shape](13_000)
 
     assert canonical_json(value) == rfc8785.dumps(value)
 
@@ -313,6 +344,32 @@ def test_key_order_does_not_matter() -> None:
 )
 def test_escaped_and_literal_characters_fingerprint_alike(escaped: str, literal: str) -> None:
     assert loads_fingerprint(escaped) == loads_fingerprint(literal)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(magnitude_floats, max_size=20), st.dictionaries(st.text(max_size=2), magnitude_floats)
+)
+def test_floats_of_every_magnitude_are_written_like_rfc8785(
+    items: list[float], obj: dict[str, float]
+) -> None:
+    assert canonical_json([items, obj]) == rfc8785.dumps([items, obj])
+
+
+# Few characters, so keys often first differ at a character from each range whose order
+# differs between code points and UTF-16 code units (U+E000-U+FFFF against past U+FFFF).
+PLANE_KEYS = st.text(
+    st.sampled_from(
+        ["a", "é", "中", "\ue000", "\uff01", "\uffff", "\U00010000", "😀", "\U0001d49c"]
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(PLANE_KEYS, edge_scalars | st.dictionaries(PLANE_KEYS, edge_scalars)))
+def test_keys_from_every_plane_sort_like_rfc8785(value: dict[str, Any]) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
 
 
 def test_keys_sort_by_utf16_code_units() -> None:
@@ -446,6 +503,14 @@ def test_lone_surrogate_in_a_key_beside_a_non_bmp_key_raises_with_its_path() -> 
     assert caught.value.path == "/a/k\\ud800"
 
 
+def test_lone_surrogate_in_a_key_of_an_object_reordered_for_utf16_raises_with_its_path() -> None:
+    # Keys past U+FFFF beside keys in U+E000-U+FFFF are reordered before encoding.
+    with pytest.raises(CanonicalizationError, match="surrogate") as caught:
+        canonical_json({"a": {"\U0001f600": 1, "\uffff": 2, "k\ud800": 3}})
+
+    assert caught.value.path == "/a/k\\ud800"
+
+
 def test_string_holding_the_placeholder_mark_raises_instead_of_corrupting_numbers() -> None:
     # 1e-7 reaches the encoder as a marked placeholder; a caller's string holding the same
     # (lone surrogate) mark must be refused, not unquoted along with it.
@@ -456,6 +521,15 @@ def test_string_holding_the_placeholder_mark_raises_instead_of_corrupting_number
         canonical_json(value)
 
     assert caught.value.path == "/b/0"
+
+
+@pytest.mark.parametrize("text", ["\x1f", "\\u001f", '"\x1f5\x1f"', "\x1f1e-7\x1f"])
+def test_string_holding_the_mark_or_its_escape_is_written_like_rfc8785(text: str) -> None:
+    # 1e-7 reaches the encoder between two marks, which the encoder writes as \u001f; a
+    # caller's string may hold the same, and must come out as itself.
+    value = {"a": 1e-7, "b": [text, 2.5e-8], text: text}
+
+    assert canonical_json(value) == rfc8785.dumps(value)
 
 
 def test_canonicalizing_leaves_the_value_unchanged() -> None:
@@ -487,6 +561,14 @@ def test_encoder_without_the_c_accelerator_writes_the_same_text(
 
     assert plain == idemstore.hashing._ENCODER.encode
     assert plain(value) == fast(value)
+
+
+def test_pure_python_encoder_keeps_objects_in_utf16_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    monkeypatch.setattr(idemstore.hashing, "_encode", idemstore.hashing._one_call_encoder())
+    value = {"b": {"\uffff": 1, "\U0001f600": [2.0, 1e-7], "a": 3, "\ue000x": {"z": 1, "y": 2}}}
+
+    assert canonical_json(value) == rfc8785.dumps(value)
 
 
 def test_reference_cycle_raises_instead_of_recursing_forever() -> None:

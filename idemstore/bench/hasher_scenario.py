@@ -1,5 +1,6 @@
 """The ``hasher`` scenario: ``idemstore.fingerprint`` against ``rfc8785`` and
-``json.dumps(sort_keys=True)`` (each + SHA-256) on one realistic tool-call argument object."""
+``json.dumps(sort_keys=True)`` (each + SHA-256) on tool-call arguments of three shapes: a
+realistic mixed call, a float-heavy one and a Unicode-heavy one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from idemstore.bench.results import Measurement, Timing
-from idemstore.bench.scenarios import keep_going
+from idemstore.bench.scenarios import keep_going, merge, rounds_of
 from idemstore.hashing import fingerprint
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from idemstore.bench.scenarios import Load
 
-__all__ = ["HASHER_FLOOR", "hasher_value", "run_hasher"]
+__all__ = ["HASHER_FLOOR", "SHAPES", "float_value", "hasher_value", "run_hasher", "unicode_value"]
 
 
 def hasher_value(size: int) -> dict[str, Any]:
@@ -92,6 +93,72 @@ def _order_line(rng: random.Random, n: int) -> dict[str, Any]:
     return line
 
 
+def float_value(size: int) -> dict[str, Any]:
+    """Float-heavy tool-call arguments of about ``size`` bytes of JSON: readings of a sensor
+    batch, as embeddings, measurements, coordinates and scientific constants come, of every
+    magnitude ECMAScript lays out differently from ``repr`` (below 1e-4, from 1e16, integral)."""
+    value: dict[str, Any] = {
+        "name": "store_readings",
+        "arguments": {"batch": 7, "scale": 1.0, "offset": -0.5, "readings": []},
+    }
+    readings: list[dict[str, Any]] = value["arguments"]["readings"]
+    rng = random.Random(size)
+    while len(json.dumps(value)) < size:
+        readings.append(
+            {
+                "t": 1_764_500_000.0 + rng.randrange(10**6) / 1000,
+                "v": [rng.gauss(0, 0.2) for _ in range(4)],
+                "mean": round(rng.uniform(-40, 40), 2),
+                "count": float(rng.randint(0, 5000)),
+                "stderr": rng.uniform(1, 10) * 10.0 ** rng.randint(-12, -5),
+                "flux": rng.uniform(1, 10) * 10.0 ** rng.randint(15, 25),
+                "pos": [round(rng.uniform(-90, 90), 6), round(rng.uniform(-180, 180), 6)],
+            }
+        )
+    return value
+
+
+_SCRIPTS = (
+    "Grüße aus München \u2013 „schön“",
+    "東京都渋谷区神南一丁目、配送は午前中希望",
+    "Привет, доставка до пятницы",
+    "مرحبا، التسليم يوم الجمعة",
+    "नमस्ते, शुक्रवार तक डिलीवरी",
+    "안녕하세요 금요일까지 배송",
+    "🎉🚚📦 ünterwegs 😀 \U0001d49c\U0001d4c1\U0001d4c5\U0001d4bd\U0001d4b6",
+    "Ελληνικά: παράδοση την Παρασκευή",
+)
+_UNICODE_KEYS = ("名前", "größe", "ключ", "📦", "\U0001d49c", "\uff01", "é", "x")
+
+
+def unicode_value(size: int) -> dict[str, Any]:
+    """Unicode-heavy tool-call arguments of about ``size`` bytes of JSON: messages in many
+    scripts with emoji, under non-ASCII keys, some past U+FFFF (which RFC 8785 sorts by
+    UTF-16 code units), and a few quotes and newlines to escape."""
+    value: dict[str, Any] = {
+        "name": "send_messages",
+        "arguments": {"channel": "général", "messages": []},
+    }
+    messages: list[dict[str, Any]] = value["arguments"]["messages"]
+    rng = random.Random(size)
+    while len(json.dumps(value, ensure_ascii=False).encode()) < size:
+        keys = rng.sample(_UNICODE_KEYS, k=4)
+        message: dict[str, Any] = {k: rng.choice(_SCRIPTS) for k in keys}
+        message["text"] = " ".join(rng.sample(_SCRIPTS, k=3)) + rng.choice(("", '\n"ok"'))
+        message["author"] = rng.choice(("Zoë", "José", "Åsa", "Łukasz", "李雷", "😀"))
+        messages.append(message)
+    return value
+
+
+# The argument shapes each hasher is timed on: the realistic mixed call, and the two kinds of
+# value where JCS differs most from what the C encoder writes.
+SHAPES: dict[str, Callable[[int], dict[str, Any]]] = {
+    "mixed": hasher_value,
+    "float": float_value,
+    "unicode": unicode_value,
+}
+
+
 def _rfc8785_hash(value: Any) -> str:
     import rfc8785
 
@@ -135,27 +202,44 @@ def _time_sync(call: Callable[[], object], load: Load) -> Timing:
 
 
 def run_hasher(load: Load) -> list[Measurement]:
-    """Each hasher on the same value, one after another, against ``json.dumps(sort_keys)``.
+    """Each hasher on each shape of arguments, against ``json.dumps(sort_keys)`` on the same.
 
-    Hashing is CPU work: it runs once, on one worker, whatever the concurrency asked for.
+    Hashing is CPU work: it runs once, on one worker, whatever the concurrency asked for. The
+    hashers of a shape alternate in rounds, so drift on a shared machine hits them alike.
     """
-    value = hasher_value(load.payload_bytes)
-    digests = {name: hasher(value) for name, hasher in HASHERS.items()}
-    timings = {name: _time_sync(functools.partial(h, value), load) for name, h in HASHERS.items()}
-    floor = timings[HASHER_FLOOR]
-    size = len(json.dumps(value).encode())
-    return [
-        Measurement(
-            backend=name,
-            scenario="hasher",
-            concurrency=1,
-            subject=timing,
-            floor=floor,
-            floor_name=f"{HASHER_FLOOR} + sha256",
-            notes={
-                "value_bytes": size,
-                "agrees_with_rfc8785": digests[name] == digests["rfc8785"],
-            },
-        )
-        for name, timing in timings.items()
-    ]
+    measured = []
+    for shape, build in SHAPES.items():
+        value = build(load.payload_bytes)
+        digests = {name: hasher(value) for name, hasher in HASHERS.items()}
+        rounds: dict[str, list[Timing]] = {name: [] for name in HASHERS}
+        for part in rounds_of(load):
+            for name, hasher in HASHERS.items():
+                rounds[name].append(_time_sync(functools.partial(hasher, value), part))
+        timings = {name: merge(parts) for name, parts in rounds.items()}
+        notes = {"shape": shape, "value_bytes": len(json.dumps(value).encode())}
+        measured += [
+            Measurement(
+                backend=f"{name} {shape}",
+                scenario="hasher",
+                concurrency=1,
+                subject=timing,
+                floor=timings[HASHER_FLOOR],
+                floor_name=f"{HASHER_FLOOR} + sha256",
+                notes={
+                    **notes,
+                    "agrees_with_rfc8785": digests[name] == digests["rfc8785"],
+                    **_against_rfc8785(timing, timings["rfc8785"]),
+                },
+            )
+            for name, timing in timings.items()
+        ]
+    return measured
+
+
+def _against_rfc8785(timing: Timing, reference: Timing) -> dict[str, float]:
+    """How many times faster than ``rfc8785`` + SHA-256: at p50, and in operations a second."""
+    p50, reference_p50 = timing.latency_ms()["p50"], reference.latency_ms()["p50"]
+    ops, reference_ops = timing.ops_per_s, reference.ops_per_s
+    if not p50 or not reference_p50 or not ops or not reference_ops:
+        return {}
+    return {"rfc8785_x_p50": reference_p50 / p50, "rfc8785_x_ops": ops / reference_ops}

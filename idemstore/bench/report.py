@@ -232,6 +232,13 @@ def note_lines(result: BenchResult) -> list[str]:
                 if isinstance(relay, float):
                     text += f" (a bare stdio relay: {fmt_signed_ms(relay)} ms)"
                 lines.append(text)
+        elif m.scenario == "hasher" and m.backend.startswith("fingerprint"):
+            if "rfc8785_x_p50" in notes:
+                # Both rows hash with SHA-256; one line of 80 columns per shape.
+                lines.append(
+                    f"hasher {notes['shape']}: fingerprint {notes['rfc8785_x_p50']:.2f}x faster"
+                    f" than rfc8785 at p50, {notes['rfc8785_x_ops']:.2f}x in ops/s"
+                )
         elif m.scenario == "telemetry" and m.backend == TELEMETRY_RERUN:
             lines.append(
                 f"telemetry: '{TELEMETRY_RERUN}' is the baseline measured twice; its"
