@@ -78,14 +78,15 @@ async def settle_within(execution: Execution, response: bytes, connection: objec
         stored = False
     else:
         recorded = outcome_markers.escape(response)
-    completing = store.complete_within(connection, lease, recorded, execution._policy.retention)
-    if execution._observation is not None:
-        # Not shielded like the other bookkeeping: the statement belongs to the caller's
-        # connection, which the caller rolls back if it is cancelled.
-        completing = execution._observation.finishing("settled", completing)
-    if not await completing:
+    # Not shielded like the other bookkeeping: the statement belongs to the caller's
+    # connection, which the caller rolls back if it is cancelled.
+    if not await store.complete_within(connection, lease, recorded, execution._policy.retention):
         raise _lost(lease)
     return stored
+
+
+async def _committed() -> bool:
+    return True
 
 
 def _lost(lease: Lease) -> LeaseLostError:
@@ -103,8 +104,11 @@ async def leave_committing(execution: Execution, exc: BaseException | None) -> N
     """The end of the ``async with`` block of an execution settled through a connection."""
     if exc is None:
         # The caller committed (or, having swallowed its rollback, holds the key until the
-        # stopped lease lapses): nothing more to write.
+        # stopped lease lapses): nothing more to write. An observer sees the settlement now
+        # that it is final (a failure is observed as whatever the policy does instead).
         execution._state = "settled"
+        if execution._observation is not None:
+            await execution._observation.finishing("settled", _committed())
         return
     # The caller's transaction rolled back, or something failed after it committed: the policy
     # applies as to any failure, and its fenced calls find a completed record untouchable.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pytest
 
@@ -299,3 +299,38 @@ async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead
         execution = await owned(ExecutionPolicy(elsewhere), new_key())
         message = await refused(execution, business.connection)
     assert "settle(response) without a connection" in message
+
+
+# -- PostgreSQL connections ----------------------------------------------------------------------
+
+
+async def test_a_connection_acquired_from_an_asyncpg_pool_is_checked_once_then_only_completes(
+    postgres_store_url: str, postgres_server: str
+) -> None:
+    import asyncpg
+
+    schema = dict(parse_qsl(urlsplit(postgres_store_url).query))["schema"]
+    statements: list[str] = []
+    async with (
+        open_store(postgres_store_url) as store,
+        asyncpg.create_pool(postgres_server, min_size=1, max_size=1) as pool,
+    ):
+        policy = ExecutionPolicy(store)
+        async with pool.acquire() as conn:  # the pool's one session, logged from now on
+            await conn.execute(f'CREATE TABLE "{schema}".charges (key text)')
+            conn.add_query_logger(lambda query: statements.append(query.query))
+        for key in (new_key(), new_key()):
+            async with (
+                await owned(policy, key) as execution,
+                pool.acquire() as conn,
+                conn.transaction(),
+            ):
+                await conn.execute(f'INSERT INTO "{schema}".charges VALUES ($1)', key)
+                await execution.settle(b"ok", connection=conn)
+            assert execution.settled
+        count = await pool.fetchval(f'SELECT count(*) FROM "{schema}".charges')
+        await asyncio.sleep(0)  # query loggers are called soon after each query
+    assert count == 2
+    # Two settlements, one identity check for the session: no extra round trip once known.
+    assert sum("pg_postmaster_start_time" in q for q in statements) == 1
+    assert sum("idemstore_complete" in q for q in statements) == 2

@@ -31,13 +31,14 @@ _SEEN: weakref.WeakKeyDictionary[asyncpg.Connection, Identity] = weakref.WeakKey
 def session_of(connection: object) -> asyncpg.Connection | None:
     """The asyncpg session behind ``connection`` (a connection, or one acquired from a pool);
     ``None`` for anything else, or a pooled connection already given back."""
-    if isinstance(connection, asyncpg.Connection):
-        return connection
+    # The proxy first: asyncpg makes a pool's proxy pass for an instance of Connection too.
     if isinstance(connection, PoolConnectionProxy):
         # The proxy has no public accessor for the session it wraps (and is not weakly
         # referenceable), while the session object lives as long as the pooled connection.
         inner: Any = connection._con
-        return inner if isinstance(inner, asyncpg.Connection) else None
+        return None if inner is None or isinstance(inner, PoolConnectionProxy) else inner
+    if isinstance(connection, asyncpg.Connection):
+        return connection
     return None
 
 
