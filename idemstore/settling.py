@@ -63,6 +63,8 @@ def in_transaction_store(store: IdempotencyStore) -> SettlesInTransaction:
 async def settle_within(execution: Execution, response: bytes, connection: object) -> bool:
     """``execution.settle(response, connection=connection)``: see ``Execution.settle``."""
     response = check_response(response)
+    if execution.finished:
+        execution._claim("committing")  # raises the RuntimeError that says what it is
     store = in_transaction_store(execution._policy.store)
     # Refusals come before anything changes: the execution stays running and owns its key.
     await store.check_connection(connection)

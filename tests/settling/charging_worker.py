@@ -1,6 +1,7 @@
 """One worker of the crash proof: charges each key into the business table inside the
 transaction that settles it, until every key replays. Run as a module; prints one JSON line
-per event (``committed``, ``stale``: a ``LeaseLostError`` rolled its charge back, ``error``).
+per event: ``took`` (a takeover began), ``committed``, ``stale`` (a ``LeaseLostError`` rolled
+its charge back), ``error`` (retried).
 
 Usage: python -m tests.settling.charging_worker URL LEASE_TTL WORK_SECONDS KEY...
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import sys
 
 from idemstore import ExecutionPolicy, LeaseLostError, Replay, open_store
@@ -28,14 +28,17 @@ async def charge_every_key(
     async with open_store(url) as store:
         business = await open_business(url)
         policy = ExecutionPolicy(store, lease_ttl=lease_ttl, in_flight="wait")
-        pending = list(keys)
-        random.shuffle(pending)
+        # Every worker takes the keys in the same order: they queue on the key its owner
+        # holds, so a paused owner's key is taken over, and the owner wakes up stale.
+        pending = list(reversed(keys))
         while pending:
             key = pending.pop()
             try:
                 claim = await policy.begin(key, FP)
                 if isinstance(claim, Replay):
                     continue
+                if claim.takeover:
+                    say(took=key, fence=claim.fence)
                 async with claim:
                     # The call to the payment provider: a pause here outlives the lease.
                     await asyncio.sleep(work_seconds)

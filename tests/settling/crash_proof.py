@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ class Proof:
         return (
             f"keys completed={len(self.completed)} business rows={sum(self.rows.values())}"
             f" keys charged twice={twice} commits={self.events['committed']}"
-            f" takeovers={self.events['takeover']}"
+            f" takeovers={self.events['took']} (charged: {self.events['takeover']})"
             f" stale owners rolled back={self.events['stale']} SIGKILLs={self.events['kill']}"
             f" SIGSTOP/SIGCONTs={self.events['pause']} retried errors={self.events['error']}"
         )
@@ -74,7 +75,7 @@ def run(
     workers: int = 3,
     faults: int = 6,
     lease_ttl: float = 0.5,
-    work_seconds: float = 0.15,
+    work_seconds: float = 0.2,
     seed: int = 29,
     timeout: float = 180.0,
 ) -> Proof:
@@ -89,12 +90,21 @@ def run(
             return _spawn(url, lease_ttl, work_seconds, keys, outputs[-1])
 
         live = [start() for _ in range(workers)]
+        paused: set[int] = set()
+        wakings: list[threading.Timer] = []
+
+        def wake(victim: Any) -> None:
+            victim.send_signal(signal.SIGCONT)
+            paused.discard(victim.pid)
+
         deadline = time.monotonic() + timeout
         for _ in range(faults):
-            time.sleep(nemesis.uniform(0.2, 0.6))
-            running = [p for p in live if p.poll() is None]
+            time.sleep(nemesis.uniform(0.1, 0.3))
+            running = [p for p in live if p.poll() is None and p.pid not in paused]
             if not running:
-                break
+                if not any(p.poll() is None for p in live):
+                    break
+                continue
             victim = nemesis.choice(running)
             if nemesis.random() < 0.5:
                 victim.send_signal(signal.SIGKILL)
@@ -103,10 +113,15 @@ def run(
                 live.append(start())
                 proof.events["kill"] += 1
             else:
+                # Paused past its lease, then woken while the nemesis goes on.
                 victim.send_signal(signal.SIGSTOP)
-                time.sleep(lease_ttl * nemesis.uniform(1.5, 3.0))
-                victim.send_signal(signal.SIGCONT)
+                paused.add(victim.pid)
+                waking = threading.Timer(lease_ttl * nemesis.uniform(1.5, 3.0), wake, (victim,))
+                waking.start()
+                wakings.append(waking)
                 proof.events["pause"] += 1
+        for waking in wakings:
+            waking.join()
         for proc in live:
             try:
                 _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))

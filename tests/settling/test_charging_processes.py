@@ -55,7 +55,7 @@ def test_killed_and_paused_owners_never_charge_a_key_twice(
     store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     charged = keys(KEYS)
-    proof = run(store_url, charged, workers=3, faults=max(4, KEYS // 2))
+    proof = run(store_url, charged, workers=3, faults=KEYS)
     with capsys.disabled():
         print(f"\ncrash proof on {store_url.split(':')[0]}: {proof.summary()}")
     assert_charged_once_iff_completed(proof, charged)

@@ -18,6 +18,7 @@ from idemstore import (
     ExecutionPolicy,
     Idempotency,
     LeaseLostError,
+    OutcomeTooLargeError,
     Replay,
     Status,
     current_execution,
@@ -334,3 +335,19 @@ async def test_a_connection_acquired_from_an_asyncpg_pool_is_checked_once_then_o
     # Two settlements, one identity check for the session: no extra round trip once known.
     assert sum("pg_postmaster_start_time" in q for q in statements) == 1
     assert sum("idemstore_complete" in q for q in statements) == 2
+
+
+async def test_an_outcome_over_max_response_bytes_commits_as_too_large_with_the_charge(
+    store: IdempotencyStore, business: Business
+) -> None:
+    policy = ExecutionPolicy(store, max_response_bytes=4)
+    key = new_key()
+    async with await owned(policy, key) as execution:
+        await business.begin()
+        await business.charge(key)
+        assert not await execution.settle(b"far too long", connection=business.connection)
+        await business.commit()
+    assert await business.charges() == {key: 1}
+    # The charge happened: retries learn its outcome was too large, and never charge again.
+    with pytest.raises(OutcomeTooLargeError):
+        await policy.begin(key, FP)
