@@ -27,6 +27,8 @@ async def charge_every_key(
 ) -> None:
     async with open_store(url) as store:
         business = await open_business(url)
+        await store.get(keys[0])  # connected: the nemesis may start
+        say(ready=True)
         policy = ExecutionPolicy(store, lease_ttl=lease_ttl, in_flight="wait")
         # Every worker takes the keys in the same order: they queue on the key its owner
         # holds, so a paused owner's key is taken over, and the owner wakes up stale.

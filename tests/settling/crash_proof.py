@@ -84,10 +84,18 @@ def run(
     proof = Proof()
     with tempfile.TemporaryDirectory() as scratch:
         outputs: list[Path] = []
+        output_of: dict[int, Path] = {}
 
         def start() -> Any:
             outputs.append(Path(scratch) / f"worker-{len(outputs)}.jsonl")
-            return _spawn(url, lease_ttl, work_seconds, keys, outputs[-1])
+            proc = _spawn(url, lease_ttl, work_seconds, keys, outputs[-1])
+            output_of[proc.pid] = outputs[-1]
+            return proc
+
+        def ready(proc: Any) -> bool:
+            # Connected and charging: a worker still starting up owns no key worth a fault.
+            out = output_of[proc.pid]
+            return proc.poll() is None and out.exists() and '"ready"' in out.read_text()
 
         live = [start() for _ in range(workers)]
         paused: set[int] = set()
@@ -98,13 +106,15 @@ def run(
             paused.discard(victim.pid)
 
         deadline = time.monotonic() + timeout
-        for _ in range(faults):
+        done = 0
+        while done < faults and time.monotonic() < deadline:
             time.sleep(nemesis.uniform(0.1, 0.3))
-            running = [p for p in live if p.poll() is None and p.pid not in paused]
+            if not any(p.poll() is None for p in live):
+                break
+            running = [p for p in live if p.pid not in paused and ready(p)]
             if not running:
-                if not any(p.poll() is None for p in live):
-                    break
                 continue
+            done += 1
             victim = nemesis.choice(running)
             if nemesis.random() < 0.5:
                 victim.send_signal(signal.SIGKILL)
