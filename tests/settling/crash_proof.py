@@ -36,6 +36,7 @@ class Proof:
     rows: dict[str, int] = field(default_factory=dict)
     completed: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    retried: Counter[str] = field(default_factory=Counter)  # workers' retried errors, by kind
 
     def summary(self) -> str:
         twice = sum(1 for n in self.rows.values() if n > 1)
@@ -44,7 +45,7 @@ class Proof:
             f" keys charged twice={twice} commits={self.events['committed']}"
             f" takeovers={self.events['took']} (charged: {self.events['takeover']})"
             f" stale owners rolled back={self.events['stale']} SIGKILLs={self.events['kill']}"
-            f" SIGSTOP/SIGCONTs={self.events['pause']} retried errors={self.events['error']}"
+            f" SIGSTOP/SIGCONTs={self.events['pause']} retried errors={dict(self.retried)}"
         )
 
 
@@ -146,6 +147,8 @@ def run(
                 event = json.loads(line)
                 kind = next(iter(event))
                 proof.events[kind] += 1
+                if kind == "error":
+                    proof.retried[event["why"].split(":")[0]] += 1
                 if kind == "committed" and event["takeover"]:
                     proof.events["takeover"] += 1
     asyncio.run(_check(url, keys, proof))
