@@ -3,7 +3,8 @@ connection=conn)``.
 
 The completion is the store's one fenced statement, run on the caller's connection, so it
 commits with the caller's business writes or not at all. A stale owner's statement matches
-no row: ``LeaseLostError`` tells the caller to roll back, so its writes never commit.
+no row: ``LeaseLostError`` tells the caller to roll back, so its writes never commit, and the
+execution is over (finished, not settled: the key is another owner's).
 
 Until the caller's transaction ends, the execution is *committing*: the heartbeat is stopped
 (the completed row, locked by the caller's transaction, needs none: no takeover can pass an
@@ -83,12 +84,17 @@ async def settle_within(execution: Execution, response: bytes, connection: objec
     # Not shielded like the other bookkeeping: the statement belongs to the caller's
     # connection, which the caller rolls back if it is cancelled.
     if not await store.complete_within(connection, lease, recorded, execution._policy.retention):
+        # Nothing more to do with a key another owner holds: the execution is over, unsettled,
+        # whether the caller catches the error or not.
+        execution._state = "released"
+        if execution._observation is not None:
+            await execution._observation.finishing("released", _recorded(False))
         raise _lost(lease)
     return stored
 
 
-async def _committed() -> bool:
-    return True
+async def _recorded(done: bool) -> bool:
+    return done
 
 
 def _lost(lease: Lease) -> LeaseLostError:
@@ -110,7 +116,7 @@ async def leave_committing(execution: Execution, exc: BaseException | None) -> N
         # that it is final (a failure is observed as whatever the policy does instead).
         execution._state = "settled"
         if execution._observation is not None:
-            await execution._observation.finishing("settled", _committed())
+            await execution._observation.finishing("settled", _recorded(True))
         return
     # The caller's transaction rolled back, or something failed after it committed: the policy
     # applies as to any failure, and its fenced calls find a completed record untouchable.

@@ -49,15 +49,19 @@ async def charge_every_key(
                         await business.charge(key)
                         await claim.settle(b"charged", connection=business.connection)
                         await business.commit()
+                    except LeaseLostError:
+                        # Fenced out by a takeover while paused: the charge must not commit.
+                        await business.rollback()
+                        say(stale=key)
+                        pending.insert(0, key)  # the next begin replays the new owner's
+                        continue
                     except BaseException:
                         await business.rollback()
                         raise
                 say(committed=key, fence=claim.fence, takeover=claim.takeover)
-            except LeaseLostError:
-                say(stale=key)
-                pending.insert(0, key)  # the next begin replays (or waits for) the new owner
             except Exception as exc:
-                # A lock another (paused) worker holds, a busy file: try the key again later.
+                # A lock another (paused) worker holds, a busy file, a lease granted too late
+                # to start on: try the key again later.
                 say(error=key, why=f"{type(exc).__name__}: {exc}"[:300])
                 pending.insert(0, key)
         await business.close()

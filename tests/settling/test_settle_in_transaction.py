@@ -134,7 +134,7 @@ async def test_a_rollback_after_settling_records_nothing_and_releases_the_key(
 async def test_a_rollback_after_settling_under_hold_keeps_the_key_only_until_its_lease_lapses(
     store: IdempotencyStore, business: Business
 ) -> None:
-    policy = ExecutionPolicy(store, on_failure="hold", lease_ttl=0.3)
+    policy = ExecutionPolicy(store, on_failure="hold", lease_ttl=0.5)
     key = new_key()
     execution = await owned(policy, key)
     with pytest.raises(Boom):
@@ -150,7 +150,7 @@ async def test_a_rollback_after_settling_under_hold_keeps_the_key_only_until_its
 async def test_a_rollback_swallowed_inside_the_block_leaves_a_key_that_lapses(
     store: IdempotencyStore, business: Business
 ) -> None:
-    policy = ExecutionPolicy(store, lease_ttl=0.3)
+    policy = ExecutionPolicy(store, lease_ttl=0.5)
     key = new_key()
     async with await owned(policy, key) as execution:
         await business.begin()
@@ -167,7 +167,7 @@ async def test_a_stale_owner_gets_lease_lost_and_its_charge_rolls_back(
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.3), key)
+    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
     async with open_store(store_url) as other:
         successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
         assert successor.takeover
@@ -351,3 +351,21 @@ async def test_an_outcome_over_max_response_bytes_commits_as_too_large_with_the_
     # The charge happened: retries learn its outcome was too large, and never charge again.
     with pytest.raises(OutcomeTooLargeError):
         await policy.begin(key, FP)
+
+
+async def test_a_stale_owner_that_catches_lease_lost_is_finished_and_not_settled(
+    store_url: str, store: IdempotencyStore, business: Business
+) -> None:
+    key = new_key()
+    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
+    async with open_store(store_url) as other:
+        successor = await owned(ExecutionPolicy(other, in_flight="wait"), key)
+        async with stale:
+            await business.begin()
+            await business.charge(key)
+            with pytest.raises(LeaseLostError):
+                await stale.settle(b"stale", connection=business.connection)
+            await business.rollback()
+        assert stale.finished and not stale.settled
+        await settle_in_transaction(successor, business, key, b"fresh")
+    assert await business.charges() == {key: 1}
