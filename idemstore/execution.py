@@ -473,7 +473,9 @@ class Execution(AsyncContext):
         or the response is too large for the store or the policy's ``max_response_bytes``
         (logged; the key records the size instead, and retries get ``OutcomeTooLargeError``
         rather than run the work again). Store errors propagate. A cancellation of the
-        caller cannot cut it short. With ``connection``, see ``idemstore.settling``.
+        caller cannot cut it short. With ``connection`` (asyncpg or aiosqlite, to the store's
+        database, transaction open) it commits with the caller's transaction, raises
+        ``LeaseLostError`` when fenced out (roll back), and is ``settled`` once the block ends.
         """
         if connection is not None:
             return await settling.settle_within(self, response, connection)
