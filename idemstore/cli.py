@@ -39,6 +39,7 @@ SCENARIO_NAMES = (
     "gateway",
     "telemetry",
     "sync",
+    "settle",
 )
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000

@@ -61,6 +61,8 @@ wait_timeout=None, on_failure="release", on_takeover="run", max_response_bytes=N
       the lease was lost to a takeover or the response is too large (then the key records
       its size, and retries get ``OutcomeTooLargeError``). Store errors propagate. Shielded:
       a cancellation of the caller cannot cut it short (the cancellation still propagates).
+      ``settle(response, connection=conn)``: inside ``conn``'s open transaction, on a SQL
+      store of the same database; ``LeaseLostError`` if fenced out (see ``idemstore.settling``).
     - ``await settle_unrecordable(why) -> UnrecordableResultError``: the work ran but its
       result cannot be recorded; record that instead and return the error to raise.
     - ``await release()``: give the key up without recording (a retry runs again). Quiet:
@@ -95,7 +97,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
-from idemstore import outcome_markers
+from idemstore import outcome_markers, settling
 from idemstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -369,7 +371,8 @@ class ExecutionPolicy:
                     f"work must return bytes, not {type(value).__name__}"
                 )
             value = bytes(value)
-            await claim.settle(value)
+            if not claim.finished:  # the work may have settled in its own transaction
+                await claim.settle(value)
         return Result(
             value,
             replayed=False,
@@ -379,7 +382,7 @@ class ExecutionPolicy:
         )
 
 
-_State = Literal["running", "settling", "settled", "released", "held"]
+_State = Literal["running", "settling", "committing", "settled", "released", "held"]
 
 
 class Execution(AsyncContext):
@@ -463,15 +466,19 @@ class Execution(AsyncContext):
         # find the execution finished, not apply the failure policy on top of it.
         self._state = state
 
-    async def settle(self, response: bytes) -> bool:
+    async def settle(self, response: bytes, *, connection: object = None) -> bool:
         """Record ``response`` as the outcome now; retries replay it from then on.
 
         Returns ``True`` when stored, ``False`` when the lease was lost to a takeover (logged)
         or the response is too large for the store or the policy's ``max_response_bytes``
         (logged; the key records the size instead, and retries get ``OutcomeTooLargeError``
         rather than run the work again). Store errors propagate. A cancellation of the
-        caller cannot cut it short.
+        caller cannot cut it short. With ``connection`` (asyncpg or aiosqlite, to the store's
+        database, transaction open) it commits with the caller's transaction, raises
+        ``LeaseLostError`` when fenced out (roll back), and is ``settled`` once the block ends.
         """
+        if connection is not None:
+            return await settling.settle_within(self, response, connection)
         response = check_response(response)
         self._claim("settling")
         return await self._bookkeeping("settled", self._settle(response))
@@ -579,6 +586,8 @@ class Execution(AsyncContext):
         return shielded(bookkeeping)
 
     async def _leave(self, exc: BaseException | None) -> None:
+        if self._state == "committing":
+            return await settling.leave_committing(self, exc)
         if self.finished:
             return
         if exc is not None:

@@ -34,9 +34,10 @@ ONCE_PER_BENCH: tuple[str, ...] = (
     "telemetry",
     "middleware",
     "sync",
+    "settle",
 )
 # Of those, the ones measured on each target in turn (one worker, a fixed operation count).
-ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync",)
+ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle")
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
 TIMED_SIDES = {"hasher": 3 * 3, "proxy": 3, "gateway": 1}  # hasher: 3 hashers on 3 shapes
@@ -52,6 +53,7 @@ SETUP_SECONDS = {
     "proxy": 0.0,  # PROXY_ROUND_SECONDS per round instead
     "gateway": 2.5,
     "sync": 4.0,  # per target: 9 to 13 s for memory and sqlite together
+    "settle": 1.0,  # per target: opening a second connection, the business table
     "telemetry": 1.4,
     "middleware": 1.1,
 }

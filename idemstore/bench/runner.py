@@ -40,6 +40,7 @@ from idemstore.bench.scenarios import (
     run_interleaved,
     run_proxy,
 )
+from idemstore.bench.settle_scenario import run_settle
 from idemstore.bench.sync_scenario import run_sync
 from idemstore.bench.telemetry_overhead import run_telemetry
 from idemstore.registry import engine_for_scheme, engine_for_url, engines, scheme_of
@@ -313,6 +314,7 @@ _ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
     "telemetry": ("telemetry (instrument() overhead)", _telemetry),
     "middleware": ("asgi middleware", _middleware),
     "sync": ("sync runner (idemstore.sync overhead)", run_sync),
+    "settle": ("settle in the caller's transaction (vs. commit, then settle)", run_settle),
 }
 
 

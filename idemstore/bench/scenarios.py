@@ -67,6 +67,7 @@ SCENARIOS: tuple[str, ...] = (
     "gateway",
     "telemetry",
     "sync",
+    "settle",
 )
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a

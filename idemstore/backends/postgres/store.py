@@ -20,6 +20,12 @@ import asyncpg
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import StoreEnvelope
+from idemstore.backends.postgres.caller_connections import (
+    IDENTITY,
+    Identity,
+    session_identity,
+    session_of,
+)
 from idemstore.backends.postgres.client_errors import (
     driver_errors,
     migrate_command,
@@ -75,6 +81,7 @@ _TEMPLATES = {
     "applied": APPLIED_MIGRATIONS,
     "versions": CREATE_VERSIONS_TABLE,
     "stats": STATS,
+    "identity": IDENTITY,
 }
 
 
@@ -129,6 +136,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_connect_timeout",
         "_dsn",
         "_errors",
+        "_identity",
         "_listen",
         "_listen_dsn",
         "_listener",
@@ -196,6 +204,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
         self._migration_lock = hash64("idemstore migrate", schema)
         self._ready = False
+        self._identity: Identity | None = None
         self._listener: asyncpg.Connection | None = None
         self._listener_lock: asyncio.Lock | None = None
         self._listener_retry_at = 0.0
@@ -425,6 +434,65 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         if deadline is None:
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
+
+    # -- settling in the caller's transaction (idemstore.settling) ----------------------------
+
+    async def _store_identity(self, *, fresh: bool = False) -> Identity:
+        if self._identity is None or fresh:
+            row = await self._fetchrow("identity", self._records_table())
+            self._identity = (row[0], row[1], row[2])
+        return self._identity
+
+    def _records_table(self) -> str:
+        return f"{quote_ident(self._schema)}.idemstore_records"
+
+    async def check_connection(self, connection: object) -> None:
+        """``ConfigurationError`` unless ``connection`` is an asyncpg connection (or one
+        acquired from a pool) to this store's database, with a transaction open."""
+        self._check_open()
+        session = session_of(connection)
+        if session is None:
+            raise ConfigurationError(
+                f"settle(connection=...) on a PostgreSQL store needs an asyncpg connection (or "
+                f"one acquired from an asyncpg pool, still held), not {type(connection).__name__}"
+            )
+        if not session.is_in_transaction():
+            raise ConfigurationError(
+                "settle(connection=...) needs the connection's transaction open (inside "
+                "`async with connection.transaction():`): nothing was recorded"
+            )
+        with self._errors.translated():
+            theirs = await session_identity(session, self._records_table())
+            # A server restarted since we asked has a new start time: ask again before refusing.
+            if theirs != await self._store_identity() and theirs != await self._store_identity(
+                fresh=True
+            ):
+                raise ConfigurationError(
+                    f"settle(connection=...) was given a connection to database {theirs[0]!r},"
+                    f" not the one holding the idemstore schema {self._schema!r} of"
+                    f" {self._redacted}: the outcome must commit in the same database as your"
+                    " writes. Nothing was recorded"
+                )
+
+    async def complete_within(
+        self, connection: object, lease: Lease, response: bytes, retention: float
+    ) -> bool:
+        """``complete``'s fenced function call, on ``connection`` (see ``check_connection``)."""
+        session = session_of(connection)
+        assert session is not None, "check_connection came first"
+        with self._errors.translated():
+            done: bool = await session.fetchval(
+                self._sql["complete"],
+                lease.scope,
+                lease.key,
+                lease.token,
+                lease.fence,
+                response,
+                seconds(retention),
+                self._channel,
+                self._lock_key(lease.scope, lease.key),
+            )
+        return done
 
     async def _get(self, key: str, scope: str) -> Record | None:
         row = await self._fetchrow("get", scope, key)

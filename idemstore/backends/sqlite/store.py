@@ -22,6 +22,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import unquote
 
@@ -85,6 +86,10 @@ BUSY_ATTEMPT = 0.025
 # Between attempts the store sleeps in asyncio (backoff.SQLITE_BUSY) until the configured
 # busy_timeout is spent.
 
+# The main database file of each caller connection given to settle(connection=...), asked once
+# per connection object (PRAGMA database_list): a connection never changes its main file.
+_MAIN_FILES: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
+
 
 def _busy(exc: Exception) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and busy(exc)
@@ -115,6 +120,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         "_lock",
         "_reader",
         "_ready",
+        "_real_database",
         "_synchronous",
     )
 
@@ -133,6 +139,8 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
             raise ConfigurationError("database must be a file path or ':memory:'")
         super().__init__(max_key_length=given["max_key_length"])
         self._database = database
+        # What PRAGMA database_list calls the file, to recognise connections to it.
+        self._real_database = "" if database == ":memory:" else os.path.realpath(database)
         self._synchronous: str = given["synchronous"]
         self._busy_timeout: float = given["busy_timeout"]
         self._auto_migrate = auto_migrate
@@ -422,6 +430,54 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
 
         with self._errors():
             return await self._transact(conn, body)
+
+    # -- settling in the caller's transaction (idemstore.settling) ----------------------------
+
+    async def check_connection(self, connection: object) -> None:
+        """``ConfigurationError`` unless ``connection`` is an aiosqlite connection to this
+        store's database file, with a transaction open."""
+        self._check_open()
+        if not isinstance(connection, aiosqlite.Connection):
+            raise ConfigurationError(
+                "settle(connection=...) on a SQLite store needs an aiosqlite connection to "
+                f"{self._database!r}, not {type(connection).__name__}"
+            )
+        if self._database == ":memory:":
+            raise ConfigurationError(
+                "settle(connection=...) needs a store in a database file your connection can "
+                "open too: a sqlite:///:memory: store's database is private to the store"
+            )
+        if not connection.in_transaction:
+            raise ConfigurationError(
+                "settle(connection=...) needs the connection's transaction open (BEGIN, or a "
+                "write that opened one): nothing was recorded"
+            )
+        await self._connected()  # the schema is there before anyone completes through it
+        main = _MAIN_FILES.get(connection)
+        if main is None:
+            with self._errors():
+                rows = await connection.execute_fetchall("PRAGMA database_list")
+            # An empty name is a private (in-memory or temporary) database.
+            named = next((str(row[2]) for row in rows if row[1] == "main"), "")
+            main = await asyncio.to_thread(os.path.realpath, named) if named else ""
+            _MAIN_FILES[connection] = main
+        if main != self._real_database:
+            raise ConfigurationError(
+                f"settle(connection=...) was given a connection to {main or 'a private database'}"
+                f", not this store's database {self._database!r}: the outcome must commit in the"
+                " same database as your writes. Nothing was recorded"
+            )
+
+    async def complete_within(
+        self, connection: object, lease: Lease, response: bytes, retention: float
+    ) -> bool:
+        """``complete``'s fenced statement, on ``connection`` (see ``check_connection``). The
+        caller's connection waits for the write lock as the caller configured it."""
+        assert isinstance(connection, aiosqlite.Connection), "check_connection came first"
+        params = self._holder_params(lease, self._clock())
+        params.update(response=response, retention=retention)
+        with self._errors():
+            return bool(await connection.execute_fetchall(COMPLETE, params))
 
     async def _release(self, lease: Lease) -> bool:
         conn = await self._connected()
