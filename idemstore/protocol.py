@@ -83,7 +83,7 @@ class Record:
     created_at: float
     expires_at: float
     lease_expires_at: float | None
-    checkpoints: tuple[Checkpoint, ...]
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     def __init__(
         self,
