@@ -121,6 +121,22 @@ async def test_a_key_acquired_again_after_release_starts_without_checkpoints(
     assert record is not None and record.checkpoints == ()
 
 
+async def test_a_key_acquired_again_past_retention_starts_without_checkpoints(
+    checkpointing: CheckpointingStore,
+) -> None:
+    key = new_key()
+    reservation = await checkpointing.reserve(key, FP, lease_ttl=SHORT, retention=SHORT)
+    assert reservation.lease is not None
+    await checkpointing.checkpoint(reservation.lease, "one", b"1")
+    assert await checkpointing.complete(reservation.lease, b"done", retention=SHORT) is True
+    await asyncio.sleep(SHORT + SLACK)
+    again = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+    assert again.outcome is Outcome.ACQUIRED and again.takeover is False
+    assert again.checkpoints == ()
+    record = await checkpointing.get(key)
+    assert record is not None and record.checkpoints == ()
+
+
 async def test_checkpoint_names_and_data_past_the_limits_are_refused(
     checkpointing: CheckpointingStore,
 ) -> None:
