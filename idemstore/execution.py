@@ -73,7 +73,8 @@ wait_timeout=None, on_failure="release", on_takeover="run", max_response_bytes=N
       propagate but change nothing in the store.
     - ``settled``, ``finished`` (settled, released or held), ``lease`` (the latest),
       ``fence``, ``key``, ``scope``, ``lapsed`` (a heartbeat found the lease lapsed),
-      ``takeover`` and ``previous_fence`` (the holder taken over from, or ``None``).
+      ``takeover`` and ``previous_fence`` (the holder taken over from, or ``None``);
+      ``await checkpoint(name, data)`` and ``checkpoints``: ``idemstore.recovery_points``.
 
 ``Replay``: ``response`` (the recorded bytes), ``fence``, ``record``.
 
