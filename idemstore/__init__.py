@@ -20,7 +20,16 @@ from idemstore.errors import (
 )
 from idemstore.execution import Execution, ExecutionPolicy, LeaseKeeper, Replay, current_execution
 from idemstore.hashing import canonical_json, fingerprint
-from idemstore.protocol import IdempotencyStore, Lease, Outcome, Record, Reservation, Status
+from idemstore.protocol import (
+    Checkpoint,
+    CheckpointingStore,
+    IdempotencyStore,
+    Lease,
+    Outcome,
+    Record,
+    Reservation,
+    Status,
+)
 from idemstore.registry import Engine, FixtureVariant
 from idemstore.runner import Idempotency, Result
 from idemstore.serializers import JSONSerializer, Serializer
@@ -32,6 +41,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CanonicalizationError",
+    "Checkpoint",
+    "CheckpointingStore",
     "ConfigurationError",
     "ConflictError",
     "Engine",

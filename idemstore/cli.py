@@ -69,17 +69,20 @@ def _when(epoch: float | None) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds")
 
 
+def _shown(value: bytes | None, limit: int = 2000) -> str:
+    if value is None:
+        return "-"
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(value)} bytes, not UTF-8> {value[:64].hex()}"
+    return text if len(text) <= limit else text[:limit] + f"... ({len(value)} bytes)"
+
+
 def format_record(record: Record) -> str:
-    """A record as aligned ``name: value`` lines for people."""
-    response = record.response
-    if response is None:
-        shown = "-"
-    else:
-        try:
-            text = response.decode("utf-8")
-            shown = text if len(text) <= 2000 else text[:2000] + f"... ({len(response)} bytes)"
-        except UnicodeDecodeError:
-            shown = f"<{len(response)} bytes, not UTF-8> {response[:64].hex()}"
+    """A record as aligned ``name: value`` lines for people; one ``checkpoint`` line per
+    recovery point, oldest first."""
+    shown = _shown(record.response)
     rows = [
         ("scope", repr(record.scope)),
         ("key", repr(record.key)),
@@ -91,6 +94,10 @@ def format_record(record: Record) -> str:
         ("expires_at", _when(record.expires_at)),
         ("lease_expires_at", _when(record.lease_expires_at)),
         ("response", shown),
+        *(
+            (f"checkpoint {number}", f"{point.name!r} {_shown(point.data, 200)}")
+            for number, point in enumerate(record.checkpoints, 1)
+        ),
     ]
     return "\n".join(f"{name:>16}: {value}" for name, value in rows)
 

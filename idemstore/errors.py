@@ -110,6 +110,9 @@ class LeaseLostError(_KeyedError):
     granting the lease arrived after the lease could already have lapsed (a paused caller, a
     slow network, a driver's retry): another caller may have taken the key over meanwhile,
     so the work is not started and the key is given up. Retrying is safe.
+
+    Also raised by ``Execution.checkpoint`` when the store refused the checkpoint because the
+    key was taken over: the work must stop, its new owner resumes it.
     """
 
 

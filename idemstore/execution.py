@@ -75,7 +75,8 @@ wait_timeout=None, on_failure="release", on_takeover="run", max_response_bytes=N
       propagate but change nothing in the store.
     - ``settled``, ``finished`` (settled, released or held), ``lease`` (the latest),
       ``fence``, ``key``, ``scope``, ``lapsed`` (a heartbeat found the lease lapsed),
-      ``takeover`` and ``previous_fence`` (the holder taken over from, or ``None``).
+      ``takeover`` and ``previous_fence`` (the holder taken over from, or ``None``);
+      ``await checkpoint(name, data)`` and ``checkpoints``: ``idemstore.recovery_points``.
 
 ``Replay``: ``response`` (the recorded bytes), ``fence``, ``record``.
 
@@ -115,13 +116,14 @@ from idemstore.lease_keeping import (
 )
 from idemstore.protocol import AsyncContext, Outcome, answers_inline
 from idemstore.records import check_duration, check_response
+from idemstore.recovery_points import RecoveryPoints
 from idemstore.running_work import current_execution, refuse_plain_function, running
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
 
     from idemstore.execution_hooks import ExecutionObservation, FinishedState
-    from idemstore.protocol import IdempotencyStore, Lease, Record
+    from idemstore.protocol import Checkpoint, IdempotencyStore, Lease, Record, Reservation
 
 __all__ = [
     "Execution",
@@ -306,9 +308,7 @@ class ExecutionPolicy:
                     raise await shielded(give_up_late_lease(store, lease, self.lease_ttl))
                 if reservation.takeover and self.on_takeover == "refuse":
                     raise await shielded(outcome_markers.record_outcome_unknown(store, lease))
-                return Execution(
-                    self, lease, store=store, takeover=reservation.takeover, first_beat=left / 3
-                )
+                return Execution(self, lease, store=store, first_beat=left / 3, taken=reservation)
             record = reservation.record
             assert record is not None
             if outcome is Outcome.COMPLETED:
@@ -405,6 +405,7 @@ class Execution(AsyncContext):
         "_keeper",
         "_observation",
         "_policy",
+        "_recovery",
         "_state",
         "_store",
         "fence",
@@ -420,8 +421,8 @@ class Execution(AsyncContext):
         lease: Lease,
         *,
         store: IdempotencyStore,
-        takeover: bool = False,
         first_beat: float | None = None,
+        taken: Reservation | None = None,
     ) -> None:
         self._policy = policy
         self._store = store  # the one begin reserved on: the policy's, or an observer's view
@@ -430,7 +431,8 @@ class Execution(AsyncContext):
         self.key = lease.key
         self.scope = lease.scope
         self.fence = lease.fence
-        self.takeover = takeover
+        self.takeover = takeover = taken is not None and taken.takeover
+        self._recovery = RecoveryPoints(store, taken.checkpoints if taken else ())
         # A takeover raises the fence by one (the store contract).
         self.previous_fence = lease.fence - 1 if takeover else None
         # Set by begin when an observer is registered (idemstore.instrument()).
@@ -443,6 +445,15 @@ class Execution(AsyncContext):
     def lease(self) -> Lease:
         """The latest lease (heartbeats replace it with an extended one)."""
         return self._keeper.lease
+
+    @property
+    def checkpoints(self) -> tuple[Checkpoint, ...]:
+        """Recovery points of the key so far, oldest first (``idemstore.recovery_points``)."""
+        return self._recovery.recorded
+
+    async def checkpoint(self, name: str, data: bytes = b"") -> None:
+        """Record a finished step, fenced: ``LeaseLostError`` if the key was taken over."""
+        await self._recovery.record(self.lease, name, data, finished=self.finished)
 
     @property
     def lapsed(self) -> bool:

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncContext",
+    "Checkpoint",
+    "CheckpointingStore",
     "IdempotencyStore",
     "Lease",
     "Outcome",
@@ -54,12 +56,21 @@ def _slot_writers(cls: type) -> tuple[Any, ...]:
     return tuple(cls.__dict__[field.name].__set__ for field in fields(cls))
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A recovery point: a step of the work its owner recorded as done, with its ``data``."""
+
+    name: str
+    data: bytes = b""
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Record:
     """A live record as a store read it.
 
     ``response`` is set only when ``status`` is completed; ``lease_expires_at`` only while in
-    progress.
+    progress. ``checkpoints`` are the recovery points its owners recorded, oldest first (kept
+    through takeovers and completion, cleared when a key is acquired afresh).
     """
 
     scope: str
@@ -72,6 +83,7 @@ class Record:
     created_at: float
     expires_at: float
     lease_expires_at: float | None
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     def __init__(
         self,
@@ -85,8 +97,9 @@ class Record:
         created_at: float,
         expires_at: float,
         lease_expires_at: float | None,
+        checkpoints: tuple[Checkpoint, ...] = (),
     ) -> None:
-        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9 = _RECORD_WRITERS
+        w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10 = _RECORD_WRITERS
         w0(self, scope)
         w1(self, key)
         w2(self, fingerprint)
@@ -97,6 +110,7 @@ class Record:
         w7(self, created_at)
         w8(self, expires_at)
         w9(self, lease_expires_at)
+        w10(self, checkpoints)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -133,12 +147,16 @@ class Lease:
 
 @dataclass(frozen=True, slots=True, init=False)
 class Reservation:
-    """What ``reserve`` found: ``lease`` when acquired, ``record`` (the existing one) otherwise."""
+    """What ``reserve`` found: ``lease`` when acquired, ``record`` (the existing one) otherwise.
+
+    ``checkpoints``: on a takeover, the recovery points the record kept (``()`` otherwise).
+    """
 
     outcome: Outcome
     lease: Lease | None = None
     record: Record | None = None
     takeover: bool = False
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     def __init__(
         self,
@@ -146,12 +164,14 @@ class Reservation:
         lease: Lease | None = None,
         record: Record | None = None,
         takeover: bool = False,
+        checkpoints: tuple[Checkpoint, ...] = (),
     ) -> None:
-        w0, w1, w2, w3 = _RESERVATION_WRITERS
+        w0, w1, w2, w3, w4 = _RESERVATION_WRITERS
         w0(self, outcome)
         w1(self, lease)
         w2(self, record)
         w3(self, takeover)
+        w4(self, checkpoints)
 
     @property
     def acquired(self) -> bool:
@@ -225,6 +245,22 @@ class IdempotencyStore(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+@runtime_checkable
+class CheckpointingStore(IdempotencyStore, Protocol):
+    """An ``IdempotencyStore`` that also records recovery points: an optional capability.
+
+    A store without ``checkpoint`` still satisfies ``IdempotencyStore``; only
+    ``Execution.checkpoint`` needs this, and refuses a store that lacks it with a
+    ``ConfigurationError``. A store that has it keeps each record's checkpoints in
+    ``Record.checkpoints`` and hands them to a takeover in ``Reservation.checkpoints``.
+    """
+
+    async def checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        """Append ``Checkpoint(name, data)`` to the record ``lease`` holds; ``False``
+        (nothing written) when the lease was fenced out (the owner check of ``complete``)."""
+        ...
 
 
 class AsyncContext:

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+from idemstore import open_store
 from idemstore.cli import main
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pytest
 
 
@@ -80,3 +84,22 @@ def test_sweep_loop_survives_a_failing_pass_and_stops_on_sigterm() -> None:
     assert "sweep failed" in err
     assert "Traceback" not in err
     assert "stopped;" in out
+
+
+def test_inspect_shows_each_checkpoint_in_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'idem.db'}"
+
+    async def record_two_steps() -> None:
+        async with open_store(url) as store:
+            reservation = await store.reserve("k", "fp", lease_ttl=60, retention=60)
+            assert reservation.lease is not None
+            await store.checkpoint(reservation.lease, "charged", b"ch_1")  # type: ignore[attr-defined]
+            await store.checkpoint(reservation.lease, "shipped", b"\xff")  # type: ignore[attr-defined]
+
+    asyncio.run(record_two_steps())
+    assert main(["inspect", url, "k"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint 1: 'charged' ch_1" in out
+    assert "checkpoint 2: 'shipped' <1 bytes, not UTF-8> ff" in out

@@ -19,6 +19,8 @@ What a subclass may rely on:
   enters through the ``_enter`` hook and closes the store when entering fails;
 - ``StoreEnvelope._connect()`` opens the engine connection once, under a lock, and never
   leaves one behind when ``close()`` ran while it was being opened;
+- ``checkpoint`` (recovery points) checks the name and data against
+  ``idemstore.recovery_points``' limits before anything else, and calls ``_checkpoint``;
 - ``lost_reserve`` classifies a reserve that found a live record it may not take.
 
 The envelope adds no await, task or lock per operation: ``InlineStoreEnvelope`` calls its
@@ -38,8 +40,10 @@ from idemstore.backends.arguments import (
     reserve_arguments,
     wait_arguments,
 )
+from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext, Outcome, Reservation, Status
 from idemstore.records import check_duration, check_limit, check_response
+from idemstore.recovery_points import check_checkpoint
 from idemstore.stats import DEFAULT_LIMIT
 
 if TYPE_CHECKING:
@@ -106,6 +110,14 @@ class _Envelope(AsyncContext):
 
     async def _leave(self, exc: BaseException | None) -> None:
         await self.close()
+
+    def _no_checkpoints(self) -> ConfigurationError:
+        # The default hook: a subclass written before recovery points existed still works,
+        # and says so clearly when asked for one.
+        return ConfigurationError(
+            f"this store ({type(self).__name__}) does not support checkpoints: its class"
+            " writes no `_checkpoint` hook"
+        )
 
     def _owns_nothing(self, lease: Lease) -> bool:
         """Whether no store could have issued ``lease`` (see ``lease_owns_nothing``)."""
@@ -233,6 +245,15 @@ class StoreEnvelope(_Envelope, Generic[C]):
             raise self._closed_error()
         return await self._extend(lease, lease_ttl)
 
+    async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
+        """Append a recovery point to the record ``lease`` holds (``CheckpointingStore``)."""
+        data = check_checkpoint(name, data)
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        return await self._checkpoint(lease, name, data)
+
     async def get(self, key: str, *, scope: str = "") -> Record | None:
         lookup_arguments(key, scope, max_key_length=self._max_key_length)
         if self._closed:
@@ -279,6 +300,9 @@ class StoreEnvelope(_Envelope, Generic[C]):
 
     async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         raise NotImplementedError
+
+    async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        raise self._no_checkpoints()
 
     async def _get(self, key: str, scope: str) -> Record | None:
         raise NotImplementedError
@@ -339,6 +363,15 @@ class InlineStoreEnvelope(_Envelope):
             raise self._closed_error()
         return self._extend(lease, lease_ttl)
 
+    async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
+        """Append a recovery point to the record ``lease`` holds (``CheckpointingStore``)."""
+        data = check_checkpoint(name, data)
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        return self._checkpoint(lease, name, data)
+
     async def get(self, key: str, *, scope: str = "") -> Record | None:
         lookup_arguments(key, scope, max_key_length=self._max_key_length)
         if self._closed:
@@ -372,6 +405,9 @@ class InlineStoreEnvelope(_Envelope):
 
     def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         raise NotImplementedError
+
+    def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        raise self._no_checkpoints()
 
     def _get(self, key: str, scope: str) -> Record | None:
         raise NotImplementedError

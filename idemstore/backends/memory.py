@@ -13,7 +13,7 @@ from idemstore.backends.envelope import InlineStoreEnvelope, lost_reserve
 from idemstore.backends.store_options import Option, Options, at_least, check_clock
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
-from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
+from idemstore.protocol import Checkpoint, Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.stats import StatsTally, StoreStats
 from idemstore.urls import parse_store_url
@@ -58,6 +58,8 @@ class _Entry:
     # The lease this entry's acquisition handed out: a caller presenting this very object
     # (Lease is frozen) holds a lease this store issued, so its fields need no validation.
     lease: Lease | None = None
+    # Recovery points, oldest first: kept by a takeover, dropped by a fresh acquisition.
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 class _Waiter:
@@ -126,6 +128,7 @@ class MemoryStore(InlineStoreEnvelope):
             created_at=entry.created_at,
             expires_at=entry.expires_at,
             lease_expires_at=entry.lease_expires_at if entry.status is _IN_PROGRESS else None,
+            checkpoints=entry.checkpoints,
         )
 
     def _issued(self, lease: Lease) -> _Entry | None:
@@ -202,7 +205,11 @@ class MemoryStore(InlineStoreEnvelope):
             False,
             lease,
         )
-        return Reservation(_ACQUIRED, lease, None, takeover)
+        if takeover:
+            assert live is not None
+            kept = self._entries[identity].checkpoints = live.checkpoints
+            return Reservation(_ACQUIRED, lease, None, True, kept)
+        return Reservation(_ACQUIRED, lease, None, False)
 
     def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         entry = self._holder(lease)
@@ -239,6 +246,13 @@ class MemoryStore(InlineStoreEnvelope):
         entry.lease_expires_at = deadline
         entry.expires_at = now + retention_while_held(lease_ttl, entry.retention)
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
+
+    def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        entry = self._holder(lease)
+        if entry is None:
+            return False
+        entry.checkpoints = (*entry.checkpoints, Checkpoint(name, data))
+        return True
 
     def _get(self, key: str, scope: str) -> Record | None:
         live = self._live(scope, key, self._clock())

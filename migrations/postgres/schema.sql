@@ -37,6 +37,9 @@ CREATE TABLE {{schema}}.idemstore_records (
     id               bytea NOT NULL,
     -- Set once a wait has seen the row in progress: complete and release NOTIFY only then.
     watched          boolean NOT NULL DEFAULT false,
+    -- Recovery points (Execution.checkpoint): concatenated entries, NULL for none. Kept by a
+    -- takeover and by completion; any other acquisition clears them.
+    checkpoints      bytea,
     CONSTRAINT idemstore_records_pkey PRIMARY KEY (id)
 );
 
@@ -73,7 +76,8 @@ CREATE TYPE {{schema}}.idemstore_reservation AS (
     response         bytea,
     created_at       double precision,
     expires_at       double precision,
-    lease_expires_at double precision
+    lease_expires_at double precision,
+    checkpoints      bytea
 );
 
 -- One atomic step, one round trip. p_lock is a 64-bit hash of (schema, scope, key) computed by
@@ -115,7 +119,8 @@ BEGIN
                    NULL::bytea,
                    extract(epoch FROM r.created_at)::float8,
                    extract(epoch FROM r.expires_at)::float8,
-                   extract(epoch FROM r.lease_expires_at)::float8);
+                   extract(epoch FROM r.lease_expires_at)::float8,
+                   NULL::bytea);
     END IF;
 
     -- The key exists. A live record this request may not take (a replay, a duplicate of
@@ -136,7 +141,8 @@ BEGIN
                        extract(epoch FROM r.created_at)::float8,
                        extract(epoch FROM r.expires_at)::float8,
                        CASE WHEN r.status = 'in_progress'
-                            THEN extract(epoch FROM r.lease_expires_at)::float8 END);
+                            THEN extract(epoch FROM r.lease_expires_at)::float8 END,
+                       r.checkpoints);
         END IF;
     END IF;
 
@@ -179,7 +185,8 @@ BEGIN
                            extract(epoch FROM r.created_at)::float8,
                            extract(epoch FROM r.expires_at)::float8,
                            CASE WHEN r.status = 'in_progress'
-                                THEN extract(epoch FROM r.lease_expires_at)::float8 END);
+                                THEN extract(epoch FROM r.lease_expires_at)::float8 END,
+                           r.checkpoints);
             END IF;
             -- Live, in progress, same fingerprint, lease lapsed: a takeover.
             v_takeover := true;
@@ -193,6 +200,8 @@ BEGIN
                token = p_token,
                fence = r.fence + 1,
                response = NULL,
+               -- Only a takeover resumes the work: any other acquisition starts afresh.
+               checkpoints = CASE WHEN v_takeover THEN r.checkpoints END,
                created_at = v_now,
                expires_at = v_now + make_interval(secs => p_retention),
                lease_expires_at = v_now + make_interval(secs => p_lease_ttl)
@@ -204,7 +213,8 @@ BEGIN
                NULL::bytea,
                extract(epoch FROM r.created_at)::float8,
                extract(epoch FROM r.expires_at)::float8,
-               extract(epoch FROM r.lease_expires_at)::float8);
+               extract(epoch FROM r.lease_expires_at)::float8,
+               r.checkpoints);
 END;
 $$;
 
@@ -225,7 +235,8 @@ RETURNS TABLE (
     created_at       double precision,
     expires_at       double precision,
     lease_expires_at double precision,
-    now              double precision
+    now              double precision,
+    checkpoints      bytea
 )
 LANGUAGE plpgsql
 AS $$
@@ -242,7 +253,8 @@ BEGIN
            extract(epoch FROM r.expires_at)::float8,
            CASE WHEN r.status = 'in_progress'
                 THEN extract(epoch FROM r.lease_expires_at)::float8 END,
-           extract(epoch FROM clock_timestamp())::float8
+           extract(epoch FROM clock_timestamp())::float8,
+           r.checkpoints
       FROM {{schema}}.idemstore_records AS r
      WHERE r.id = v_id AND NOT r.released AND r.expires_at > clock_timestamp();
 END;
@@ -325,6 +337,29 @@ BEGIN
         PERFORM pg_notify(p_channel, p_lock::text);
     END IF;
     RETURN true;
+END;
+$$;
+
+
+-- checkpoint: append one recovery point (entries are self-delimiting), under the owner check
+-- of complete, so a fenced-out owner records nothing.
+CREATE FUNCTION {{schema}}.idemstore_checkpoint(
+    p_scope text,
+    p_key text,
+    p_token text,
+    p_fence bigint,
+    p_entry bytea
+) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE {{schema}}.idemstore_records
+       SET checkpoints = coalesce(checkpoints, ''::bytea) || p_entry
+     WHERE id = {{schema}}.idemstore_id(p_scope, p_key)
+       AND token = p_token AND fence = p_fence
+       AND status = 'in_progress' AND NOT released
+       AND expires_at > clock_timestamp();
+    RETURN FOUND;
 END;
 $$;
 

@@ -32,6 +32,9 @@ CREATE TABLE idemstore_records (
     -- reserve and extend write expires_at = now + max(retention, lease_ttl).
     expires_at       REAL    NOT NULL,
     lease_expires_at REAL,
+    -- Recovery points (Execution.checkpoint): concatenated entries, NULL for none. Kept by a
+    -- takeover and by completion; a fresh acquisition (after release or retention) clears them.
+    checkpoints      BLOB,
     UNIQUE (scope, key)
 );
 

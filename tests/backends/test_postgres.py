@@ -24,7 +24,7 @@ from idemstore import (
 from idemstore.local_servers import free_port
 from idemstore.local_servers.postgres import start_postgres
 from idemstore.migrate import load_migrations
-from idemstore.protocol import Lease
+from idemstore.protocol import Checkpoint, Lease
 from idemstore.testing.fixtures import running
 from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, with_options
 
@@ -673,6 +673,7 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
             "0002_digest_key.sql",
             "0003_watched_rows.sql",
             "0004_identity_digest_once.sql",
+            "0005_checkpoints.sql",
         ]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.outcome is Outcome.COMPLETED
@@ -731,7 +732,10 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
 
     async with open_pg(url) as new:
         applied = await new.apply_migrations(load_migrations("postgres"))
-        assert [m.name for m in applied] == ["0004_identity_digest_once.sql"]
+        assert [m.name for m in applied] == [
+            "0004_identity_digest_once.sql",
+            "0005_checkpoints.sql",
+        ]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.record is not None and replay.record.response == b"old result"
         busy = await new.reserve("held", FP, lease_ttl=LONG, retention=LONG)
@@ -756,6 +760,52 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
         table,
     )
     assert generated is False
+
+
+async def test_records_written_under_schema_version_4_read_and_take_checkpoints_after_5(
+    postgres_server: str, postgres_schema: str
+) -> None:
+    """0005 adds the checkpoints column and the functions that read and append it: records
+    written before it (completed, in progress, released) answer as before, with no
+    checkpoints, and the one in progress records checkpoints that a takeover then sees."""
+    url = with_options(postgres_server, schema=postgres_schema)
+    old = await _store_migrated_to(url, 4)
+    try:
+        sql = old._sql
+        pool = await old._connect()
+
+        async def reserve_v4(key: str, lease_ttl: float = LONG) -> Any:
+            return await pool.fetchrow(
+                sql["reserve"], hash64(postgres_schema, "", key), "", key, FP,
+                uuid.uuid4().hex, lease_ttl, LONG,
+            )  # fmt: skip
+
+        done = await reserve_v4("done")
+        assert await pool.fetchval(
+            sql["complete"], "", "done", done["token"], done["fence"], b"old result", LONG,
+            "c", 0,
+        )  # fmt: skip
+        held = await reserve_v4("held", lease_ttl=1.0)
+        gone = await reserve_v4("gone")
+        assert await pool.fetchval(sql["release"], "", "gone", gone["token"], 1, "c", 0)
+    finally:
+        await old.close()
+
+    async with open_pg(url) as new:
+        applied = await new.apply_migrations(load_migrations("postgres"))
+        assert [m.name for m in applied] == ["0005_checkpoints.sql"]
+        replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
+        assert replay.record is not None and replay.record.response == b"old result"
+        assert replay.record.checkpoints == ()
+        lease = Lease("", "held", held["token"], held["fence"], 0.0, LONG)
+        assert await new.checkpoint(lease, "step", b"1") is True
+        record = await new.get("held")
+        assert record is not None and record.checkpoints == (Checkpoint("step", b"1"),)
+        await asyncio.sleep(1.3)  # the old owner's one-second lease lapses
+        taken = await new.reserve("held", FP, lease_ttl=LONG, retention=LONG)
+        assert taken.takeover is True and taken.checkpoints == (Checkpoint("step", b"1"),)
+        again = await new.reserve("gone", FP, lease_ttl=LONG, retention=LONG)
+        assert again.lease is not None and again.lease.fence == 2 and again.checkpoints == ()
 
 
 async def test_the_longest_identity_is_stored_through_pgbouncer(pgbouncer_store_url: str) -> None:

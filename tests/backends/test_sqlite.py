@@ -31,6 +31,7 @@ from idemstore.backends.sqlite import SQLiteStore, split_statements
 from idemstore.backends.sqlite import store as sqlite_backend
 from idemstore.cli import main
 from idemstore.migrate import load_migrations
+from idemstore.protocol import Checkpoint, Lease
 from idemstore.testing import FakeClock
 from tests.conftest import ROOT
 
@@ -728,6 +729,38 @@ async def test_a_live_lease_written_before_version_2_keeps_its_record_after_the_
         second = await upgraded.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert second.outcome is Outcome.IN_PROGRESS
         assert second.record is not None and second.record.token == "old-token"
+
+
+async def test_records_written_before_version_3_stay_readable_and_take_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """Migration 0003 adds the checkpoints column: records of version 2 (one completed, one
+    held) read as before, with no checkpoints, and the held one records checkpoints."""
+    path = tmp_path / "idem.db"
+    store = SQLiteStore(str(path))
+    await store.apply_migrations(load_migrations("sqlite")[:2])
+    await store.close()
+    now = time.time()
+    with sqlite3.connect(str(path)) as conn:
+        conn.executemany(
+            "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
+            "response, created_at, expires_at, lease_expires_at) "
+            "VALUES ('', ?, 'fp', ?, ?, 1, ?, ?, ?, ?)",
+            [
+                ("done", "completed", "t-done", b"answer", now, now + LONG, None),
+                ("held", "in_progress", "t-held", None, now, now + LONG, now + LONG),
+            ],
+        )
+    conn.close()
+    async with SQLiteStore(str(path)) as upgraded:
+        assert [name for name, _ in versions(path)][-1] == "0003_checkpoints.sql"
+        replay = await upgraded.reserve("done", "fp", lease_ttl=LONG, retention=LONG)
+        assert replay.record is not None and replay.record.response == b"answer"
+        assert replay.record.checkpoints == ()
+        held = Lease("", "held", "t-held", 1, now + LONG, LONG)
+        assert await upgraded.checkpoint(held, "step", b"1") is True
+        record = await upgraded.get("held")
+        assert record is not None and record.checkpoints == (Checkpoint("step", b"1"),)
 
 
 # -- issue 15: a write transaction is one call on the connection's thread ---------------------

@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import pytest
 
-from idemstore import Lease, Outcome, Record, Reservation, Status
+from idemstore import Checkpoint, Lease, Outcome, Record, Reservation, Status
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext
 from idemstore.records import (
@@ -34,6 +34,7 @@ from idemstore.records import (
     lease_owns_nothing,
     new_token,
 )
+from idemstore.recovery_points import check_checkpoint
 from idemstore.registry import Engine, FixtureVariant, register_backend
 from idemstore.urls import parse_store_url
 
@@ -130,10 +131,30 @@ class SnapshotStore(AsyncContext):
             # A live lease keeps its record alive, whatever the retention.
             expires_at=now + max(retention, lease_ttl),
             lease_expires_at=now + lease_ttl,
+            # Only a takeover (a live row) resumes from the checkpoints recorded so far.
+            checkpoints=row.record.checkpoints if row is not None else (),
         )
         await self._store(identity, _Snapshot(record, retention))
         lease = Lease(scope, key, record.token, fence, now + lease_ttl, retention)
-        return Reservation(Outcome.ACQUIRED, lease=lease, takeover=row is not None)
+        return Reservation(
+            Outcome.ACQUIRED,
+            lease=lease,
+            takeover=row is not None,
+            checkpoints=record.checkpoints,
+        )
+
+    async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
+        """The optional recovery-points capability (``CheckpointingStore``)."""
+        data = check_checkpoint(name, data)
+        if self._forged(lease):
+            return False
+        self._open()
+        row = self._owned(lease, time.time())
+        if row is None:
+            return False
+        record = replace(row.record, checkpoints=(*row.record.checkpoints, Checkpoint(name, data)))
+        await self._store((lease.scope, lease.key), replace(row, record=record))
+        return True
 
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None

@@ -8,13 +8,17 @@ import hashlib
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from idemstore.protocol import Record, Status
+from idemstore.protocol import Checkpoint, Record, Status
+from idemstore.recovery_points import decode_checkpoints
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "CHECKPOINT_CONDITION",
+    "CHECKPOINT_UPDATE",
     "COMPLETE_UPDATE",
+    "DROP_CHECKPOINTS_UPDATE",
     "EXTEND_CONDITION",
     "EXTEND_UPDATE",
     "HOLDER_CONDITION",
@@ -32,6 +36,7 @@ __all__ = [
     "error_code",
     "error_message",
     "integer",
+    "item_checkpoints",
     "names",
     "number",
     "partition_key",
@@ -55,7 +60,8 @@ __all__ = [
 # response         B  only when completed; zlib-compressed when ``compressed`` is true
 # compressed       BOOL
 # ttl              N  whole epoch seconds for DynamoDB TTL: expires_at + clock_skew, rounded up
-# op               S  nonce of the last complete/release/extend (see _confirmed_retry)
+# op               S  nonce of the last complete/release/extend/checkpoint (see _confirmed_retry)
+# checkpoints      L  recovery points, oldest first: each a B of idemstore.recovery_points' form
 
 TTL_ATTRIBUTE = "ttl"
 ITEM_LIMIT = 400 * 1024  # DynamoDB's item size limit, names and values together
@@ -75,6 +81,7 @@ _NAMES = {
     "#compressed": "compressed",
     "#ttl": TTL_ATTRIBUTE,
     "#op": "op",
+    "#cp": "checkpoints",
 }
 
 # ``:horizon`` is now - clock_skew: a deadline has passed once it is at or before it.
@@ -116,8 +123,15 @@ COMPLETE_UPDATE = (
     "SET #status = :completed, #response = :response, #compressed = :compressed,"
     " #exp = :exp, #ttl = :ttl, #op = :op REMOVE #lease"
 )
-# A tombstone keeps fence and retention: the next acquisition continues the fence.
-RELEASE_UPDATE = "SET #status = :released, #op = :op REMOVE #lease"
+# A tombstone keeps fence and retention: the next acquisition continues the fence. Its
+# checkpoints go: the next acquisition is no takeover and starts the work afresh.
+RELEASE_UPDATE = "SET #status = :released, #op = :op REMOVE #lease, #cp"
+# A recovery point, appended by the holder. The nonce condition makes an SDK retry of an
+# append that landed fail (then confirmed by its nonce) instead of appending the step twice.
+CHECKPOINT_UPDATE = "SET #cp = list_append(if_not_exists(#cp, :empty), :entry), #op = :op"
+CHECKPOINT_CONDITION = HOLDER_CONDITION + " AND (attribute_not_exists(#op) OR #op <> :op)"
+# What reserve follows up with when it reused a record past retention that held checkpoints.
+DROP_CHECKPOINTS_UPDATE = "SET #op = :op REMOVE #cp"
 # A heartbeat restarts retention too (``:exp`` is at least the new lease): a live lease keeps
 # its item, and DynamoDB's TTL follows.
 EXTEND_UPDATE = "SET #lease = :lease, #exp = :exp, #ttl = :ttl, #op = :op"
@@ -177,7 +191,16 @@ def decode_record(item: Mapping[str, Any]) -> Record:
         lease_expires_at=(
             float(lease["N"]) if status is Status.IN_PROGRESS and lease is not None else None
         ),
+        checkpoints=item_checkpoints(item),
     )
+
+
+def item_checkpoints(item: Mapping[str, Any]) -> tuple[Checkpoint, ...]:
+    """The recovery points an item holds (none when it has no ``checkpoints``)."""
+    stored = item.get("checkpoints")
+    if not stored:
+        return ()
+    return decode_checkpoints(b"".join(bytes(entry["B"]) for entry in stored["L"]))
 
 
 def confirmed_retry(exc: BaseException, op: str) -> bool:

@@ -20,7 +20,10 @@ from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import NO_PAUSE, retrying
 from idemstore.backends.dynamodb.client_errors import driver_errors
 from idemstore.backends.dynamodb.items import (
+    CHECKPOINT_CONDITION,
+    CHECKPOINT_UPDATE,
     COMPLETE_UPDATE,
+    DROP_CHECKPOINTS_UPDATE,
     EXTEND_CONDITION,
     EXTEND_UPDATE,
     HOLDER_CONDITION,
@@ -35,6 +38,7 @@ from idemstore.backends.dynamodb.items import (
     encode_response,
     error_code,
     integer,
+    item_checkpoints,
     names,
     number,
     partition_key,
@@ -49,6 +53,7 @@ from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_FINGERPRINT_LENGTH, MAX_KEY_LENGTH, new_token
+from idemstore.recovery_points import encode_checkpoint
 from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
@@ -323,7 +328,15 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             old and self._live(old, now) and old["status"]["S"] == Status.IN_PROGRESS.value
         )
         lease = Lease(scope, key, token, fence, lease_expires_at, retention)
-        return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover)
+        kept = item_checkpoints(old) if old else ()
+        if kept and not takeover:
+            # One update cannot keep checkpoints for a takeover only: a record past retention
+            # that held some is acquired afresh, so drop them before the owner starts.
+            await self._holder_write(
+                lease, DROP_CHECKPOINTS_UPDATE, HOLDER_CONDITION, (*HOLDER_NAMES, "#cp"), {}, now
+            )
+            kept = ()
+        return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover, checkpoints=kept)
 
     async def _failed_item(self, exc: Exception, scope: str, key: str) -> Mapping[str, Any] | None:
         """The item a conditional write failed on (``ALL_OLD``); re-raise anything else.
@@ -408,12 +421,25 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             now,
         )
 
+    async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        return await self._holder_write(
+            lease,
+            CHECKPOINT_UPDATE,
+            CHECKPOINT_CONDITION,
+            (*HOLDER_NAMES, "#cp"),
+            {
+                ":entry": {"L": [{"B": encode_checkpoint(name, data)}]},
+                ":empty": {"L": []},
+            },
+            self._clock(),
+        )
+
     async def _release(self, lease: Lease) -> bool:
         return await self._holder_write(
             lease,
             RELEASE_UPDATE,
             HOLDER_CONDITION,
-            (*HOLDER_NAMES, "#lease"),
+            (*HOLDER_NAMES, "#lease", "#cp"),
             {":released": text("released")},
             self._clock(),
         )

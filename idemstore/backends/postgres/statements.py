@@ -11,6 +11,7 @@ import re
 
 __all__ = [
     "APPLIED_MIGRATIONS",
+    "CHECKPOINT",
     "COMPLETE",
     "CONNECTION_PARAMETERS",
     "CREATE_VERSIONS_TABLE",
@@ -67,13 +68,15 @@ RECORD_COLUMNS = """
     extract(epoch FROM created_at)::float8 AS created_at,
     extract(epoch FROM expires_at)::float8 AS expires_at,
     CASE WHEN status = 'in_progress'
-         THEN extract(epoch FROM lease_expires_at)::float8 END AS lease_expires_at"""
+         THEN extract(epoch FROM lease_expires_at)::float8 END AS lease_expires_at,
+    checkpoints"""
 
 # {s} is the quoted schema.
 RESERVE = "SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)"
 COMPLETE = "SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)"
 RELEASE = "SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)"
 DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
+CHECKPOINT = "SELECT {s}.idemstore_checkpoint($1, $2, $3, $4, $5)"
 
 # extend: the holder check of complete, plus "the lease has not lapsed": extending a lapsed
 # lease would let its holder keep a key others were already entitled to take. Re-evaluated on

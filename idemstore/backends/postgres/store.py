@@ -35,6 +35,7 @@ from idemstore.backends.postgres.listening import Subscription
 from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.statements import (
     APPLIED_MIGRATIONS,
+    CHECKPOINT,
     COMPLETE,
     CONNECTION_PARAMETERS,
     CREATE_VERSIONS_TABLE,
@@ -55,6 +56,7 @@ from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
+from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ _LISTENER_RETRY = 1.0
 _TEMPLATES = {
     "reserve": RESERVE,
     "complete": COMPLETE,
+    "checkpoint": CHECKPOINT,
     "release": RELEASE,
     "delete": DELETE,
     "extend": EXTEND,
@@ -372,6 +375,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             created_at=row["created_at"],
             expires_at=row["expires_at"],
             lease_expires_at=row["lease_expires_at"],
+            checkpoints=decode_checkpoints(row["checkpoints"]),
         )
 
     async def _reserve(
@@ -392,7 +396,12 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
             lease = Lease(scope, key, token, row["fence"], row["lease_expires_at"], retention)
-            return Reservation(outcome, lease=lease, takeover=row["takeover"])
+            return Reservation(
+                outcome,
+                lease=lease,
+                takeover=row["takeover"],
+                checkpoints=decode_checkpoints(row["checkpoints"]),
+            )
         return Reservation(outcome, record=self._record(scope, key, row))
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
@@ -406,6 +415,17 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             seconds(retention),
             self._channel,
             self._lock_key(lease.scope, lease.key),
+        )
+        return done
+
+    async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        done: bool = await self._fetchval(
+            "checkpoint",
+            lease.scope,
+            lease.key,
+            lease.token,
+            lease.fence,
+            encode_checkpoint(name, data),
         )
         return done
 

@@ -3,9 +3,10 @@
 A record is one hash. Fields: st (p = in progress, c = completed, r = released tombstone), fp,
 tok, fen, ca / ea / la (created, retention deadline, lease deadline: microseconds of the server
 clock), tk (1 when the lease was a takeover), res (the response, raw bytes), op (the nonce of
-the complete or release that finished the lease). The key expires by itself at ea + grace;
-until then the scripts treat it as gone once ea has passed, so no read ever returns an expired
-record, yet the fence still continues.
+the complete or release that finished the lease), cp (the checkpoints: concatenated entries of
+``idemstore.recovery_points``), cn (the nonce of the last checkpoint appended). The key
+expires by itself at ea + grace; until then the scripts treat it as gone once ea has passed,
+so no read ever returns an expired record, yet the fence still continues.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import functools
 from typing import Any
 
 from idemstore.protocol import Record, Status
+from idemstore.recovery_points import decode_checkpoints
 
 __all__ = [
     "GLOB_SPECIAL",
@@ -77,7 +79,7 @@ def integer(raw: bytes | int) -> int:
 
 
 def decode_record(scope: str, key: str, fields: list[Any]) -> Record:
-    st, fp, tok, fen, ca, ea, la, res = fields
+    st, fp, tok, fen, ca, ea, la, res, cp = fields
     status = Status.COMPLETED if st == b"c" else Status.IN_PROGRESS
     return Record(
         scope=scope,
@@ -90,4 +92,5 @@ def decode_record(scope: str, key: str, fields: list[Any]) -> Record:
         created_at=seconds(ca),
         expires_at=seconds(ea),
         lease_expires_at=seconds(la) if status is Status.IN_PROGRESS and la else None,
+        checkpoints=decode_checkpoints(cp),
     )

@@ -19,6 +19,7 @@ _PARTS = {
     "complete": ("finish_check", "complete"),
     "release": ("finish_check", "release"),
     "extend": ("extend",),
+    "checkpoint": ("checkpoint",),
     "get": ("get",),
     "delete": ("delete",),
     "sweep": ("sweep",),

@@ -57,6 +57,7 @@ from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
+from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 from idemstore.stats import StatsTally
 from idemstore.urls import redact_url
 
@@ -357,9 +358,9 @@ class RedisStore(StoreEnvelope[Any]):
             return Reservation(_ACQUIRED, lease, None, False)
         outcome = reply[0]
         if outcome == b"a":
-            _, _, fence, takeover, deadline = reply
+            _, _, fence, takeover, deadline, kept = reply
             lease = Lease(scope, key, token, integer(fence), seconds(deadline), retention)
-            return Reservation(_ACQUIRED, lease, None, bool(takeover))
+            return Reservation(_ACQUIRED, lease, None, bool(takeover), decode_checkpoints(kept))
         return Reservation(_FOUND[outcome], None, decode_record(scope, key, reply[2:]))
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
@@ -372,6 +373,17 @@ class RedisStore(StoreEnvelope[Any]):
             response,
             micros(retention),
             self._grace_ms,
+        )
+        return reply is not None
+
+    async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        reply = await self._run(
+            "checkpoint",
+            self._key(lease.scope, lease.key),
+            lease.token,
+            str(lease.fence),
+            new_token(),
+            encode_checkpoint(name, data),
         )
         return reply is not None
 

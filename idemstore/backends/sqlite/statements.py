@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import SchemaError
 from idemstore.protocol import Record, Status
+from idemstore.recovery_points import decode_checkpoints
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from idemstore.migrate import Migration
 
 __all__ = [
+    "CHECKPOINT",
     "COMPLETE",
     "CREATE_VERSIONS",
     "DELETE",
@@ -35,7 +37,7 @@ __all__ = [
 
 COLUMNS = (
     "scope, key, fingerprint, status, token, fence, response, "
-    "created_at, expires_at, lease_expires_at"
+    "created_at, expires_at, lease_expires_at, checkpoints"
 )
 
 # One statement decides reserve. It inserts a first record, or overwrites the existing row only
@@ -47,6 +49,8 @@ COLUMNS = (
 #   fingerprint never takes over (that is a mismatch, whatever the lease).
 # Otherwise the row is left alone, RETURNING yields nothing and the caller reads the row in the
 # same transaction, under the same write lock, so what it reports is what blocked it.
+# Checkpoints survive only a takeover (the new owner resumes the work); any other acquisition
+# starts the work afresh, so it must not see a former execution's steps.
 RESERVE = """
 INSERT INTO idemstore_records (
     scope, key, fingerprint, status, token, fence, takeover, response,
@@ -62,6 +66,9 @@ ON CONFLICT (scope, key) DO UPDATE SET
     fence = idemstore_records.fence + 1,
     takeover = (idemstore_records.status = 'in_progress'
                 AND idemstore_records.expires_at > :now),
+    checkpoints = CASE WHEN idemstore_records.status = 'in_progress'
+                            AND idemstore_records.expires_at > :now
+                       THEN idemstore_records.checkpoints END,
     response = NULL,
     created_at = excluded.created_at,
     expires_at = excluded.expires_at,
@@ -71,7 +78,7 @@ WHERE idemstore_records.expires_at <= :now
    OR (idemstore_records.status = 'in_progress'
        AND idemstore_records.lease_expires_at <= :now
        AND idemstore_records.fingerprint = excluded.fingerprint)
-RETURNING fence, takeover, lease_expires_at
+RETURNING fence, takeover, lease_expires_at, checkpoints
 """
 
 SELECT_ROW = f"SELECT {COLUMNS} FROM idemstore_records WHERE scope = ? AND key = ?"
@@ -104,7 +111,17 @@ RETURNING fence
 # The row stays as a tombstone so the next acquisition's fence is higher than this one.
 RELEASE = f"""
 UPDATE idemstore_records
-SET status = 'released', lease_expires_at = NULL, response = NULL
+SET status = 'released', lease_expires_at = NULL, response = NULL, checkpoints = NULL
+WHERE {HOLDER}
+RETURNING fence
+"""
+
+# A recovery point: appended under the owner check of complete, so a fenced-out owner's step
+# is never recorded. Entries are self-delimiting: appending is concatenation. `||` yields
+# TEXT (bytes unchanged in a UTF-8 database, the only encoding idemstore creates): cast back.
+CHECKPOINT = f"""
+UPDATE idemstore_records
+SET checkpoints = CAST(coalesce(checkpoints, X'') || :entry AS BLOB)
 WHERE {HOLDER}
 RETURNING fence
 """
@@ -191,4 +208,5 @@ def decode_record(row: Sequence[Any]) -> Record:
         created_at=row[7],
         expires_at=row[8],
         lease_expires_at=row[9] if status is Status.IN_PROGRESS else None,
+        checkpoints=decode_checkpoints(row[10]),
     )

@@ -34,6 +34,7 @@ from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.sqlite.client_errors import driver_errors
 from idemstore.backends.sqlite.options import OPTIONS
 from idemstore.backends.sqlite.statements import (
+    CHECKPOINT,
     COMPLETE,
     DELETE,
     EXTEND,
@@ -65,6 +66,7 @@ from idemstore.migrate import (
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
+from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
@@ -405,9 +407,14 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         with self._errors():
             won, row = await self._transact(conn, body)
         if won:
-            fence, takeover, deadline = won[0]
+            fence, takeover, deadline, kept = won[0]
             lease = Lease(scope, key, token, fence, deadline, retention)
-            return Reservation(Outcome.ACQUIRED, lease=lease, takeover=bool(takeover))
+            return Reservation(
+                Outcome.ACQUIRED,
+                lease=lease,
+                takeover=bool(takeover),
+                checkpoints=decode_checkpoints(kept),
+            )
         assert row, "reserve left a row alone, so the row exists"
         return lost_reserve(decode_record(row[0]), fingerprint)
 
@@ -478,6 +485,18 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         params.update(response=response, retention=retention)
         with self._errors():
             return bool(await connection.execute_fetchall(COMPLETE, params))
+
+    async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
+        conn = await self._connected()
+        entry = encode_checkpoint(name, data)
+
+        def body(raw: sqlite3.Connection, now: float) -> bool:
+            params = self._holder_params(lease, now)
+            params["entry"] = entry
+            return bool(raw.execute(CHECKPOINT, params).fetchall())
+
+        with self._errors():
+            return await self._transact(conn, body)
 
     async def _release(self, lease: Lease) -> bool:
         conn = await self._connected()
