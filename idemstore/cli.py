@@ -18,7 +18,7 @@ from idemstore.argument_types import (
     positive_float,
     positive_int,
 )
-from idemstore.errors import ConfigurationError, IdemstoreError
+from idemstore.errors import ConfigurationError, IdemstoreError, MissingDependencyError
 from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
 from idemstore.urls import open_store
 
@@ -224,8 +224,9 @@ async def _options(args: argparse.Namespace) -> int:
     engine = _engine_named(args.engine)
     schemes = ", ".join(scheme + "://" for scheme in engine.schemes)
     print(f"{engine.name}: {schemes}")
-    if engine.driver and engine.extra:
-        print(f"Needs {engine.driver}: pip install 'idemstore[{engine.extra}]'")
+    if engine.driver and (engine.extra or engine.install):
+        install = MissingDependencyError.install_line(engine.extra, engine.install)
+        print(f"Needs {engine.driver}: {install}")
     if engine.options is None:
         print(f"the {engine.name} engine declares no options table; see its documentation")
         return EXIT_ABSENT

@@ -36,12 +36,20 @@ class ConfigurationError(IdemstoreError, ValueError):
 class MissingDependencyError(IdemstoreError, ImportError):
     """A backend's driver is not installed; the message gives the ``pip install`` line."""
 
+    @staticmethod
+    def install_line(extra: str | None, install: str | None = None) -> str:
+        """What installs a missing dependency: ``install`` when given (a backend shipped in a
+        package of its own names that package), else idemstore's ``extra`` (``all`` if none)."""
+        return install or f"pip install 'idemstore[{extra or 'all'}]'"
+
     @classmethod
-    def needing(cls, user: str, needs: str, exc: ImportError, extra: str) -> Self:
+    def needing(
+        cls, user: str, needs: str, exc: ImportError, extra: str | None, install: str | None = None
+    ) -> Self:
         """``user`` (what was imported) could not import ``exc.name``, part of ``needs``:
-        the error that says which extra installs it."""
+        the error that says what installs it (``install``, else the extra)."""
         return cls(
-            f"{user} needs {needs} ({exc.name} is missing): pip install 'idemstore[{extra}]'"
+            f"{user} needs {needs} ({exc.name} is missing): {cls.install_line(extra, install)}"
         )
 
 

@@ -70,6 +70,9 @@ class Engine:
     taking a directory and returning a running server with ``.url`` and ``.stop()``.
     ``embedded`` is the URL of a store that runs in-process, with no server (``{dir}`` becomes
     a fresh temporary directory): ``idemstore bench`` measures it when given no URL.
+    ``install`` is the command that installs the driver when no idemstore extra does (a
+    backend shipped in a package of its own: ``"pip install 'acme-idemstore'"``); error
+    messages and ``idemstore options`` give it in place of ``pip install 'idemstore[extra]'``.
     ``variants`` are the ids of the contract suite's ``store`` fixture on this engine, each
     with the fixture returning a fresh store URL; ``fixture_module`` is the module of pytest
     fixtures that defines them (loaded by ``idemstore.testing``; ``None`` when the fixtures
@@ -96,6 +99,7 @@ class Engine:
     labels: tuple[tuple[str, str], ...] = ()
     report_packages: tuple[str, ...] = ()
     options: str | None = None
+    install: str | None = None
 
     def __post_init__(self) -> None:
         if not self.schemes:

@@ -114,7 +114,7 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
         raise ConfigurationError(
             f"unknown store scheme {scheme!r}; known schemes: {', '.join(known_schemes())}"
         )
-    require_driver(engine.driver, engine.extra, f"the {scheme}:// backend")
+    require_driver(engine.driver, engine.extra, f"the {scheme}:// backend", install=engine.install)
     try:
         cls = load_target(engine.store)
     except ModuleNotFoundError as exc:
@@ -125,7 +125,7 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
             ) from None
         raise MissingDependencyError(
             f"the {scheme}:// backend could not import {exc.name!r}: "
-            f"pip install 'idemstore[{engine.extra or 'all'}]'"
+            + MissingDependencyError.install_line(engine.extra, engine.install)
         ) from exc
     store = cast("IdempotencyStore", cls.from_url(url, **options))
     # After idemstore.instrument() the store records spans and metrics; before, it is returned
@@ -133,11 +133,15 @@ def open_store(url: str, **options: Any) -> IdempotencyStore:
     return telemetry.instrumented(store, backend=engine.label(scheme))
 
 
-def require_driver(driver: str | None, extra: str | None, what: str) -> None:
-    """Raise ``MissingDependencyError`` naming the pip extra when ``driver`` is not installed."""
+def require_driver(
+    driver: str | None, extra: str | None, what: str, *, install: str | None = None
+) -> None:
+    """Raise ``MissingDependencyError`` saying what installs ``driver`` when it is not
+    installed: ``install`` when given, else the pip extra."""
     if driver is not None and importlib.util.find_spec(driver) is None:
         raise MissingDependencyError(
-            f"{what} needs the {driver!r} package: pip install 'idemstore[{extra or 'all'}]'"
+            f"{what} needs the {driver!r} package: "
+            + MissingDependencyError.install_line(extra, install)
         )
 
 

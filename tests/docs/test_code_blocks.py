@@ -3,7 +3,9 @@
 Per page, in the page's order and in one working directory (a fresh temporary one):
 
 - Python blocks run in one process and one namespace (tests/docs/python_blocks_runner.py);
-  ``await`` outside a function runs on an event loop, as in ``python -m asyncio``.
+  ``await`` outside a function runs on an event loop, as in ``python -m asyncio``. A block
+  marked ``<!-- standalone -->`` says it runs as it stands: it gets a fresh process of its own,
+  with nothing the blocks before it defined.
 - Python blocks that define ``test_*`` functions run under pytest, as the reader's project would
   (a test of their own, in the slow lane: each starts pytest and its engines anew).
 - ``bash`` blocks made of cheap ``idemstore`` commands (``migrate``, ``inspect``, ``stats``, one
@@ -48,6 +50,9 @@ PAGES = doc_pages()
 PYTHON = ("python", "py")
 SHELL = ("bash", "sh", "shell")
 CHEAP_COMMANDS = ("migrate", "inspect", "stats", "sweep", "options")
+# A Python block the page says runs as it stands: run alone, in a process of its own.
+STANDALONE = "standalone"
+MARKERS = ("not-runnable", "tested-by", "example", "output", STANDALONE)
 
 _STORE_URL = re.compile(
     r"(?:postgresql|postgres|redis\+cluster|rediss|redis|dynamodb)://[^\s'\"`)]*"
@@ -347,8 +352,12 @@ def test_every_block_of_the_page_runs_or_says_why_not(
     for block in blocks:
         how = how_checked(block)
         if how == "python":
+            if block.marker == STANDALONE:
+                flush_python()
             python_run.append(block)
             last_python = block
+            if block.marker == STANDALONE:
+                flush_python()
             continue
         if how == "output":
             assert last_python is not None, f"{block.where}: an output block after no Python"
@@ -380,6 +389,10 @@ def test_every_marker_is_complete() -> None:
     problems = []
     for page in PAGES:
         for block in blocks_of(page):
+            if block.marker and block.marker not in MARKERS:
+                problems.append(f"{block.where}: unknown marker {block.marker!r}")
+            if block.marker == STANDALONE and block.lang not in PYTHON:
+                problems.append(f"{block.where}: only a Python block can be standalone")
             if block.marker == "not-runnable" and not block.marker_value:
                 problems.append(f"{block.where}: not-runnable without a reason")
             if block.marker == "tested-by":

@@ -8,10 +8,10 @@ import asyncpg
 
 from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
 from idemstore.backends.postgres.statements import quote_ident
-from idemstore.errors import SchemaError
+from idemstore.errors import SchemaError, StoreUnavailableError
 from idemstore.migrate import migrate_hint
 
-__all__ = ["driver_errors", "migrate_command", "missing_privilege"]
+__all__ = ["connect_timed_out", "driver_errors", "migrate_command", "missing_privilege"]
 
 
 def driver_errors(where: str, migrate: str) -> DriverErrors:
@@ -40,6 +40,16 @@ def driver_errors(where: str, migrate: str) -> DriverErrors:
             ),
         ),
         otherwise=unavailable(f"PostgreSQL at {where}"),
+    )
+
+
+def connect_timed_out(where: str, connect_timeout: float) -> StoreUnavailableError:
+    """The error for a pool whose first connection to the store at ``where`` ran out of
+    ``connect_timeout``: asyncpg's bound covers every host, the TLS attempt and its plain
+    retry, and the login, so nothing more was tried."""
+    return StoreUnavailableError(
+        f"PostgreSQL at {where} timed out connecting: no connection within connect_timeout"
+        f" ({connect_timeout:g} s; is a PostgreSQL server listening there, and up?)"
     )
 
 

@@ -41,7 +41,14 @@ OPTIONS = Options(
         "seconds a statement may take before it is cancelled (then `StoreUnavailableError`)",
         check_duration,
     ),
-    Option("connect_timeout", float, 5.0, "seconds to open a connection", check_duration),
+    Option(
+        "connect_timeout",
+        float,
+        5.0,
+        "seconds to open a connection: every host, TLS and its plain retry, and the login, "
+        "within it; not retried (see [Connecting](#connecting))",
+        check_duration,
+    ),
     Option(
         "max_inactive_connection_lifetime",
         float,

@@ -27,6 +27,7 @@ from idemstore.backends.postgres.caller_connections import (
     session_of,
 )
 from idemstore.backends.postgres.client_errors import (
+    connect_timed_out,
     driver_errors,
     migrate_command,
     missing_privilege,
@@ -244,6 +245,9 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
                 max_inactive_connection_lifetime=self._max_inactive_lifetime,
                 reset=_no_reset,
             )
+        except TimeoutError as exc:
+            # Only the connects run under a bound while the pool opens (no setup, no init).
+            raise connect_timed_out(self._redacted, self._connect_timeout) from exc
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
         return pool
