@@ -26,7 +26,7 @@ PAGE = ROOT / "docs" / "observability.md"
 
 def _example_app() -> str:
     text = PAGE.read_text()
-    found = re.search(r"`app\.py`:\n\n```python\n(.*?)```", text, re.DOTALL)
+    found = re.search(r"`app\.py`:\n\n(?:<!-- [^\n]* -->\n)?```python\n(.*?)```", text, re.DOTALL)
     assert found, "docs/observability.md lost its app.py example"
     return found.group(1)
 
