@@ -16,16 +16,7 @@ Public API (what callers may rely on):
 
 ``ExecutionPolicy(store, *, lease_ttl=30, retention=86400, in_flight="wait",
 wait_timeout=None, on_failure="release", on_takeover="run", max_response_bytes=None)``
-    The choices that differ between consumers. ``in_flight``: ``"wait"`` for a running
-    original (up to ``wait_timeout`` seconds, ``None``: without limit) or ``"reject"`` at once.
-    ``on_failure``: ``"release"`` the key (a retry runs again), ``"hold"`` it until the lease
-    lapses (never risk a second run in that window), or a callable ``(error) -> bytes | None``
-    that records what it returns as the outcome (SEP-3182: errors replay too; ``None``
-    releases). The callable is only given ``Exception``\\ s: a cancellation or another
-    ``BaseException`` releases under that policy, since no outcome was produced.
-    ``on_takeover``: on taking over a key whose holder's lease lapsed without an outcome,
-    ``"run"`` the work (``Execution.takeover`` says so) or ``"refuse"`` (see ``begin``).
-    ``max_response_bytes``: outcomes larger are treated as too large for the store.
+    The choices that differ between consumers; each is described on the class.
 
 ``await policy.begin(key, fingerprint, *, scope="") -> Execution | Replay``
     Reserve the key: a ``Replay`` of the recorded outcome, or an ``Execution`` this caller

@@ -21,6 +21,7 @@ from idemstore.serializers import JSONSerializer, Serializer, return_type
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
+    from idemstore.fingerprint_fields import FieldSelection
     from idemstore.protocol import IdempotencyStore
 
 __all__ = ["Idempotency", "Result"]
@@ -200,17 +201,7 @@ class Idempotency:
                     " (a plain function would no longer run when its caller calls it); for"
                     " plain functions use idemstore.sync.Idempotency's @idempotent"
                 )
-            signature = inspect.signature(func)
-            if isinstance(key, str) and key not in signature.parameters:
-                raise ConfigurationError(f"{func.__qualname__} has no argument named {key!r}")
-            unknown = set() if fields is None else fields.first_tokens() - set(signature.parameters)
-            if unknown:
-                raise ConfigurationError(
-                    f"fingerprint_include/fingerprint_exclude: {func.__qualname__} has no"
-                    f" argument named {', '.join(sorted(map(repr, unknown)))}; a pointer"
-                    " starts with an argument's name, such as"
-                    f" {'/' + next(iter(signature.parameters), 'order')!r}"
-                )
+            signature = _checked_signature(func, key, fields)
             name = f"{func.__module__}.{func.__qualname__}"
             recorder = _Recorder(policy, chosen, name, func)
 
@@ -239,6 +230,24 @@ class Idempotency:
             return wrapper
 
         return decorate
+
+
+def _checked_signature(
+    func: Callable[..., Any], key: str | Callable[..., str], fields: FieldSelection | None
+) -> inspect.Signature:
+    """``func``'s signature, once the argument names the decorator was given are its own."""
+    signature = inspect.signature(func)
+    if isinstance(key, str) and key not in signature.parameters:
+        raise ConfigurationError(f"{func.__qualname__} has no argument named {key!r}")
+    unknown = set() if fields is None else fields.first_tokens() - set(signature.parameters)
+    if unknown:
+        raise ConfigurationError(
+            f"fingerprint_include/fingerprint_exclude: {func.__qualname__} has no"
+            f" argument named {', '.join(sorted(map(repr, unknown)))}; a pointer"
+            " starts with an argument's name, such as"
+            f" {'/' + next(iter(signature.parameters), 'order')!r}"
+        )
+    return signature
 
 
 class _Recorder:

@@ -159,11 +159,7 @@ class Idempotency(LoopOwner):
             )
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:
-            if inspect.iscoroutinefunction(func):
-                raise TypeError(
-                    f"idemstore.sync's @idempotent is for plain functions; {func.__qualname__}"
-                    " is `async def`: decorate it with idemstore.Idempotency's @idempotent"
-                )
+            _refuse_coroutine_function(func)
 
             # The async decorator sees this stand-in (same name, signature and annotations),
             # so every rule of the decorated call is the async one.
@@ -227,4 +223,12 @@ def _refuse_async(work: object) -> None:
         raise TypeError(
             f"work {getattr(target, '__qualname__', target)!r} is `async def`: run it with"
             " idemstore.Idempotency (the async runner). Nothing was reserved or run"
+        )
+
+
+def _refuse_coroutine_function(func: Callable[..., Any]) -> None:
+    if inspect.iscoroutinefunction(func):
+        raise TypeError(
+            f"idemstore.sync's @idempotent is for plain functions; {func.__qualname__}"
+            " is `async def`: decorate it with idemstore.Idempotency's @idempotent"
         )

@@ -38,7 +38,7 @@ from idemstore.loop_thread import (
 from idemstore.records import MAX_KEY_LENGTH
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Mapping
 
     from idemstore.execution import TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
@@ -126,6 +126,34 @@ def _read_body(environ: Environ, limit: int) -> bytes:
         # No length: only a server that says the stream ends (chunked bodies) can be read.
         return bytes(stream.read(limit + 1)) if environ.get("wsgi.input_terminated") else b""
     return bytes(stream.read(min(length, limit + 1)))
+
+
+def _asgi_bridge(app: WSGIApp) -> Callable[..., Awaitable[None]]:
+    """An ASGI app that runs the WSGI ``app`` in the calling (server) thread, with the body
+    the ASGI middleware read, and sends its buffered response."""
+
+    async def bridge(asgi: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        environ = dict(asgi[_ENVIRON])
+        chunks: list[bytes] = []
+        while True:  # the ASGI middleware replays the body it read, in one message
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        response = await in_calling_thread(lambda: _call_app(app, environ))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": response.headers,
+            }
+        )
+        await send({"type": "http.response.body", "body": b"".join(response.chunks)})
+
+    return bridge
 
 
 def _call_app(app: WSGIApp, environ: Environ) -> _Response:
@@ -219,26 +247,7 @@ class IdempotencyMiddleware(LoopOwner):
             readable_again, (fingerprint_exclude, fingerprint_include, fingerprint_headers)
         )
 
-        async def bridge(asgi: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-            environ = dict(asgi[_ENVIRON])
-            chunks: list[bytes] = []
-            while True:  # the ASGI middleware replays the body it read, in one message
-                message = await receive()
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    break
-            body = b"".join(chunks)
-            environ["wsgi.input"] = io.BytesIO(body)
-            environ["CONTENT_LENGTH"] = str(len(body))
-            response = await in_calling_thread(lambda: _call_app(app, environ))
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status,
-                    "headers": response.headers,
-                }
-            )
-            await send({"type": "http.response.body", "body": b"".join(response.chunks)})
+        bridge = _asgi_bridge(app)
 
         def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
             return ASGIIdempotencyMiddleware(

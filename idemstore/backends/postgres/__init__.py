@@ -4,7 +4,9 @@ Every operation is one round trip to a server-side function installed by
 ``migrations/postgres`` or one statement; the database clock decides leases and retention;
 ``wait`` listens for NOTIFY. Modules: ``store`` (the store and its listener), ``statements``
 (its SQL and lock hashing), ``listening`` (a wait's NOTIFY subscription), ``client_errors``
-(asyncpg's errors mapped), ``options`` (its options table, readable without asyncpg).
+(asyncpg's errors mapped), ``options`` (its options table, readable without asyncpg),
+``migrating`` (applying migrations), ``host_lists`` (URLs naming several hosts) and
+``caller_connections`` (settling on the caller's connection).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlunsplit
 
 import asyncpg
 
@@ -30,9 +30,10 @@ from idemstore.backends.postgres.client_errors import (
     connect_timed_out,
     driver_errors,
     migrate_command,
-    missing_privilege,
 )
+from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Subscription
+from idemstore.backends.postgres.migrating import applied_migrations, apply_pending, migration_sql
 from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.statements import (
     APPLIED_MIGRATIONS,
@@ -54,7 +55,7 @@ from idemstore.backends.postgres.statements import (
 from idemstore.backends.postgres.stats import STATS, counted
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
-from idemstore.migrate import AppliedMigration, Migration, load_migrations, pending_migrations
+from idemstore.migrate import AppliedMigration, Migration, load_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
@@ -95,35 +96,6 @@ async def _no_reset(connection: asyncpg.Connection) -> None:
     The store leaves no session state behind (no session locks, no LISTEN on pooled
     connections, no SET), and the default reset would cost a second round trip per operation.
     """
-
-
-def _split_host_list(url: str) -> tuple[str, str | None]:
-    """For a URL that lists several hosts (``postgresql://u@h1:5432,h2:5432/db``, libpq's form,
-    which asyncpg reads and tries in order, with ``target_session_attrs`` choosing among them):
-    the URL with its first host only, which the checks every store URL gets can parse, and the
-    host part as written, for the DSN. A URL with one host comes back as it is, with ``None``.
-    """
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        return url, None
-    ends = [index for index in (rest.find(c) for c in "/?#") if index >= 0]
-    end = min(ends, default=len(rest))
-    netloc = rest[:end]
-    userinfo, at, hosts = netloc.rpartition("@")
-    if "," not in hosts:
-        return url, None
-    for host in hosts.split(","):
-        try:
-            urlsplit(f"//{host}").port  # noqa: B018 (parsing it is the check)
-        except ValueError:
-            host = ""
-        if not host or host.startswith(":"):
-            raise ConfigurationError(
-                f"malformed store URL {redact_url(url)!r}: every host in a host list needs "
-                "a name and, optionally, a port (h1:5432,h2:5432)"
-            )
-    first = hosts.split(",", 1)[0]
-    return f"{scheme}://{userinfo}{at}{first}{rest[end:]}", netloc
 
 
 class PostgresStore(StoreEnvelope[asyncpg.Pool]):
@@ -216,7 +188,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
-        first_host_url, host_list = _split_host_list(url)
+        first_host_url, host_list = split_host_list(url)
         parsed = parse_store_url(first_host_url, options)
         # asyncpg's connection parameters pass through to the DSN, as text.
         connection = {
@@ -302,67 +274,25 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
     def migration_sql(self, migration: Migration) -> str:
         """The migration's SQL with this store's quoted schema in place of ``{{schema}}``."""
-        return migration.sql.replace("{{schema}}", quote_ident(self._schema))
+        return migration_sql(migration, self._schema)
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         pool = await self._connect()
         with self._errors.translated():
-            async with pool.acquire() as conn:
-                exists = await conn.fetchval(
-                    "SELECT to_regclass($1) IS NOT NULL",
-                    f"{quote_ident(self._schema)}.idemstore_migrations",
-                )
-                if not exists:
-                    return []
-                rows = await conn.fetch(self._sql["applied"])
-        return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
+            return await applied_migrations(pool, self._schema, self._sql["applied"])
 
     async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
-        """Apply what is pending, one migration per transaction, each under the schema's
-        transaction-level advisory lock: concurrent migrators queue, and each re-reads the
-        versions table after taking the lock, so every migration runs exactly once."""
+        """Apply what is pending (see ``migrating.apply_pending``)."""
         pool = await self._connect()
-        done: list[Migration] = []
         with self._errors.translated():
-            async with pool.acquire() as conn:
-                while True:
-                    try:
-                        migration = await self._apply_next(conn, available)
-                    except asyncpg.InsufficientPrivilegeError as exc:
-                        role = await conn.fetchval("SELECT current_user")
-                        raise missing_privilege(exc, self._redacted, role) from exc
-                    if migration is None:
-                        break
-                    done.append(migration)
-        return done
-
-    async def _apply_next(
-        self, conn: asyncpg.Connection, available: Sequence[Migration]
-    ) -> Migration | None:
-        """The next pending migration, applied in one transaction; None when none is."""
-        quoted = quote_ident(self._schema)
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", self._migration_lock)
-            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
-            # the schema exists: ask first, so a pre-created schema is enough.
-            if not await conn.fetchval(
-                "SELECT true FROM pg_namespace WHERE nspname = $1", self._schema
-            ):
-                await conn.execute(f"CREATE SCHEMA {quoted}")
-            await conn.execute(self._sql["versions"])
-            rows = await conn.fetch(self._sql["applied"])
-            applied = [AppliedMigration(r[0], r[1], r[2]) for r in rows]
-            pending = pending_migrations(available, applied)
-            if not pending:
-                return None
-            migration = pending[0]
-            await conn.execute(self.migration_sql(migration))
-            await conn.execute(
-                f"INSERT INTO {quoted}.idemstore_migrations (name, checksum) VALUES ($1, $2)",
-                migration.name,
-                migration.checksum,
+            return await apply_pending(
+                pool,
+                available,
+                schema=self._schema,
+                lock=self._migration_lock,
+                sql=self._sql,
+                where=self._redacted,
             )
-        return migration
 
     # -- the contract -----------------------------------------------------------------------
 
