@@ -31,7 +31,7 @@ from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, wit
 asyncpg = pytest.importorskip("asyncpg")
 
 from idemstore.backends.postgres import PostgresStore  # noqa: E402
-from idemstore.backends.postgres.statements import hash64  # noqa: E402
+from idemstore.backends.postgres.statements import hash64, quote_ident  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -619,6 +619,17 @@ async def _store_migrated_to(url: str, count: int) -> PostgresStore:
     return store
 
 
+def _function_calls(schema: str) -> dict[str, str]:
+    """reserve, complete and release as the code of schema versions 1 to 4 sent them: a call
+    of each server-side function (newer code sends some of them as plain statements)."""
+    s = quote_ident(schema)
+    return {
+        "reserve": f"SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)",
+        "complete": f"SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)",
+        "release": f"SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)",
+    }
+
+
 async def test_records_written_under_schema_version_1_replay_after_version_2(
     postgres_server: str, postgres_schema: str, admin: Any
 ) -> None:
@@ -630,7 +641,7 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
     try:
         assert [m.name for m in await old.applied_migrations()] == ["0001_records.sql"]
         # The 0001 functions, called as the code of that version did.
-        sql = old._sql
+        sql = _function_calls(postgres_schema)
         pool = await old._connect()
 
         async def reserve_v1(key: str, lease_ttl: float, retention: float) -> Any:
@@ -709,7 +720,7 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
     url = with_options(postgres_server, schema=postgres_schema)
     old = await _store_migrated_to(url, 3)
     try:
-        sql = old._sql
+        sql = _function_calls(postgres_schema)
         pool = await old._connect()
 
         async def reserve_v3(key: str) -> Any:
