@@ -1,7 +1,8 @@
 """``postgresql://`` (also ``postgres://``): records in a PostgreSQL table, through asyncpg.
 
-Every operation is one round trip: ``reserve``, ``complete``, ``release`` and ``delete`` call
-server-side functions installed by ``migrations/postgres``; the rest are single statements. The
+Every operation is one round trip: ``release`` and ``delete`` call server-side functions
+installed by ``migrations/postgres``, ``reserve`` calls one only when its key already exists
+(``statements.RESERVE``); the rest are single statements. The
 database clock decides leases and retention. Acquisitions of a key are serialised by a
 *transaction-level* advisory lock on a 64-bit hash of (schema, scope, key), so nothing outlives
 a transaction and the store works behind PgBouncer in transaction pooling mode. ``wait`` listens
