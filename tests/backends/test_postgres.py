@@ -31,7 +31,11 @@ from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, wit
 asyncpg = pytest.importorskip("asyncpg")
 
 from idemstore.backends.postgres import PostgresStore  # noqa: E402
-from idemstore.backends.postgres.statements import hash64, quote_ident  # noqa: E402
+from idemstore.backends.postgres.statements import (  # noqa: E402
+    hash64,
+    quote_ident,
+    record_id,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -785,6 +789,27 @@ async def test_the_longest_identity_is_stored_through_pgbouncer(pgbouncer_store_
 
 
 # -- issue 15: a NOTIFY only where a waiter can exist ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scope", "key"),
+    [("", "k"), ("tenant", "clé-ünïcode-🔑"), ("s\u00e9", "x" * 5000)],
+)
+async def test_the_client_row_id_is_the_one_the_functions_compute(
+    postgres_store_url: str, postgres_server: str, scope: str, key: str
+) -> None:
+    """A fresh reserve and complete find the row by an id the client computes; replays and
+    takeovers by the one idemstore_id computes. Were they to differ, a key would get two rows."""
+    connection = await asyncpg.connect(postgres_server)
+    async with open_pg(postgres_store_url) as store:
+        try:
+            await store.ping()
+            server_id = await connection.fetchval(
+                f"SELECT {schema_of(postgres_store_url)}.idemstore_id($1, $2)", scope, key
+            )
+        finally:
+            await connection.close()
+    assert record_id(scope, key) == server_id
 
 
 async def test_complete_notifies_only_keys_a_wait_has_seen_in_progress(

@@ -42,6 +42,7 @@ from idemstore.backends.postgres.statements import (
     WATCH,
     hash64,
     quote_ident,
+    record_id,
     seconds,
 )
 from idemstore.backends.postgres.stats import STATS, counted
@@ -380,6 +381,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             seconds(lease_ttl),
             # The function's retention is the row's: never shorter than the lease.
             seconds(retention_while_held(lease_ttl, retention)),
+            record_id(scope, key),
         )
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
@@ -390,8 +392,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         done: bool = await self._fetchval(
             "complete",
-            lease.scope,
-            lease.key,
+            record_id(lease.scope, lease.key),
             lease.token,
             lease.fence,
             response,
