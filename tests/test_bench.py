@@ -6,6 +6,7 @@ Benchmarks are not tests: nothing here asserts a timing, only that numbers are t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import os
@@ -18,7 +19,7 @@ import pytest
 
 from idemstore import cli
 from idemstore.bench import SCENARIOS, BenchConfig, Target, run_bench
-from idemstore.bench.floors import floor_for_url
+from idemstore.bench.floors import FLOOR_TABLE, floor_for_url
 from idemstore.bench.hasher_scenario import SHAPES, run_hasher
 from idemstore.bench.local import Launcher, start_local_servers, stop_local_servers
 from idemstore.bench.probes import WAKE_TIMEOUT, run_middleware
@@ -35,6 +36,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
 )
 from idemstore.errors import ConfigurationError
+from idemstore.protocol import Record
 from idemstore.registry import engines
 from idemstore.urls import open_store
 from tests.conftest import make_venv
@@ -383,6 +385,45 @@ async def test_the_postgres_floor_pools_as_many_connections_as_the_store(
             assert store._connection.get_max_size() == 3  # type: ignore[attr-defined]
     finally:
         await floor.close()
+
+
+async def test_the_postgres_floor_pool_sends_no_reset_query_on_release(
+    postgres_store_url: str,
+) -> None:
+    """The store's pool skips asyncpg's per-release reset (a round trip); the floor's must too,
+    or the floor pays a cost the store does not and stops bounding it."""
+    joiner = "&" if "?" in postgres_store_url else "?"
+    floor = floor_for_url(f"{postgres_store_url}{joiner}pool_max_size=1")
+    assert floor is not None
+    await floor.open()
+    try:
+        pool = floor._pool  # type: ignore[attr-defined]
+        async with pool.acquire() as connection:
+            await connection.execute("SET idemstore_bench.probe = 'kept'")
+        # A reset (RESET ALL) on release would have cleared the setting.
+        async with pool.acquire() as connection:
+            kept = await connection.fetchval("SELECT current_setting('idemstore_bench.probe')")
+    finally:
+        await floor.close()
+    assert kept == "kept"
+
+
+async def test_the_postgres_floor_table_has_the_columns_of_a_record(
+    postgres_store_url: str,
+) -> None:
+    floor = floor_for_url(postgres_store_url)
+    assert floor is not None
+    await floor.open()
+    try:
+        assert await floor.put("k", b"v") is True
+        await floor.finish("k", b"w")
+        pool = floor._pool  # type: ignore[attr-defined]
+        table = f"{FLOOR_TABLE}_{floor._run}"  # type: ignore[attr-defined]
+        row = await pool.fetchrow(f"SELECT * FROM {table}")
+    finally:
+        await floor.close()
+    assert set(row.keys()) == {field.name for field in dataclasses.fields(Record)}
+    assert (row["status"], row["response"], row["fence"]) == ("completed", b"w", 1)
 
 
 async def test_middleware_is_measured_per_case_against_the_bare_app() -> None:

@@ -31,7 +31,11 @@ from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, wit
 asyncpg = pytest.importorskip("asyncpg")
 
 from idemstore.backends.postgres import PostgresStore  # noqa: E402
-from idemstore.backends.postgres.statements import hash64  # noqa: E402
+from idemstore.backends.postgres.statements import (  # noqa: E402
+    hash64,
+    quote_ident,
+    record_id,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -619,6 +623,17 @@ async def _store_migrated_to(url: str, count: int) -> PostgresStore:
     return store
 
 
+def _function_calls(schema: str) -> dict[str, str]:
+    """reserve, complete and release as the code of schema versions 1 to 4 sent them: a call
+    of each server-side function (newer code sends some of them as plain statements)."""
+    s = quote_ident(schema)
+    return {
+        "reserve": f"SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)",
+        "complete": f"SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)",
+        "release": f"SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)",
+    }
+
+
 async def test_records_written_under_schema_version_1_replay_after_version_2(
     postgres_server: str, postgres_schema: str, admin: Any
 ) -> None:
@@ -630,7 +645,7 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
     try:
         assert [m.name for m in await old.applied_migrations()] == ["0001_records.sql"]
         # The 0001 functions, called as the code of that version did.
-        sql = old._sql
+        sql = _function_calls(postgres_schema)
         pool = await old._connect()
 
         async def reserve_v1(key: str, lease_ttl: float, retention: float) -> Any:
@@ -710,7 +725,7 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
     url = with_options(postgres_server, schema=postgres_schema)
     old = await _store_migrated_to(url, 3)
     try:
-        sql = old._sql
+        sql = _function_calls(postgres_schema)
         pool = await old._connect()
 
         async def reserve_v3(key: str) -> Any:
@@ -824,6 +839,27 @@ async def test_the_longest_identity_is_stored_through_pgbouncer(pgbouncer_store_
 
 
 # -- issue 15: a NOTIFY only where a waiter can exist ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scope", "key"),
+    [("", "k"), ("tenant", "clé-ünïcode-🔑"), ("s\u00e9", "x" * 5000)],
+)
+async def test_the_client_row_id_is_the_one_the_functions_compute(
+    postgres_store_url: str, postgres_server: str, scope: str, key: str
+) -> None:
+    """A fresh reserve and complete find the row by an id the client computes; replays and
+    takeovers by the one idemstore_id computes. Were they to differ, a key would get two rows."""
+    connection = await asyncpg.connect(postgres_server)
+    async with open_pg(postgres_store_url) as store:
+        try:
+            await store.ping()
+            server_id = await connection.fetchval(
+                f"SELECT {schema_of(postgres_store_url)}.idemstore_id($1, $2)", scope, key
+            )
+        finally:
+            await connection.close()
+    assert record_id(scope, key) == server_id
 
 
 async def test_complete_notifies_only_keys_a_wait_has_seen_in_progress(

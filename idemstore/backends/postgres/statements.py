@@ -26,6 +26,7 @@ __all__ = [
     "WATCH",
     "hash64",
     "quote_ident",
+    "record_id",
     "seconds",
 ]
 
@@ -72,8 +73,56 @@ RECORD_COLUMNS = """
     checkpoints"""
 
 # {s} is the quoted schema.
-RESERVE = "SELECT * FROM {s}.idemstore_reserve($1, $2, $3, $4, $5, $6, $7)"
-COMPLETE = "SELECT {s}.idemstore_complete($1, $2, $3, $4, $5, $6, $7, $8)"
+
+# reserve: the first claim of an absent key (the common case) is a plain INSERT in the
+# statement itself, which costs the server less than the same INSERT inside idemstore_reserve
+# (a PL/pgSQL call). The primary key arbitrates racing first claims exactly as in the
+# function. Only when the key exists does the function run (its one-time filter is false
+# otherwise), and it decides from the committed row as before: replays, mismatches, takeovers
+# and re-claims keep their one code path. One clock reading serves the whole row, so the
+# lease never ends after the retention (reserve's retention is at least the lease). $8 is
+# record_id(scope, key): the digest the function computes, so both find the same row.
+RESERVE = """
+WITH clock AS (SELECT clock_timestamp() AS now),
+claimed AS (
+    INSERT INTO {s}.idemstore_records
+           (id, scope, key, fingerprint, status, released, token, fence, response,
+            created_at, expires_at, lease_expires_at)
+    SELECT $8::bytea, $2, $3, $4, 'in_progress', false, $5, 1, NULL,
+           now, now + make_interval(secs => $7), now + make_interval(secs => $6)
+      FROM clock
+    ON CONFLICT (id) DO NOTHING
+    RETURNING fingerprint, status, token, fence, created_at, expires_at, lease_expires_at)
+SELECT 'acquired'::text AS outcome, false AS takeover, fingerprint::text, status, token, fence,
+       NULL::bytea AS response,
+       extract(epoch FROM created_at)::float8 AS created_at,
+       extract(epoch FROM expires_at)::float8 AS expires_at,
+       extract(epoch FROM lease_expires_at)::float8 AS lease_expires_at
+  FROM claimed
+UNION ALL
+SELECT * FROM {s}.idemstore_reserve($1::bigint, $2, $3, $4, $5, $6, $7)
+ WHERE NOT EXISTS (SELECT FROM claimed)"""
+
+# complete: the UPDATE of idemstore_complete as one plain statement (no PL/pgSQL call), with
+# its conditions unchanged: the holder's token and fence, still in progress, not released,
+# within retention, re-checked on the newest row version after a concurrent takeover. The
+# NOTIFY is sent (at commit) only for a watched row, as before: the CASE guards the call.
+# $1 is record_id(scope, key).
+COMPLETE = """
+WITH done AS (
+    UPDATE {s}.idemstore_records
+       SET status = 'completed',
+           response = $4,
+           lease_expires_at = NULL,
+           expires_at = clock_timestamp() + make_interval(secs => $5)
+     WHERE id = $1::bytea
+       AND token = $2 AND fence = $3
+       AND status = 'in_progress' AND NOT released
+       AND expires_at > clock_timestamp()
+    RETURNING watched)
+SELECT count(*) = 1
+  FROM done
+ WHERE CASE WHEN watched THEN pg_notify($6, $7::bigint::text) IS NOT NULL ELSE true END"""
 RELEASE = "SELECT {s}.idemstore_release($1, $2, $3, $4, $5, $6)"
 DELETE = "SELECT {s}.idemstore_delete($1, $2, $3, $4)"
 CHECKPOINT = "SELECT {s}.idemstore_checkpoint($1, $2, $3, $4, $5)"
@@ -145,6 +194,13 @@ def hash64(*parts: str) -> int:
         digest.update(len(data).to_bytes(4, "big"))
         digest.update(data)
     return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def record_id(scope: str, key: str) -> bytes:
+    """The row id of (scope, key), as ``idemstore_id`` computes it: SHA-256 of the UTF-8 scope,
+    NUL, the UTF-8 key. Computed here for the plain statements, which saves the server the
+    digest; the functions compute the same bytes, so both paths find the same row."""
+    return hashlib.sha256(scope.encode() + b"\x00" + key.encode()).digest()
 
 
 def seconds(value: float) -> float:

@@ -1,7 +1,8 @@
 """``postgresql://`` (also ``postgres://``): records in a PostgreSQL table, through asyncpg.
 
-Every operation is one round trip: ``reserve``, ``complete``, ``release`` and ``delete`` call
-server-side functions installed by ``migrations/postgres``; the rest are single statements. The
+Every operation is one round trip: ``release`` and ``delete`` call server-side functions
+installed by ``migrations/postgres``, ``reserve`` calls one only when its key already exists
+(``statements.RESERVE``); the rest are single statements. The
 database clock decides leases and retention. Acquisitions of a key are serialised by a
 *transaction-level* advisory lock on a 64-bit hash of (schema, scope, key), so nothing outlives
 a transaction and the store works behind PgBouncer in transaction pooling mode. ``wait`` listens
@@ -50,6 +51,7 @@ from idemstore.backends.postgres.statements import (
     WATCH,
     hash64,
     quote_ident,
+    record_id,
     seconds,
 )
 from idemstore.backends.postgres.stats import STATS, counted
@@ -326,6 +328,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             seconds(lease_ttl),
             # The function's retention is the row's: never shorter than the lease.
             seconds(retention_while_held(lease_ttl, retention)),
+            record_id(scope, key),
         )
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
@@ -341,8 +344,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         done: bool = await self._fetchval(
             "complete",
-            lease.scope,
-            lease.key,
+            record_id(lease.scope, lease.key),
             lease.token,
             lease.fence,
             response,
