@@ -442,9 +442,11 @@ class Execution(AsyncContext):
         """Recovery points of the key so far, oldest first (``idemstore.recovery_points``)."""
         return self._recovery.recorded
 
-    async def checkpoint(self, name: str, data: bytes = b"") -> None:
+    async def checkpoint(self, name: str, data: bytes = b"", *, connection: object = None) -> None:
         """Record a finished step, fenced: ``LeaseLostError`` if the key was taken over."""
-        await self._recovery.record(self.lease, name, data, finished=self.finished)
+        await self._recovery.record(
+            self.lease, name, data, finished=self.finished, connection=connection
+        )
 
     @property
     def lapsed(self) -> bool:
