@@ -296,7 +296,7 @@ class ExecutionPolicy:
                 lease = reservation.lease
                 assert lease is not None
                 if left <= 0:
-                    raise await shielded(give_up_late_lease(store, lease, self.lease_ttl))
+                    raise await shielded(give_up_late_lease(store, reservation, self.lease_ttl))
                 if reservation.takeover and self.on_takeover == "refuse":
                     raise await shielded(outcome_markers.record_outcome_unknown(store, lease))
                 return Execution(self, lease, store=store, first_beat=left / 3, taken=reservation)
