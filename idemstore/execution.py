@@ -296,7 +296,7 @@ class ExecutionPolicy:
                 lease = reservation.lease
                 assert lease is not None
                 if left <= 0:
-                    raise await shielded(give_up_late_lease(store, lease, self.lease_ttl))
+                    raise await shielded(give_up_late_lease(store, reservation, self.lease_ttl))
                 if reservation.takeover and self.on_takeover == "refuse":
                     raise await shielded(outcome_markers.record_outcome_unknown(store, lease))
                 return Execution(self, lease, store=store, first_beat=left / 3, taken=reservation)
@@ -442,9 +442,11 @@ class Execution(AsyncContext):
         """Recovery points of the key so far, oldest first (``idemstore.recovery_points``)."""
         return self._recovery.recorded
 
-    async def checkpoint(self, name: str, data: bytes = b"") -> None:
+    async def checkpoint(self, name: str, data: bytes = b"", *, connection: object = None) -> None:
         """Record a finished step, fenced: ``LeaseLostError`` if the key was taken over."""
-        await self._recovery.record(self.lease, name, data, finished=self.finished)
+        await self._recovery.record(
+            self.lease, name, data, finished=self.finished, connection=connection
+        )
 
     @property
     def lapsed(self) -> bool:

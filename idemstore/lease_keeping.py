@@ -161,17 +161,19 @@ async def release_quietly(store: IdempotencyStore, lease: Lease) -> None:
 
 
 async def give_up_late_lease(
-    store: IdempotencyStore, lease: Lease, lease_ttl: float
+    store: IdempotencyStore, reservation: Reservation, lease_ttl: float
 ) -> LeaseLostError:
-    """Release a lease whose grant came after it could have lapsed (no work was started on
+    """Give up a lease whose grant came after it could have lapsed (no work was started on
     it); returns the error that tells the caller so."""
+    lease = reservation.lease
+    assert lease is not None, "only an acquired key is given up"
     logger.warning(
         "reply to reserve key %r came after its lease of %gs could have lapsed;"
-        " released without running",
+        " given up without running",
         lease.key,
         lease_ttl,
     )
-    await release_quietly(store, lease)
+    await _give_up(store, reservation)
     return LeaseLostError(
         f"the lease on idempotency key {lease.key!r} could have lapsed before the"
         f" store's reply granting it arrived (lease_ttl={lease_ttl:g}s): the work"
@@ -210,7 +212,18 @@ async def _release_if_acquired(
     await asyncio.wait([reserving])
     if reserving.cancelled() or reserving.exception() is not None:
         return
-    lease = reserving.result().lease
-    if lease is not None:
-        logger.info("released key %r: its caller was cancelled while reserving", lease.key)
-        await release_quietly(store, lease)
+    reservation = reserving.result()
+    if reservation.lease is not None:
+        logger.info(
+            "gave key %r up: its caller was cancelled while reserving", reservation.lease.key
+        )
+        await _give_up(store, reservation)
+
+
+async def _give_up(store: IdempotencyStore, reservation: Reservation) -> None:
+    """Release a lease no work ran on; but one taken over with recovery points is left to
+    lapse: a release would drop them, and the next owner would run again the steps whose
+    effects earlier owners committed."""
+    assert reservation.lease is not None
+    if not reservation.checkpoints:
+        await release_quietly(store, reservation.lease)

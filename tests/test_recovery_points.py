@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from idemstore import Checkpoint, ConfigurationError, Execution, ExecutionPolicy
+from idemstore import Checkpoint, ConfigurationError, Execution, ExecutionPolicy, LeaseLostError
 from idemstore.backends.memory import MemoryStore
 from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 
@@ -40,6 +41,38 @@ async def test_a_finished_execution_refuses_a_checkpoint() -> None:
     await claim.settle(b"done")
     with pytest.raises(RuntimeError, match="finished"):
         await claim.checkpoint("late")
+
+
+class _DeadOwnerThenLateTakeover(MemoryStore):
+    """Heartbeats extend nothing (the owner as good as dead); the first reply granting a
+    takeover comes after its lease has lapsed."""
+
+    late = True
+
+    async def extend(self, lease: Any, *, lease_ttl: float) -> Any:
+        return lease
+
+    async def reserve(self, *args: Any, **kwargs: Any) -> Any:
+        reservation = await super().reserve(*args, **kwargs)
+        if reservation.takeover and self.late:
+            self.late = False
+            await asyncio.sleep(0.3)
+        return reservation
+
+
+async def test_a_takeover_granted_too_late_leaves_the_checkpoints_to_the_next_owner() -> None:
+    store = _DeadOwnerThenLateTakeover()
+    policy = ExecutionPolicy(store, lease_ttl=0.1, in_flight="wait")
+    first = await policy.begin("k", "fp")
+    assert isinstance(first, Execution)
+    await first.checkpoint("step-1")
+    with pytest.raises(LeaseLostError, match="not started"):
+        await policy.begin("k", "fp")
+    # Given up without a release: a release would drop the step its first owner committed.
+    then = await policy.begin("k", "fp")
+    assert isinstance(then, Execution) and then.takeover
+    assert then.checkpoints == (Checkpoint("step-1", b""),)
+    await then.settle(b"done")
 
 
 def test_stored_entries_concatenate_into_the_checkpoints_in_order() -> None:

@@ -2,7 +2,8 @@
 table inside the transaction that settles each key, while a nemesis SIGKILLs workers (a
 replacement starts) and SIGSTOPs them past their lease, then SIGCONTs them: a paused owner
 wakes up after a takeover and tries to commit. ``check`` then reads, for every key, the
-business rows and the record.
+business rows and the record. With ``steps``, each key is a workflow of that many steps, each
+committing its row with its checkpoint (``charging_worker``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Proof:
     completed: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     retried: Counter[str] = field(default_factory=Counter)  # workers' retried errors, by kind
+    checkpointed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # names, by key
 
     def summary(self) -> str:
         twice = sum(1 for n in self.rows.values() if n > 1)
@@ -46,10 +48,18 @@ class Proof:
             f" takeovers={self.events['took']} (charged: {self.events['takeover']})"
             f" stale owners rolled back={self.events['stale']} SIGKILLs={self.events['kill']}"
             f" SIGSTOP/SIGCONTs={self.events['pause']} retried errors={dict(self.retried)}"
+            + (
+                f" steps committed={self.events['step']} resumed after a checkpoint="
+                f"{self.events['resumed']} (steps skipped: {self.events['skipped']})"
+                if self.checkpointed
+                else ""
+            )
         )
 
 
-def _spawn(url: str, lease_ttl: float, work_seconds: float, keys: list[str], out: Path) -> Any:
+def _spawn(
+    url: str, lease_ttl: float, work_seconds: float, steps: int, keys: list[str], out: Path
+) -> Any:
     with out.open("a") as sink:
         return subprocess.Popen(
             [
@@ -59,6 +69,7 @@ def _spawn(url: str, lease_ttl: float, work_seconds: float, keys: list[str], out
                 url,
                 str(lease_ttl),
                 str(work_seconds),
+                str(steps),
                 *keys,
             ],
             cwd=ROOT,
@@ -79,6 +90,7 @@ def run(
     work_seconds: float = 0.2,
     seed: int = 29,
     timeout: float = 180.0,
+    steps: int = 0,
 ) -> Proof:
     """Race ``workers`` processes over ``keys`` under ``faults`` kills and pauses; then check."""
     nemesis = random.Random(seed)
@@ -89,7 +101,7 @@ def run(
 
         def start() -> Any:
             outputs.append(Path(scratch) / f"worker-{len(outputs)}.jsonl")
-            proc = _spawn(url, lease_ttl, work_seconds, keys, outputs[-1])
+            proc = _spawn(url, lease_ttl, work_seconds, steps, keys, outputs[-1])
             output_of[proc.pid] = outputs[-1]
             return proc
 
@@ -151,6 +163,8 @@ def run(
                     proof.retried[event["why"].split(":")[0]] += 1
                 if kind == "committed" and event["takeover"]:
                     proof.events["takeover"] += 1
+                if kind == "resumed":
+                    proof.events["skipped"] += event["skipped"]
     asyncio.run(_check(url, keys, proof))
     return proof
 
@@ -166,3 +180,5 @@ async def _check(url: str, keys: list[str], proof: Proof) -> None:
             record = await store.get(key)
             if record is not None and record.status is Status.COMPLETED:
                 proof.completed.add(key)
+            if record is not None and record.checkpoints:
+                proof.checkpointed[key] = tuple(c.name for c in record.checkpoints)

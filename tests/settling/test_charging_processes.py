@@ -61,3 +61,31 @@ def test_killed_and_paused_owners_never_charge_a_key_twice(
     assert_charged_once_iff_completed(proof, charged)
     # Every commit the workers saw is one row: a stale owner's commit never landed.
     assert proof.events["committed"] <= len(charged)
+
+
+# -- a workflow of three steps with recovery points ---------------------------------------------
+
+STEPS = ("step-1", "step-2", "step-3")
+
+
+def assert_each_step_once_iff_checkpointed(proof: Proof, workflows: list[str]) -> None:
+    assert proof.errors == []
+    for key in workflows:
+        rows = {name: proof.rows.get(f"{key}/{name}", 0) for name in STEPS}
+        kept = proof.checkpointed.get(key, ())
+        # A step's row committed exactly once if and only if its checkpoint did, never twice.
+        assert rows == {name: int(name in kept) for name in STEPS}, (key, rows, kept)
+        assert kept == STEPS[: len(kept)]
+    # Every workflow ran to its end: completed, with all three steps.
+    assert proof.completed == set(workflows)
+    assert all(proof.checkpointed[key] == STEPS for key in workflows)
+
+
+def test_killed_and_paused_owners_never_run_a_checkpointed_step_twice(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workflows = [f"flow-{uuid.uuid4().hex[:10]}" for _ in range(KEYS)]
+    proof = run(store_url, workflows, workers=3, faults=KEYS, steps=3, work_seconds=0.1)
+    with capsys.disabled():
+        print(f"\nworkflow crash proof on {store_url.split(':')[0]}: {proof.summary()}")
+    assert_each_step_once_iff_checkpointed(proof, workflows)

@@ -409,12 +409,12 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         session = session_of(connection)
         if session is None:
             raise ConfigurationError(
-                f"settle(connection=...) on a PostgreSQL store needs an asyncpg connection (or "
+                f"connection=... on a PostgreSQL store needs an asyncpg connection (or "
                 f"one acquired from an asyncpg pool, still held), not {type(connection).__name__}"
             )
         if not session.is_in_transaction():
             raise ConfigurationError(
-                "settle(connection=...) needs the connection's transaction open (inside "
+                "connection=... needs the connection's transaction open (inside "
                 "`async with connection.transaction():`): nothing was recorded"
             )
         with self._errors.translated():
@@ -424,7 +424,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
                 fresh=True
             ):
                 raise ConfigurationError(
-                    f"settle(connection=...) was given a connection to database {theirs[0]!r},"
+                    f"connection=... was given a connection to database {theirs[0]!r},"
                     f" not the one holding the idemstore schema {self._schema!r} of"
                     f" {self._redacted}: the outcome must commit in the same database as your"
                     " writes. Nothing was recorded"
@@ -448,6 +448,17 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
                 self._channel,
                 self._lock_key(lease.scope, lease.key),
             )
+        return done
+
+    async def checkpoint_within(
+        self, connection: object, lease: Lease, name: str, data: bytes
+    ) -> bool:
+        """``_checkpoint``'s fenced function call, on ``connection`` (see ``check_connection``)."""
+        session = session_of(connection)
+        assert session is not None, "check_connection came first"
+        args = (lease.scope, lease.key, lease.token, lease.fence, encode_checkpoint(name, data))
+        with self._errors.translated():
+            done: bool = await session.fetchval(self._sql["checkpoint"], *args)
         return done
 
     async def _get(self, key: str, scope: str) -> Record | None:

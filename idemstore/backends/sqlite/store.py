@@ -88,7 +88,7 @@ BUSY_ATTEMPT = 0.025
 # Between attempts the store sleeps in asyncio (backoff.SQLITE_BUSY) until the configured
 # busy_timeout is spent.
 
-# The main database file of each caller connection given to settle(connection=...), asked once
+# The main database file of each caller connection given as connection=..., asked once
 # per connection object (PRAGMA database_list): a connection never changes its main file.
 _MAIN_FILES: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
 
@@ -446,17 +446,17 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         self._check_open()
         if not isinstance(connection, aiosqlite.Connection):
             raise ConfigurationError(
-                "settle(connection=...) on a SQLite store needs an aiosqlite connection to "
+                "connection=... on a SQLite store needs an aiosqlite connection to "
                 f"{self._database!r}, not {type(connection).__name__}"
             )
         if self._database == ":memory:":
             raise ConfigurationError(
-                "settle(connection=...) needs a store in a database file your connection can "
+                "connection=... needs a store in a database file your connection can "
                 "open too: a sqlite:///:memory: store's database is private to the store"
             )
         if not connection.in_transaction:
             raise ConfigurationError(
-                "settle(connection=...) needs the connection's transaction open (BEGIN, or a "
+                "connection=... needs the connection's transaction open (BEGIN, or a "
                 "write that opened one): nothing was recorded"
             )
         await self._connected()  # the schema is there before anyone completes through it
@@ -470,7 +470,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
             _MAIN_FILES[connection] = main
         if main != self._real_database:
             raise ConfigurationError(
-                f"settle(connection=...) was given a connection to {main or 'a private database'}"
+                f"connection=... was given a connection to {main or 'a private database'}"
                 f", not this store's database {self._database!r}: the outcome must commit in the"
                 " same database as your writes. Nothing was recorded"
             )
@@ -486,13 +486,22 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         with self._errors():
             return bool(await connection.execute_fetchall(COMPLETE, params))
 
+    async def checkpoint_within(
+        self, connection: object, lease: Lease, name: str, data: bytes
+    ) -> bool:
+        """``_checkpoint``'s fenced statement, on ``connection`` (see ``check_connection``)."""
+        assert isinstance(connection, aiosqlite.Connection), "check_connection came first"
+        params = self._holder_params(lease, self._clock())
+        params["entry"] = encode_checkpoint(name, data)
+        with self._errors():
+            return bool(await connection.execute_fetchall(CHECKPOINT, params))
+
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         conn = await self._connected()
         entry = encode_checkpoint(name, data)
 
         def body(raw: sqlite3.Connection, now: float) -> bool:
-            params = self._holder_params(lease, now)
-            params["entry"] = entry
+            params = self._holder_params(lease, now) | {"entry": entry}
             return bool(raw.execute(CHECKPOINT, params).fetchall())
 
         with self._errors():

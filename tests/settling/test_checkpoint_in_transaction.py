@@ -1,0 +1,167 @@
+"""Issue 29: ``checkpoint(name, data, connection=conn)`` records a recovery point inside the
+caller's own transaction, on Postgres and SQLite: a step's business write and its checkpoint
+commit together or not at all, a stale owner is fenced out before its writes commit, and a
+connection that cannot carry the checkpoint is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from idemstore import (
+    Checkpoint,
+    ConfigurationError,
+    ExecutionPolicy,
+    LeaseLostError,
+    Replay,
+    open_store,
+)
+from tests.settling.business import Business, open_business
+from tests.settling.test_settle_in_transaction import FrozenHeartbeat
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from idemstore import Execution, IdempotencyStore
+
+FP = "fp"
+
+
+def new_key() -> str:
+    return f"step-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(request.param)
+    return url
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
+    async with open_store(store_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def business(store_url: str) -> AsyncIterator[Business]:
+    opened = await open_business(store_url)
+    await opened.create_table()
+    yield opened
+    await opened.close()
+
+
+async def owned(policy: ExecutionPolicy, key: str) -> Execution:
+    claim = await policy.begin(key, FP)
+    assert not isinstance(claim, Replay)
+    return claim
+
+
+async def stored_checkpoints(store: IdempotencyStore, key: str) -> tuple[Checkpoint, ...]:
+    record = await store.get(key)
+    assert record is not None
+    return record.checkpoints
+
+
+async def test_a_step_row_and_its_checkpoint_commit_together(
+    store: IdempotencyStore, business: Business
+) -> None:
+    key = new_key()
+    async with await owned(ExecutionPolicy(store), key) as execution:
+        await business.begin()
+        await business.charge(f"{key}/one")
+        await execution.checkpoint("one", b"row 1", connection=business.connection)
+        await business.commit()
+        assert execution.checkpoints == (Checkpoint("one", b"row 1"),)
+        assert await stored_checkpoints(store, key) == (Checkpoint("one", b"row 1"),)
+        await execution.settle(b"done")
+    assert await business.charges() == {f"{key}/one": 1}
+
+
+async def test_a_rolled_back_step_leaves_neither_its_row_nor_its_checkpoint(
+    store: IdempotencyStore, business: Business
+) -> None:
+    key = new_key()
+    execution = await owned(ExecutionPolicy(store), key)
+    await execution.checkpoint("zero")
+    await business.begin()
+    await business.charge(f"{key}/one")
+    await execution.checkpoint("one", connection=business.connection)
+    await business.rollback()
+    assert await stored_checkpoints(store, key) == (Checkpoint("zero", b""),)
+    assert await business.charges() == {}
+    # Documented: the execution listed the rolled-back step at once; it runs the step again.
+    assert [c.name for c in execution.checkpoints] == ["zero", "one"]
+    await execution.release()
+
+
+async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
+    store_url: str, store: IdempotencyStore, business: Business
+) -> None:
+    key = new_key()
+    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
+    async with open_store(store_url) as other:
+        successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
+        assert successor.takeover
+        await business.begin()
+        await business.charge(f"{key}/one")
+        with pytest.raises(LeaseLostError, match="roll your transaction back"):
+            await stale.checkpoint("one", connection=business.connection)
+        await business.rollback()
+        assert await business.charges() == {}
+        assert await stored_checkpoints(other, key) == ()
+        await successor.release()
+    await stale.release()  # fenced: nothing happens to the successor's key
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+async def refused(execution: Execution, connection: Any) -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        await execution.checkpoint("one", connection=connection)
+    assert not execution.finished
+    assert execution.checkpoints == ()
+    await execution.release()
+    return str(caught.value)
+
+
+async def test_a_connection_without_an_open_transaction_is_refused(
+    store: IdempotencyStore, business: Business
+) -> None:
+    execution = await owned(ExecutionPolicy(store), new_key())
+    assert "transaction open" in await refused(execution, business.connection)
+
+
+async def test_a_connection_of_another_engine_is_refused(
+    store: IdempotencyStore, business: Business
+) -> None:
+    execution = await owned(ExecutionPolicy(store), new_key())
+    assert "needs an" in await refused(execution, object())
+
+
+async def test_a_connection_to_another_sqlite_file_is_refused(
+    sqlite_file_store_url: str, tmp_path: Any
+) -> None:
+    other = await open_business(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        async with open_store(sqlite_file_store_url) as store:
+            await other.begin()
+            execution = await owned(ExecutionPolicy(store), new_key())
+            assert "Nothing was recorded" in await refused(execution, other.connection)
+            await other.rollback()
+    finally:
+        await other.close()
+
+
+@pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
+async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead(
+    request: pytest.FixtureRequest, url_fixture: str, business: Business
+) -> None:
+    async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
+        execution = await owned(ExecutionPolicy(elsewhere), new_key())
+        message = await refused(execution, business.connection)
+    assert "checkpoint(name, data) without a connection" in message
