@@ -786,7 +786,7 @@ async def test_records_written_under_schema_version_4_read_and_take_checkpoints_
     url = with_options(postgres_server, schema=postgres_schema)
     old = await _store_migrated_to(url, 4)
     try:
-        sql = old._sql
+        sql = _function_calls(postgres_schema)
         pool = await old._connect()
 
         async def reserve_v4(key: str, lease_ttl: float = LONG) -> Any:

@@ -334,7 +334,7 @@ async def test_a_connection_acquired_from_an_asyncpg_pool_is_checked_once_then_o
     assert count == 2
     # Two settlements, one identity check for the session: no extra round trip once known.
     assert sum("pg_postmaster_start_time" in q for q in statements) == 1
-    assert sum("idemstore_complete" in q for q in statements) == 2
+    assert sum(q == store._sql["complete"] for q in statements) == 2
 
 
 async def test_an_outcome_over_max_response_bytes_commits_as_too_large_with_the_charge(

@@ -97,7 +97,8 @@ SELECT 'acquired'::text AS outcome, false AS takeover, fingerprint::text, status
        NULL::bytea AS response,
        extract(epoch FROM created_at)::float8 AS created_at,
        extract(epoch FROM expires_at)::float8 AS expires_at,
-       extract(epoch FROM lease_expires_at)::float8 AS lease_expires_at
+       extract(epoch FROM lease_expires_at)::float8 AS lease_expires_at,
+       NULL::bytea AS checkpoints
   FROM claimed
 UNION ALL
 SELECT * FROM {s}.idemstore_reserve($1::bigint, $2, $3, $4, $5, $6, $7)

@@ -343,7 +343,14 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         done: bool = await self._fetchval(
-            "complete",
+            "complete", *self._complete_args(lease, response, retention)
+        )
+        return done
+
+    def _complete_args(self, lease: Lease, response: bytes, retention: float) -> tuple[Any, ...]:
+        """The arguments of the ``complete`` statement, on the store's pool or the caller's
+        connection alike."""
+        return (
             record_id(lease.scope, lease.key),
             lease.token,
             lease.fence,
@@ -352,7 +359,6 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             self._channel,
             self._lock_key(lease.scope, lease.key),
         )
-        return done
 
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         done: bool = await self._fetchval(
@@ -433,20 +439,12 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     async def complete_within(
         self, connection: object, lease: Lease, response: bytes, retention: float
     ) -> bool:
-        """``complete``'s fenced function call, on ``connection`` (see ``check_connection``)."""
+        """``complete``'s fenced statement, on ``connection`` (see ``check_connection``)."""
         session = session_of(connection)
         assert session is not None, "check_connection came first"
         with self._errors.translated():
             done: bool = await session.fetchval(
-                self._sql["complete"],
-                lease.scope,
-                lease.key,
-                lease.token,
-                lease.fence,
-                response,
-                seconds(retention),
-                self._channel,
-                self._lock_key(lease.scope, lease.key),
+                self._sql["complete"], *self._complete_args(lease, response, retention)
             )
         return done
 
