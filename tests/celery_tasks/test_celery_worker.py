@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import ROOT
+from tests.loopback_process import stop_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,13 +56,7 @@ class Deployment:
         try:
             yield process
         finally:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process, timeout=20)
 
     def send(self, task: str, *args: object, task_id: str | None = None) -> None:
         code = (
