@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=["redis", "postgres"])
+def shared_store_url(request: pytest.FixtureRequest) -> str:
+    """A store both worker processes reach (a memory store would be one per worker)."""
+    return str(request.getfixturevalue(f"{request.param}_store_url"))
+
+
 def assert_storms_run_each_view_once(
     serve: Callable[[Path], AbstractContextManager[str]], path: str, tmp_path: Path
 ) -> None:
@@ -35,22 +41,20 @@ def assert_storms_run_each_view_once(
     assert all(r.status_code == 201 and r.headers["idempotent-replayed"] == "true" for r in retries)
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres"])
 def test_duplicate_storms_across_workers_run_each_view_once(
-    request: pytest.FixtureRequest, backend: str, tmp_path: Path
+    shared_store_url: str, tmp_path: Path
 ) -> None:
-    store_url = request.getfixturevalue(f"{backend}_store_url")
     app = "tests.django_middleware.project:wsgi_application()"
     assert_storms_run_each_view_once(
-        lambda effects: gunicorn(app, store_url, effects, tmp_path), "/orders?sleep=0.3", tmp_path
+        lambda effects: gunicorn(app, shared_store_url, effects, tmp_path),
+        "/orders?sleep=0.3",
+        tmp_path,
     )
 
 
-@pytest.mark.parametrize("backend", ["redis", "postgres"])
 def test_duplicate_storms_on_uvicorn_workers_run_each_async_view_once(
-    request: pytest.FixtureRequest, backend: str, tmp_path: Path
+    shared_store_url: str, tmp_path: Path
 ) -> None:
-    store_url = request.getfixturevalue(f"{backend}_store_url")
     app = "tests.django_middleware.project:asgi_application"
 
     def uvicorn(port: int) -> list[str]:
@@ -60,5 +64,7 @@ def test_duplicate_storms_on_uvicorn_workers_run_each_async_view_once(
         ]
 
     assert_storms_run_each_view_once(
-        lambda effects: server(uvicorn, store_url, effects, tmp_path), "/async-orders", tmp_path
+        lambda effects: server(uvicorn, shared_store_url, effects, tmp_path),
+        "/async-orders",
+        tmp_path,
     )
