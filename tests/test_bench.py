@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from idemstore.errors import ConfigurationError
 from idemstore.registry import engines
 from idemstore.urls import open_store
 from tests.conftest import make_venv
+from tests.contract.test_contract_kit import run_python
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -86,16 +86,8 @@ def embedded_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "idemstore", "bench", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=240,
-        check=False,
-    )
+    args = ("-m", "idemstore", "bench", *args)
+    return run_python(sys.executable, *args, cwd=cwd, pythonpath=str(ROOT), timeout=240)
 
 
 # -- end to end ------------------------------------------------------------------------------

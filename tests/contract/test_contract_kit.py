@@ -43,7 +43,7 @@ def outcome(output: str) -> dict[str, int]:
 
 
 def run_python(
-    python: str, *args: str, cwd: Path, pythonpath: str | None = None
+    python: str, *args: str, cwd: Path, pythonpath: str | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
     """``python *args`` in ``cwd``, importing from ``pythonpath`` only (not from this session's
     PYTHONPATH) and without this session's PYTEST_ADDOPTS."""
@@ -56,7 +56,7 @@ def run_python(
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         check=False,
     )
 
