@@ -23,17 +23,16 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING
 
 from idemstore.backends.arguments import reserve_arguments
 from idemstore.backends.envelope import lost_reserve
 from idemstore.errors import ConfigurationError
-from idemstore.protocol import Outcome, Reservation, Status, answers_inline
+from idemstore.protocol import ForwardingStore, Outcome, Reservation, Status, answers_inline
 from idemstore.records import check_timeout
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore, Lease, Record
 
@@ -68,7 +67,7 @@ class _Entry:
         self.replay = Reservation(Outcome.COMPLETED, None, record, False)
 
 
-class CachedStore:
+class CachedStore(ForwardingStore):
     """``store`` with a bounded in-process cache of its completed records in front of it.
 
     Args:
@@ -100,7 +99,6 @@ class CachedStore:
         "max_age",
         "max_bytes",
         "max_entries",
-        "wrapped",
     )
 
     def __init__(
@@ -114,7 +112,7 @@ class CachedStore:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.wrapped = store
+        super().__init__(store)
         self.max_entries = _count("max_entries", max_entries)
         self.max_bytes = None if max_bytes is None else _count("max_bytes", max_bytes)
         self.max_age = _seconds("max_age", max_age, allow_zero=False)
@@ -129,9 +127,6 @@ class CachedStore:
         self._closed = False
         self._clock = clock
         self._monotonic = monotonic
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
 
     def __repr__(self) -> str:
         return f"CachedStore({self.wrapped!r}, max_entries={self.max_entries})"
@@ -206,14 +201,8 @@ class CachedStore:
 
     # -- the contract -------------------------------------------------------------------------
 
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
         entry = self._cached(scope, key)
         if entry is not None:
@@ -232,16 +221,14 @@ class CachedStore:
         self._remember(reservation.record, epoch)
         return reservation
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
+    async def _complete(self, lease: Lease, response: bytes, retention: float | None) -> bool:
         done = await self.wrapped.complete(lease, response, retention=retention)
         if done:
             # Only a record deleted elsewhere could still be cached for a key just completed.
             self._drop((lease.scope, lease.key))
         return done
 
-    async def release(self, lease: Lease) -> bool:
+    async def _release(self, lease: Lease) -> bool:
         identity = (lease.scope, lease.key)
         self._invalidate(identity)
         try:
@@ -249,10 +236,7 @@ class CachedStore:
         finally:
             self._invalidate(identity)
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        return await self.wrapped.extend(lease, lease_ttl=lease_ttl)
-
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
+    async def _get(self, key: str, scope: str) -> Record | None:
         entry = self._cached(scope, key)
         if entry is not None:
             return entry.record
@@ -261,7 +245,7 @@ class CachedStore:
         self._remember(record, epoch)
         return record
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         entry = self._cached(scope, key)
         if entry is not None:
             check_timeout(timeout)
@@ -271,7 +255,7 @@ class CachedStore:
         self._remember(record, epoch)
         return record
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
+    async def _delete(self, key: str, scope: str) -> bool:
         # Dropped before and after: a read that started before the store deleted the record
         # finds the epoch moved and does not put it back.
         identity = (scope, key)
@@ -281,12 +265,8 @@ class CachedStore:
         finally:
             self._invalidate(identity)
 
-    async def sweep(self, *, limit: int = 1000) -> int:
-        # Entries never outlive their record's retention: sweeping has nothing to drop here.
-        return await self.wrapped.sweep(limit=limit)
-
-    async def ping(self) -> None:
-        await self.wrapped.ping()
+    # extend, sweep and ping are forwarded as they are: entries never outlive their record's
+    # retention, so sweeping has nothing to drop here.
 
     async def close(self) -> None:
         self._closed = True
@@ -294,20 +274,14 @@ class CachedStore:
         self._bytes = 0
         await self.wrapped.close()
 
-    async def __aenter__(self) -> Self:
+    async def _enter(self) -> None:
         try:
             await self.wrapped.__aenter__()
         except BaseException:
             await self.close()
             raise
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _leave(self, exc: BaseException | None) -> None:
         await self.close()
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "AsyncContext",
     "Checkpoint",
     "CheckpointingStore",
+    "ForwardingStore",
     "IdempotencyStore",
     "Lease",
     "Outcome",
@@ -289,6 +290,111 @@ class AsyncContext:
     async def _leave(self, exc: BaseException | None) -> None:
         """What leaving does; ``exc`` is what the body raised, ``None`` when it finished."""
         raise NotImplementedError
+
+
+class ForwardingStore(AsyncContext):
+    """A store that forwards every operation, ``close`` and ``async with`` to the store it
+    wraps, ``wrapped``; attributes it does not define (``stats``, engine specifics) are read
+    from ``wrapped`` too. It is the base of wrappers that change a few operations
+    (``idemstore.instrument()``'s, ``CachedStore``, the test stores): each public operation
+    calls a hook that takes its arguments in order (``_reserve(key, fingerprint, scope,
+    lease_ttl, retention)``, ``_wait(key, scope, timeout)``, ...) and forwards them, so a
+    wrapper overrides only the hooks of what it changes. ``ping`` and ``close`` take no
+    arguments and are overridden as they are.
+
+    Like any base class, it never passes on ``answers_inline``: a wrapper that keeps the
+    promise declares it itself (see ``answers_inline``).
+    """
+
+    __slots__ = ("wrapped",)
+
+    def __init__(self, wrapped: IdempotencyStore) -> None:
+        self.wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.wrapped!r})"
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        return await self._reserve(key, fingerprint, scope, lease_ttl, retention)
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        return await self._complete(lease, response, retention)
+
+    async def release(self, lease: Lease) -> bool:
+        return await self._release(lease)
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        return await self._extend(lease, lease_ttl)
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        return await self._get(key, scope)
+
+    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+        return await self._wait(key, scope, timeout)
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        return await self._delete(key, scope)
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        return await self._sweep(limit)
+
+    async def ping(self) -> None:
+        await self.wrapped.ping()
+
+    async def close(self) -> None:
+        await self.wrapped.close()
+
+    # -- hooks: each forwards its operation as it is ----------------------------------------
+
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
+    ) -> Reservation:
+        return await self.wrapped.reserve(
+            key, fingerprint, scope=scope, lease_ttl=lease_ttl, retention=retention
+        )
+
+    async def _complete(self, lease: Lease, response: bytes, retention: float | None) -> bool:
+        return await self.wrapped.complete(lease, response, retention=retention)
+
+    async def _release(self, lease: Lease) -> bool:
+        return await self.wrapped.release(lease)
+
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
+        return await self.wrapped.extend(lease, lease_ttl=lease_ttl)
+
+    async def _get(self, key: str, scope: str) -> Record | None:
+        return await self.wrapped.get(key, scope=scope)
+
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
+        return await self.wrapped.wait(key, scope=scope, timeout=timeout)
+
+    async def _delete(self, key: str, scope: str) -> bool:
+        return await self.wrapped.delete(key, scope=scope)
+
+    async def _sweep(self, limit: int) -> int:
+        return await self.wrapped.sweep(limit=limit)
+
+    async def _enter(self) -> None:
+        await self.wrapped.__aenter__()
+
+    async def _leave(self, exc: BaseException | None) -> None:
+        if exc is None:
+            await self.wrapped.__aexit__(None, None, None)
+        else:
+            await self.wrapped.__aexit__(type(exc), exc, exc.__traceback__)
 
 
 def answers_inline(store: object) -> bool:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytest_plugins: list[str] = ["idemstore.testing"]
 
-__all__ = ["ROOT", "backend_unavailable", "built_wheel", "make_venv"]
+__all__ = ["ROOT", "backend_unavailable", "built_wheel", "make_venv", "output_of"]
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +46,21 @@ def make_venv(where: Path, *requirements: str) -> Path:
     bin_dir = where / "bin"
     subprocess.run([str(bin_dir / "pip"), "install", "-q", *requirements], check=True)
     return bin_dir
+
+
+def output_of(*argv: str | Path, cwd: Path, timeout: float | None = None) -> str:
+    """What ``argv`` printed, run in ``cwd``; the test fails, showing its output, unless it
+    exits 0."""
+    done = subprocess.run(
+        [str(arg) for arg in argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 @pytest.fixture

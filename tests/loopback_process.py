@@ -10,7 +10,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from idemstore.local_servers import ServerUnavailableError, wait_for_port
 
@@ -21,7 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 START_TIMEOUT = 30.0
 
-__all__ = ["ENV", "ROOT", "Child"]
+__all__ = ["ENV", "ROOT", "Child", "stop_process"]
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``process`` unless it already exited; SIGKILL it if it takes longer than
+    ``timeout`` seconds to exit."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @dataclass
@@ -60,13 +72,7 @@ class Child:
             raise AssertionError(f"{self.argv} did not serve: {exc}") from exc
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, self.stop_timeout)
 
     def kill(self) -> None:
         if self.process.poll() is None:

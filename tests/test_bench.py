@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +39,7 @@ from idemstore.protocol import Record
 from idemstore.registry import engines
 from idemstore.urls import open_store
 from tests.conftest import make_venv
+from tests.contract.test_contract_kit import run_python
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -88,16 +88,8 @@ def embedded_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "idemstore", "bench", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=240,
-        check=False,
-    )
+    args = ("-m", "idemstore", "bench", *args)
+    return run_python(sys.executable, *args, cwd=cwd, pythonpath=str(ROOT), timeout=240)
 
 
 # -- end to end ------------------------------------------------------------------------------

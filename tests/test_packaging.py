@@ -20,7 +20,7 @@ import pytest
 
 import idemstore
 from idemstore.migrate import load_migrations
-from tests.conftest import ROOT, make_venv
+from tests.conftest import ROOT, make_venv, output_of
 from tests.test_readme import assert_quickstart_output, noxfile_constant, quickstart_source
 
 CORE_CHECK = textwrap.dedent(
@@ -57,15 +57,8 @@ CORE_CHECK = textwrap.dedent(
 @pytest.mark.slow
 def test_core_install_works_without_extras(built_wheel: Path, tmp_path: Path) -> None:
     bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
-    done = subprocess.run(
-        [str(bin_dir / "python"), "-c", CORE_CHECK],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "pip install 'idemstore[redis]'" in done.stdout
+    printed = output_of(bin_dir / "python", "-c", CORE_CHECK, cwd=tmp_path)
+    assert "pip install 'idemstore[redis]'" in printed
     help_text = subprocess.run(
         [str(bin_dir / "idemstore"), "--help"], capture_output=True, text=True, check=True
     ).stdout
@@ -133,9 +126,7 @@ def test_the_sdist_installs_into_a_clean_venv_and_migrates_and_runs_the_quicksta
     work.mkdir()
 
     def run(*args: str) -> str:
-        done = subprocess.run(args, cwd=work, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+        return output_of(*args, cwd=work)
 
     idemstore_cli = str(bin_dir / "idemstore")
     assert "applied 0001_records.sql" in run(idemstore_cli, "migrate", "sqlite:///idem.db")

@@ -7,14 +7,12 @@ starting its own.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
 from idemstore.testing.fixtures.postgres import DSN_ENV as POSTGRES_DSN_ENV
-from tests.conftest import ROOT
-from tests.contract.test_contract_kit import assert_every_contract_test_passed, run_pytest
+from tests.contract.test_contract_kit import run_contract_suite
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,18 +27,9 @@ def test_a_cached_store_over_redis_and_postgres_passes_the_whole_contract_suite(
 ) -> None:
     monkeypatch.setenv("IDEMSTORE_TEST_REDIS_URL", redis_server_url)
     monkeypatch.setenv(POSTGRES_DSN_ENV, postgres_server)
-    done = run_pytest(
-        sys.executable,
-        "-p",
-        "tests.replay_cache_variants",
-        "--idemstore-contract",
-        "cached-redis",
-        "--idemstore-contract",
-        "cached-postgres",
-        cwd=tmp_path,
-        pythonpath=str(ROOT),
+    ran = run_contract_suite(
+        "tests.replay_cache_variants", "cached-redis", "cached-postgres", cwd=tmp_path
     )
-    ran = assert_every_contract_test_passed(done)
     assert any("[cached-redis" in test_id for test_id in ran), ran[:5]
     assert any("[cached-postgres" in test_id for test_id in ran), ran[:5]
     assert all("[cached-" in test_id for test_id in ran), ran[:5]

@@ -55,6 +55,29 @@ def _own(path: Path) -> None:
             os.chown(item, entry.pw_uid, entry.pw_gid)
 
 
+def _server_directory(prefix: str) -> Path:
+    """A fresh temporary directory for a cluster and its socket, owned by the server user."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        (base / "sock").mkdir()
+        base.chmod(0o755)
+        _own(base)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return base
+
+
+def _run_tool(bin_dir: Path, tool: str, *args: str) -> None:
+    """Run PostgreSQL's ``tool`` as the server user; a failure is a ``ServerUnavailableError``
+    with the end of what it wrote on stderr."""
+    done = subprocess.run(_command(str(bin_dir / tool), *args), capture_output=True, check=False)
+    if done.returncode != 0:
+        raise ServerUnavailableError(
+            f"{tool} failed:\n" + done.stderr.decode(errors="replace")[-2000:]
+        )
+
+
 def _check_user() -> None:
     if _as_server_user():
         try:
@@ -263,31 +286,21 @@ def start_postgres(
     """
     bin_dir = _bin_dir()
     _check_user()
-    base = Path(tempfile.mkdtemp(prefix="idemstore-pg-"))
+    base = _server_directory("idemstore-pg-")
     try:
-        (base / "sock").mkdir()
-        base.chmod(0o755)
-        _own(base)
-        init = subprocess.run(
-            _command(
-                str(bin_dir / "initdb"),
-                "-D",
-                str(base / "data"),
-                "-U",
-                SERVER_USER,
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-            ),
-            capture_output=True,
-            check=False,
+        _run_tool(
+            bin_dir,
+            "initdb",
+            "-D",
+            str(base / "data"),
+            "-U",
+            SERVER_USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
         )
-        if init.returncode != 0:
-            raise ServerUnavailableError(
-                "initdb failed:\n" + init.stderr.decode(errors="replace")[-2000:]
-            )
         server = PostgresServer(bin_dir, base, port or free_port(), settings)
         server.start()
     except BaseException:
@@ -315,35 +328,25 @@ def start_streaming_replica(
     """
     bin_dir = _bin_dir()
     _check_user()
-    base = Path(tempfile.mkdtemp(prefix="idemstore-pg-replica-"))
+    base = _server_directory("idemstore-pg-replica-")
     replica: PostgresServer | None = None
     try:
-        (base / "sock").mkdir()
-        base.chmod(0o755)
-        _own(base)
-        copied = subprocess.run(
-            _command(
-                str(bin_dir / "pg_basebackup"),
-                "-D",
-                str(base / "data"),
-                "-R",
-                "-X",
-                "stream",
-                "--no-sync",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(primary.port),
-                "-U",
-                SERVER_USER,
-            ),
-            capture_output=True,
-            check=False,
+        _run_tool(
+            bin_dir,
+            "pg_basebackup",
+            "-D",
+            str(base / "data"),
+            "-R",
+            "-X",
+            "stream",
+            "--no-sync",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(primary.port),
+            "-U",
+            SERVER_USER,
         )
-        if copied.returncode != 0:
-            raise ServerUnavailableError(
-                "pg_basebackup failed:\n" + copied.stderr.decode(errors="replace")[-2000:]
-            )
         if upstream_port is not None:
             settings = base / "data" / "postgresql.auto.conf"
             text = settings.read_text()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.trace import StatusCode
 
-from idemstore.protocol import AsyncContext, Status, answers_inline
+from idemstore.protocol import ForwardingStore, Status, answers_inline
 from idemstore.telemetry.attributes import (
     BACKEND,
     ERROR_TYPE,
@@ -40,29 +40,23 @@ __all__ = ["InstrumentedStore"]
 T = TypeVar("T")
 
 
-class InstrumentedStore(AsyncContext):
+class InstrumentedStore(ForwardingStore):
     """``IdempotencyStore`` that forwards to ``wrapped`` and records into ``instruments``."""
 
-    __slots__ = ("_base", "backend", "instruments", "wrapped")
+    __slots__ = ("_base", "backend", "instruments")
 
     def __init__(
         self, wrapped: IdempotencyStore, instruments: Instruments, *, backend: str | None = None
     ) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self.instruments = instruments
         self.backend = backend or backend_name(wrapped)
         self._base: dict[str, Any] = {BACKEND: self.backend}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
 
     @property
     def answers_inline(self) -> bool:
         """The wrapped store's declaration: recording adds no step that suspends."""
         return answers_inline(self.wrapped)
-
-    def __repr__(self) -> str:
-        return f"InstrumentedStore({self.wrapped!r})"
 
     async def _observe(
         self,
@@ -113,14 +107,8 @@ class InstrumentedStore(AsyncContext):
         span.set_attribute(OUTCOME, "fenced_out")
         self.instruments.fenced_out.add(1, {**self._base, OPERATION: operation})
 
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
+    async def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
         def describe(reservation: Reservation, span: Span) -> None:
             found = reservation.lease or reservation.record
@@ -137,24 +125,22 @@ class InstrumentedStore(AsyncContext):
         )
         return await self._observe("reserve", call, describe, key, scope)
 
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
+    async def _complete(self, lease: Lease, response: bytes, retention: float | None) -> bool:
         describe = self._settling("complete", "completed", lease)
         call = self.wrapped.complete(lease, response, retention=retention)
         return await self._observe("complete", call, describe, lease.key, lease.scope)
 
-    async def release(self, lease: Lease) -> bool:
+    async def _release(self, lease: Lease) -> bool:
         describe = self._settling("release", "released", lease)
         call = self.wrapped.release(lease)
         return await self._observe("release", call, describe, lease.key, lease.scope)
 
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         describe = self._settling("extend", "extended", lease)
         call = self.wrapped.extend(lease, lease_ttl=lease_ttl)
         return await self._observe("extend", call, describe, lease.key, lease.scope)
 
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
+    async def _get(self, key: str, scope: str) -> Record | None:
         def describe(record: Record | None, span: Span) -> None:
             span.set_attribute(OUTCOME, "absent" if record is None else record.status.value)
             if record is not None:
@@ -162,7 +148,7 @@ class InstrumentedStore(AsyncContext):
 
         return await self._observe("get", self.wrapped.get(key, scope=scope), describe, key, scope)
 
-    async def wait(self, key: str, *, scope: str = "", timeout: float) -> Record | None:
+    async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         # The clock wait measures its timeout on (the loop's, monotonic); whether a lease ran
         # is the engine's to say, by its clock, never this machine's wall clock.
         clock = asyncio.get_running_loop().time
@@ -184,14 +170,14 @@ class InstrumentedStore(AsyncContext):
         call = self.wrapped.wait(key, scope=scope, timeout=timeout)
         return await self._observe("wait", call, describe, key, scope)
 
-    async def delete(self, key: str, *, scope: str = "") -> bool:
+    async def _delete(self, key: str, scope: str) -> bool:
         def describe(deleted: bool, span: Span) -> None:
             span.set_attribute(OUTCOME, "deleted" if deleted else "absent")
 
         call = self.wrapped.delete(key, scope=scope)
         return await self._observe("delete", call, describe, key, scope)
 
-    async def sweep(self, *, limit: int = 1000) -> int:
+    async def _sweep(self, limit: int) -> int:
         def describe(removed: int, span: Span) -> None:
             span.set_attribute(SWEEP_REMOVED, removed)
             if removed:
@@ -201,18 +187,6 @@ class InstrumentedStore(AsyncContext):
 
     async def ping(self) -> None:
         await self._observe("ping", self.wrapped.ping(), _nothing)
-
-    async def close(self) -> None:
-        await self.wrapped.close()
-
-    async def _enter(self) -> None:
-        await self.wrapped.__aenter__()
-
-    async def _leave(self, exc: BaseException | None) -> None:
-        if exc is None:
-            await self.wrapped.__aexit__(None, None, None)
-        else:
-            await self.wrapped.__aexit__(type(exc), exc, exc.__traceback__)
 
 
 def _nothing(result: object, span: Span) -> None:

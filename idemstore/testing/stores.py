@@ -4,9 +4,10 @@ a slow network would, so that what the runner makes of that answer is tested on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from idemstore.errors import ResponseTooLargeError
+from idemstore.protocol import ForwardingStore
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore, Lease
@@ -14,14 +15,17 @@ if TYPE_CHECKING:
 __all__ = ["SizeLimitedStore", "WrappedStore"]
 
 
-class WrappedStore:
-    """Every call goes to ``inner``; a subclass overrides the calls it changes."""
+class WrappedStore(ForwardingStore):
+    """Every call goes to ``inner``; a subclass overrides the calls (or the hooks, see
+    ``ForwardingStore``) it changes."""
 
     def __init__(self, inner: IdempotencyStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    @property
+    def inner(self) -> IdempotencyStore:
+        """The store under test (``wrapped``)."""
+        return self.wrapped
 
 
 class SizeLimitedStore(WrappedStore):
@@ -32,7 +36,7 @@ class SizeLimitedStore(WrappedStore):
         super().__init__(inner)
         self.limit = limit
 
-    async def complete(self, lease: Lease, response: bytes, **options: Any) -> bool:
+    async def _complete(self, lease: Lease, response: bytes, retention: float | None) -> bool:
         if len(response) > self.limit:
             raise ResponseTooLargeError(f"over the item limit of {self.limit} bytes")
-        return await self.inner.complete(lease, response, **options)
+        return await super()._complete(lease, response, retention)

@@ -27,6 +27,7 @@ from idemstore import (
 )
 from idemstore.local_servers import ServerUnavailableError, free_port
 from idemstore.testing import FaultProxy
+from idemstore.testing.fixtures import running
 from tests.conftest import backend_unavailable
 
 pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
@@ -643,12 +644,8 @@ def password_redis() -> Iterator[LocalRedis]:
     """A server of this test's own that requires ``PASSWORD`` (its ``url`` gives none)."""
     from idemstore.local_servers.redis import start_redis
 
-    try:
-        server = start_redis(requirepass=PASSWORD)
-    except ServerUnavailableError as exc:
-        backend_unavailable("redis", str(exc))
-    yield server
-    server.stop()
+    with running("redis", lambda: start_redis(requirepass=PASSWORD)) as server:
+        yield server
 
 
 def with_userinfo(url: str, userinfo: str) -> str:
@@ -940,12 +937,8 @@ def own_cluster() -> Iterator[LocalRedisCluster]:
     """A cluster for tests that stop nodes or move slots; a stopped node keeps its data."""
     from idemstore.local_servers.redis import start_redis_cluster
 
-    try:
-        cluster = start_redis_cluster(appendonly=True)
-    except ServerUnavailableError as exc:
-        backend_unavailable("redis+cluster", str(exc))
-    yield cluster
-    cluster.stop()
+    with running("redis+cluster", lambda: start_redis_cluster(appendonly=True)) as cluster:
+        yield cluster
 
 
 def owner_of(cluster: LocalRedisCluster, name: bytes) -> LocalRedis:

@@ -71,6 +71,14 @@ async def complete_some(store: Store, count: int = 20) -> None:
     await asyncio.gather(*(one() for _ in range(count)))
 
 
+async def warned_while_completing(url: str, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the store logged at WARNING while it opened at ``url`` and completed some keys."""
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        async with open_store(url) as store:
+            await complete_some(store)
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
+
+
 def config_gets(server: LocalRedis) -> int:
     """How many ``CONFIG GET`` the server ran since its stats were reset."""
     for line in server.cli("INFO", "commandstats").splitlines():
@@ -101,10 +109,9 @@ async def test_a_primary_with_only_rdb_snapshots_is_refused_too() -> None:
 async def test_volatile_primary_warn_opens_and_says_so_once_per_primary(
     volatile_primary: LocalRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        async with open_store(url_of(volatile_primary, "volatile_primary=warn")) as store:
-            await complete_some(store)
-    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    warnings = await warned_while_completing(
+        url_of(volatile_primary, "volatile_primary=warn"), caplog
+    )
     assert len(warnings) == 1, warnings
     assert "no persistence" in warnings[0]
 
@@ -113,10 +120,8 @@ async def test_volatile_primary_allow_opens_without_checking(
     volatile_primary: LocalRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     volatile_primary.cli("CONFIG", "RESETSTAT")
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        async with open_store(url_of(volatile_primary, "volatile_primary=allow")) as store:
-            await complete_some(store)
-    assert [r for r in caplog.records if r.name == LOGGER] == []
+    url = url_of(volatile_primary, "volatile_primary=allow")
+    assert await warned_while_completing(url, caplog) == []
     assert config_gets(volatile_primary) == 0
 
 
@@ -124,10 +129,7 @@ async def test_a_primary_with_aof_is_accepted_silently_and_checked_once_not_per_
     aof_primary: LocalRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     aof_primary.cli("CONFIG", "RESETSTAT")
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        async with open_store(url_of(aof_primary, "")) as store:
-            await complete_some(store)
-    assert [r for r in caplog.records if r.name == LOGGER] == []
+    assert await warned_while_completing(url_of(aof_primary, ""), caplog) == []
     # One check of the one primary: CONFIG GET appendfsync and save, on its first connection.
     assert config_gets(aof_primary) == 2
 
@@ -138,10 +140,7 @@ async def test_without_config_the_check_reads_info_and_says_what_it_could_not_ch
     # A user that may not run CONFIG, as on managed Redis where CONFIG is renamed or disabled.
     for server in (aof_primary, volatile_primary):
         server.cli("ACL", "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all", "-config")
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        async with open_store(url_of(aof_primary, "", user="app:secret@")) as store:
-            await complete_some(store)
-    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    warnings = await warned_while_completing(url_of(aof_primary, "", user="app:secret@"), caplog)
     assert len(warnings) == 1, warnings
     assert "could not check" in warnings[0] and "CONFIG GET appendfsync" in warnings[0]
     assert "secret" not in warnings[0]
@@ -156,10 +155,9 @@ async def test_a_primary_that_answers_neither_info_nor_config_is_not_refused_but
 ) -> None:
     cli = ("ACL", "SETUSER", "blind", "on", ">secret", "~*", "&*", "+@all", "-config", "-info")
     volatile_primary.cli(*cli)
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        async with open_store(url_of(volatile_primary, "", user="blind:secret@")) as store:
-            await complete_some(store)
-    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    warnings = await warned_while_completing(
+        url_of(volatile_primary, "", user="blind:secret@"), caplog
+    )
     assert len(warnings) == 1, warnings
     assert "at all, so it is not refused" in warnings[0]
     assert "INFO persistence" in warnings[0]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import ROOT
+from tests.loopback_process import stop_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,13 +56,7 @@ class Deployment:
         try:
             yield process
         finally:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process, timeout=20)
 
     def send(self, task: str, *args: object, task_id: str | None = None) -> None:
         code = (
@@ -77,6 +72,21 @@ class Deployment:
             check=True,
             timeout=60,
         )
+
+    def charge_killed_mid_task_and_redelivered(self, order: str) -> str:
+        """``charge(order)`` sent; its worker SIGKILLed once the task started; then a new
+        worker runs until the broker's redelivery of that task finished. Returns the task id."""
+        task_id = uuid.uuid4().hex
+        with self.worker(pool="solo", concurrency=1) as doomed:
+            self.send("tests.celery_tasks.app.charge", order, 5, task_id=task_id)
+            self.wait_for(f"start {order}", 1)
+            os.kill(doomed.pid, signal.SIGKILL)
+            doomed.wait()
+        # The broker redelivers the unacknowledged task; the new worker takes the key over
+        # once the dead worker's lease lapsed.
+        with self.worker():
+            self.wait_for(f"postrun {task_id}", 1, timeout=90)
+        return task_id
 
     def lines(self) -> list[str]:
         return self.effects.read_text().splitlines()
@@ -124,16 +134,8 @@ def test_tasks_keyed_by_their_arguments_run_once_per_key(deployment: Deployment)
 def test_a_task_redelivered_after_its_worker_was_killed_resumes_once(
     deployment: Deployment,
 ) -> None:
-    task_id = uuid.uuid4().hex
-    with deployment.worker(pool="solo", concurrency=1) as doomed:
-        deployment.send("tests.celery_tasks.app.charge", "o-3", 5, task_id=task_id)
-        deployment.wait_for("start o-3", 1)
-        os.kill(doomed.pid, signal.SIGKILL)
-        doomed.wait()
-    # The broker redelivers the unacknowledged task; the new worker takes the key over once
-    # the dead worker's lease lapsed, and runs the effect again (on_takeover="run").
-    with deployment.worker():
-        deployment.wait_for(f"postrun {task_id}", 1, timeout=90)
+    # The worker taking over runs the effect again (on_takeover="run").
+    deployment.charge_killed_mid_task_and_redelivered("o-3")
     starts = [line for line in deployment.lines() if line.startswith("start")]
     assert starts == ["start o-3 takeover=False", "start o-3 takeover=True"]
 
@@ -142,14 +144,7 @@ def test_under_refuse_a_task_redelivered_after_a_kill_never_runs_twice(
     deployment: Deployment,
 ) -> None:
     deployment.env["IDEMSTORE_TEST_TAKEOVER"] = "refuse"
-    task_id = uuid.uuid4().hex
-    with deployment.worker(pool="solo", concurrency=1) as doomed:
-        deployment.send("tests.celery_tasks.app.charge", "o-4", 5, task_id=task_id)
-        deployment.wait_for("start o-4", 1)
-        os.kill(doomed.pid, signal.SIGKILL)
-        doomed.wait()
-    with deployment.worker():
-        deployment.wait_for(f"postrun {task_id}", 1, timeout=90)
+    task_id = deployment.charge_killed_mid_task_and_redelivered("o-4")
     assert [line for line in deployment.lines() if line.startswith("start")] == [
         "start o-4 takeover=False"
     ]

@@ -83,6 +83,14 @@ class SnapshotStore(AsyncContext):
         # owns nothing: the owner check fails, it is not an error, open or closed.
         return lease_owns_nothing(lease) or not _is_duration(lease.retention)
 
+    def _held(self, lease: Lease, now: float) -> _Snapshot | None:
+        """The row ``lease`` still owns, or None; a forged lease owns nothing even once the
+        store is closed, any other call on a closed store raises."""
+        if self._forged(lease):
+            return None
+        self._open()
+        return self._owned(lease, now)
+
     def _owned(self, lease: Lease, now: float) -> _Snapshot | None:
         row = self._live((lease.scope, lease.key), now)
         if row is None or row.record.status is not Status.IN_PROGRESS:
@@ -162,11 +170,8 @@ class SnapshotStore(AsyncContext):
         response = check_response(response)
         if retention is not None:
             retention = check_duration("retention", retention)
-        if self._forged(lease):
-            return False
-        self._open()
         now = time.time()
-        row = self._owned(lease, now)
+        row = self._held(lease, now)
         if row is None:
             return False
         keep = float(lease.retention) if retention is None else retention
@@ -181,10 +186,7 @@ class SnapshotStore(AsyncContext):
         return True
 
     async def release(self, lease: Lease) -> bool:
-        if self._forged(lease):
-            return False
-        self._open()
-        row = self._owned(lease, time.time())
+        row = self._held(lease, time.time())
         if row is None:
             return False
         await self._store((lease.scope, lease.key), replace(row, released=True))
@@ -192,11 +194,8 @@ class SnapshotStore(AsyncContext):
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if self._forged(lease):
-            return None
-        self._open()
         now = time.time()
-        row = self._owned(lease, now)
+        row = self._held(lease, now)
         deadline = row.record.lease_expires_at if row is not None else None
         if row is None or deadline is None or deadline <= now:
             return None  # lost, or lapsed: extending it would steal what others may take

@@ -43,7 +43,7 @@ def outcome(output: str) -> dict[str, int]:
 
 
 def run_python(
-    python: str, *args: str, cwd: Path, pythonpath: str | None = None
+    python: str, *args: str, cwd: Path, pythonpath: str | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
     """``python *args`` in ``cwd``, importing from ``pythonpath`` only (not from this session's
     PYTHONPATH) and without this session's PYTEST_ADDOPTS."""
@@ -56,7 +56,7 @@ def run_python(
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         check=False,
     )
 
@@ -93,22 +93,22 @@ def assert_every_contract_test_passed(done: subprocess.CompletedProcess[str]) ->
     return ran
 
 
+def run_contract_suite(plugin: str, *variants: str, cwd: Path) -> list[str]:
+    """The whole contract suite run by pytest in ``cwd`` on each of ``variants``, with
+    ``plugin`` (the module that registers them) loaded from this checkout; every test must
+    pass. Returns the ids that passed."""
+    chosen = [option for variant in variants for option in ("--idemstore-contract", variant)]
+    done = run_pytest(sys.executable, "-p", plugin, *chosen, cwd=cwd, pythonpath=str(ROOT))
+    return assert_every_contract_test_passed(done)
+
+
 @pytest.mark.slow
 def test_a_sixth_backend_registered_in_its_own_module_passes_the_whole_contract_suite(
     tmp_path: Path,
 ) -> None:
     # Loading the module is its one registration; the variant id selects it.
-    done = run_pytest(
-        sys.executable,
-        "-p",
-        SIXTH,
-        "--idemstore-contract",
-        "snapshot",
-        cwd=tmp_path,
-        pythonpath=str(ROOT),
-    )
     # Every test of the suite ran, each on the sixth backend.
-    ran = assert_every_contract_test_passed(done)
+    ran = run_contract_suite(SIXTH, "snapshot", cwd=tmp_path)
     assert all("[snapshot" in test_id for test_id in ran), ran[:5]
 
 

@@ -212,19 +212,29 @@ def matches_page(shown: list[str], printed: list[str]) -> bool:
     return True
 
 
-def run_python(blocks: list[Block], stores: Stores, cwd: Path, env: dict[str, str]) -> list[str]:
-    """Run a page's Python blocks in order; what each printed."""
-    report = cwd.parent / "python-report.json"
-    sources = [{"where": b.where, "source": stores.fill(b.source, shell=False)} for b in blocks]
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.docs.python_blocks_runner", str(report)],
-        input=json.dumps(sources),
+def run_module(
+    argv: list[str], cwd: Path, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGV`` in ``cwd`` with ``env`` over this process's environment, as a
+    reader would run it; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        input=stdin,
         capture_output=True,
         text=True,
         cwd=cwd,
         env={**os.environ, **env},
         timeout=120,
         check=False,
+    )
+
+
+def run_python(blocks: list[Block], stores: Stores, cwd: Path, env: dict[str, str]) -> list[str]:
+    """Run a page's Python blocks in order; what each printed."""
+    report = cwd.parent / "python-report.json"
+    sources = [{"where": b.where, "source": stores.fill(b.source, shell=False)} for b in blocks]
+    done = run_module(
+        ["tests.docs.python_blocks_runner", str(report)], cwd, env, json.dumps(sources)
     )
     assert report.exists(), f"the Python blocks' runner died:\n{done.stdout}\n{done.stderr}"
     result = json.loads(report.read_text())
@@ -281,10 +291,8 @@ def run_pytest(block: Block, cwd: Path, env: dict[str, str]) -> None:
     plugin loads itself and gives the engines' fixtures; asyncio_mode = auto, as the page says)."""
     test_file = cwd / f"test_docs_block_{block.line}.py"
     test_file.write_text(block.source)
-    done = subprocess.run(
+    done = run_module(
         [
-            sys.executable,
-            "-m",
             "pytest",
             "-q",
             "-p",
@@ -295,12 +303,8 @@ def run_pytest(block: Block, cwd: Path, env: dict[str, str]) -> None:
             str(cwd),
             str(test_file),
         ],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **env},
-        timeout=120,
-        check=False,
+        cwd,
+        env,
     )
     assert done.returncode == 0, f"{block.where}: its tests failed:\n{done.stdout}\n{done.stderr}"
 

@@ -21,6 +21,7 @@ import pytest
 from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
 from idemstore.urls import redact_url
 from tests.docs.markdown_blocks import ROOT, Block, blocks_of
+from tests.loopback_process import stop_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -123,12 +124,7 @@ def replicas(
         yield [(listen, line) for _, listen, line in started]
     finally:
         for process, _, _ in started:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout=10)
 
 
 def test_both_replicas_print_the_pages_startup_line(

@@ -42,6 +42,20 @@ def assert_replay_of(again: httpx.Response, first: httpx.Response) -> None:
     assert again.content == first.content
 
 
+def assert_ran_once_replayed_and_refused(
+    app: Starlette,
+    name: str,
+    first: httpx.Response,
+    again: httpx.Response,
+    changed: httpx.Response,
+) -> None:
+    """Three requests under one key: ``again`` replayed ``first``, ``changed`` (another
+    request) was refused as a mismatch (422), and the app ran ``name`` once."""
+    assert_replay_of(again, first)
+    assert changed.status_code == 422
+    assert calls(app, name) == 1
+
+
 def calls(app: Starlette, name: str) -> int:
     """How many times the test app ran ``name`` (a handler or a background step)."""
     return sum(1 for called in app.state.calls if called == name)

@@ -11,7 +11,7 @@ import pytest
 
 from idemstore.asgi import IdempotencyMiddleware
 from idemstore.errors import ConfigurationError
-from tests.http.conftest import ALICE, assert_replay_of, calls, keyed
+from tests.http.conftest import ALICE, assert_ran_once_replayed_and_refused, calls, keyed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,9 +39,7 @@ async def test_a_retry_differing_only_in_an_excluded_field_replays(
             "/orders", headers=keyed(key), json={"item": "coffee", "meta": {"sent_at": 3}}
         )
     assert first.status_code == 201
-    assert_replay_of(again, first)
-    assert other.status_code == 422
-    assert calls(app, "create_order") == 1
+    assert_ran_once_replayed_and_refused(app, "create_order", first, again, other)
 
 
 async def test_only_included_fields_decide_and_a_change_there_is_a_422(
@@ -59,9 +57,7 @@ async def test_only_included_fields_decide_and_a_change_there_is_a_422(
         changed = await client.post(
             "/orders", headers=keyed(key), json={"item": "tea", "amount": 4, "note": "x"}
         )
-    assert_replay_of(again, first)
-    assert changed.status_code == 422
-    assert calls(app, "create_order") == 1
+    assert_ran_once_replayed_and_refused(app, "create_order", first, again, changed)
 
 
 async def test_a_named_header_joins_the_fingerprint(make_client: Callable[..., Any]) -> None:
@@ -77,9 +73,7 @@ async def test_a_named_header_joins_the_fingerprint(make_client: Callable[..., A
         other = await client.post(
             "/orders", headers=keyed(key, {**ALICE, "X-Tenant": "t2"}), json={"item": "tea"}
         )
-    assert_replay_of(again, first)
-    assert other.status_code == 422
-    assert calls(app, "create_order") == 1
+    assert_ran_once_replayed_and_refused(app, "create_order", first, again, other)
 
 
 async def test_a_body_that_is_not_json_counts_whole_whatever_is_excluded(

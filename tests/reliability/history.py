@@ -191,29 +191,44 @@ class Worker:
         m1 = time.monotonic()
         return True, value, {"t0": t0, "t1": time.time(), "m0": m0, "m1": m1}
 
+    async def _reserve(self, key: str, fingerprint: str) -> tuple[bool, Any, dict[str, float]]:
+        config = self.config
+        return await self._call(
+            "reserve",
+            key,
+            lambda: self.store.reserve(
+                key, fingerprint, lease_ttl=config.lease_ttl, retention=config.retention
+            ),
+        )
+
+    def _log_acquired(
+        self, key: str, stamps: dict[str, float], lease: Lease, *, probe: bool, **more: Any
+    ) -> None:
+        self._log.write(
+            ev="reserve",
+            key=key,
+            **stamps,
+            outcome="acquired",
+            probe=probe,
+            fence=lease.fence,
+            token=lease.token,
+            **more,
+        )
+
     async def settle(self, key: str) -> None:
         config = self.config
         store = self.store
         while True:
-            ok, reservation, stamps = await self._call(
-                "reserve",
-                key,
-                lambda: store.reserve(
-                    key, FINGERPRINT, lease_ttl=config.lease_ttl, retention=config.retention
-                ),
-            )
+            ok, reservation, stamps = await self._reserve(key, FINGERPRINT)
             if not ok:
                 continue
             if reservation.outcome is Outcome.ACQUIRED:
                 lease = reservation.lease
-                self._log.write(
-                    ev="reserve",
-                    key=key,
-                    **stamps,
-                    outcome="acquired",
+                self._log_acquired(
+                    key,
+                    stamps,
+                    lease,
                     probe=False,
-                    fence=lease.fence,
-                    token=lease.token,
                     takeover=reservation.takeover,
                     lease_ttl=config.lease_ttl,
                     # The store's word, for people reading the logs; the checker never
@@ -265,27 +280,12 @@ class Worker:
 
     async def _probe(self, key: str) -> None:
         """The same key with other arguments: must be refused, never acquired."""
-        config = self.config
-        ok, reservation, stamps = await self._call(
-            "reserve",
-            key,
-            lambda: self.store.reserve(
-                key, OTHER_FINGERPRINT, lease_ttl=config.lease_ttl, retention=config.retention
-            ),
-        )
+        ok, reservation, stamps = await self._reserve(key, OTHER_FINGERPRINT)
         if not ok:
             return
         if reservation.outcome is Outcome.ACQUIRED:
             lease = reservation.lease
-            self._log.write(
-                ev="reserve",
-                key=key,
-                **stamps,
-                outcome="acquired",
-                probe=True,
-                fence=lease.fence,
-                token=lease.token,
-            )
+            self._log_acquired(key, stamps, lease, probe=True)
             await self._call("release", key, lambda: self.store.release(lease))
             return
         self._log_record(key, stamps, reservation.outcome, reservation.record, probe=True)

@@ -32,6 +32,7 @@ from idemstore.records import (
     MAX_SCOPE_LENGTH,
 )
 from idemstore.registry import known_schemes
+from tests.reliability.hypothesis_settings import OVER_ONE_FIXTURE
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore
@@ -668,12 +669,7 @@ def assert_secret_hidden(texts: list[str], secret: str | None) -> None:
             assert form not in text, f"the password {form!r} leaked: {text[:300]!r}"
 
 
-@settings(
-    max_examples=400,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+@settings(OVER_ONE_FIXTURE, max_examples=400)
 @given(parts=_url_parts)
 @example(parts=_canonical_parts("dynamodb", "idem_table", ""))
 @example(parts=_canonical_parts("dynamodb", "idem_table", "?region=us-east-1"))

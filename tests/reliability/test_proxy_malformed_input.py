@@ -24,12 +24,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from idemstore.registry import fixture_variants
 from tests.mcp.raw import ROOT, RawPeer, executions, mock_command, proxy_command, unmarked
+from tests.reliability.hypothesis_settings import OVER_ONE_FIXTURE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -333,12 +334,7 @@ _raw_line = st.one_of(
 line_batch = st.lists(st.one_of(_json_line, _json_line, _raw_line), min_size=5, max_size=40)
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    database=None,
-)
+@settings(OVER_ONE_FIXTURE, max_examples=25)
 @given(lines=line_batch)
 async def test_random_lines_never_stop_the_proxy(proxy: Proxy, lines: list[bytes]) -> None:
     # One proxy process serves every example: it must still be serving after all of them.

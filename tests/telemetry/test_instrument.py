@@ -17,7 +17,7 @@ import idemstore
 from idemstore import Idempotency, open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import ConfigurationError
-from tests.conftest import ROOT, make_venv
+from tests.conftest import ROOT, make_venv, output_of
 
 if TYPE_CHECKING:
     from tests.telemetry.conftest import Telemetry
@@ -77,15 +77,8 @@ def test_without_the_otel_extra_everything_works_and_instrument_names_it(
     built_wheel: Path, tmp_path: Path
 ) -> None:
     bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
-    done = subprocess.run(
-        [str(bin_dir / "python"), "-c", WITHOUT_OTEL],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=True,
-        timeout=120,
-    )
-    assert "pip install 'idemstore[otel]'" in done.stdout
+    printed = output_of(bin_dir / "python", "-c", WITHOUT_OTEL, cwd=tmp_path, timeout=120)
+    assert "pip install 'idemstore[otel]'" in printed
 
 
 def test_record_keys_must_be_false_true_or_hash() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -33,11 +34,18 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_store_url"))
 
 
+@contextlib.contextmanager
+def orders_behind_middleware(store_url: str, **options: Any) -> Iterator[flask.Flask]:
+    """The orders app with the WSGI middleware (given ``options``) in front of it."""
+    flask_app = orders_app()
+    with IdempotencyMiddleware(flask_app.wsgi_app, store=store_url, **options) as middleware:
+        flask_app.wsgi_app = middleware  # type: ignore[method-assign]
+        yield flask_app
+
+
 @pytest.fixture
 def app(store_url: str) -> Iterator[flask.Flask]:
-    flask_app = orders_app()
-    with IdempotencyMiddleware(flask_app.wsgi_app, store=store_url) as middleware:
-        flask_app.wsgi_app = middleware  # type: ignore[method-assign]
+    with orders_behind_middleware(store_url) as flask_app:
         yield flask_app
 
 
@@ -252,11 +260,7 @@ def test_an_asgi_deployment_replays_what_the_wsgi_one_recorded(redis_store_url: 
 
 
 def test_a_retry_differing_only_in_an_excluded_field_replays(store_url: str) -> None:
-    flask_app = orders_app()
-    with IdempotencyMiddleware(
-        flask_app.wsgi_app, store=store_url, fingerprint_exclude=["/sent_at"]
-    ) as middleware:
-        flask_app.wsgi_app = middleware  # type: ignore[method-assign]
+    with orders_behind_middleware(store_url, fingerprint_exclude=["/sent_at"]) as flask_app:
         client, headers = Client(flask_app), keyed()
         first = client.post("/orders", json={"item": "tea", "sent_at": 1}, headers=headers)
         again = client.post("/orders", json={"item": "tea", "sent_at": 2}, headers=headers)
@@ -268,11 +272,7 @@ def test_a_retry_differing_only_in_an_excluded_field_replays(store_url: str) -> 
 
 
 def test_a_change_in_an_included_field_is_a_422(store_url: str) -> None:
-    flask_app = orders_app()
-    with IdempotencyMiddleware(
-        flask_app.wsgi_app, store=store_url, fingerprint_include=["/item"]
-    ) as middleware:
-        flask_app.wsgi_app = middleware  # type: ignore[method-assign]
+    with orders_behind_middleware(store_url, fingerprint_include=["/item"]) as flask_app:
         client, headers = Client(flask_app), keyed()
         client.post("/orders", json={"item": "tea", "note": "a"}, headers=headers)
         again = client.post("/orders", json={"item": "tea", "note": "b"}, headers=headers)
