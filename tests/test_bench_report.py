@@ -149,3 +149,21 @@ def test_a_negative_difference_reads_as_negative() -> None:
     )
     text = render_table(result, width=80)
     assert "mcp proxy: -0.200 ms p50" in text and "+0.100 ms" in text and "+-" not in text
+
+
+def test_the_gateway_note_sets_its_added_latency_beside_the_bare_reverse_proxy() -> None:
+    direct = timing(1_000_000)
+    notes = {
+        "added_p50_ms": 0.6,
+        "relay_added_p50_ms": 0.4,
+        "relay_x_added_p50": 1.5,
+        "added_p99_ms": 2.0,
+        "relay_added_p99_ms": 1.0,
+        "relay_x_added_p99": 2.0,
+    }
+    result = BenchResult(
+        measurements=[Measurement("mcp gateway", "gateway", 1, direct, floor=direct, notes=notes)]
+    )
+    text = " ".join(render_table(result, width=80).split())
+    assert "mcp gateway: +0.600 ms p50 (a bare reverse proxy: +0.400 ms, 1.50x)" in text
+    assert "+2.00 ms p99 (a bare reverse proxy: +1.00 ms, 2.00x)" in text

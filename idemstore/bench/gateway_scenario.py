@@ -1,11 +1,15 @@
 """The ``gateway`` bench scenario: what ``idemstore gateway`` adds to a Streamable HTTP call.
 
-One run starts the mock HTTP MCP endpoint (``idemstore.bench.mock_http_server``) and an
-``idemstore gateway`` in front of it (memory store), both on loopback, then times the same
-``tools/call`` requests (fresh arguments each: every one reserves, runs and completes a derived
-key) sent directly and through the gateway, over one pooled httpx connection each, one at a
-time. The added latency is the difference of the percentiles. Then ``IDENTICAL_CALLS``
-identical calls go through the gateway and the upstream's executions are counted: 1 is right.
+One run starts the mock HTTP MCP endpoint (``idemstore.bench.mock_http_server``), an
+``idemstore gateway`` in front of it (memory store) and, as the floor, a bare streaming reverse
+proxy on the gateway's own stack (``idemstore.bench.reverse_proxy``: uvicorn, Starlette, httpx,
+bytes forwarded unread), all on loopback. It times the same ``tools/call`` requests (fresh
+arguments each: through the gateway every one reserves, runs and completes a derived key) sent
+directly, through the bare proxy and through the gateway, over one pooled httpx connection
+each, one at a time, the three interleaved. The added latency is the difference of the
+percentiles; the gateway's p50 and p99 added are compared with the bare proxy's. Then
+``IDENTICAL_CALLS`` identical calls go through the gateway and the upstream's executions are
+counted: 1 is right.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from idemstore.bench.results import Timing, Unavailable, through_layer
+from idemstore.bench.results import Timing, Unavailable, added_latency, ratio, through_layer
 from idemstore.bench.scenarios import checkout_env
 from idemstore.local_servers import free_port, wait_for_port
 
@@ -30,6 +34,8 @@ __all__ = ["run_gateway"]
 
 GATEWAY_STORE = "memory://"
 IDENTICAL_CALLS = 5
+# Rounds of direct, bare proxy, gateway: drift on a shared machine spreads over all three.
+ROUNDS = 4
 START_TIMEOUT = 30.0
 RPC_TIMEOUT = 30.0
 # One caller, as the gateway tells them apart: a request with no credentials is not deduplicated.
@@ -94,12 +100,22 @@ async def _time_calls(
     return timing
 
 
-async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
+def _added(through: Timing, direct: Timing, relay: Timing) -> dict[str, float | None]:
+    """Added latency of the gateway and of the bare proxy, and the gateway's over the proxy's."""
+    ours, bare = added_latency(through, direct), added_latency(relay, direct, "relay_")
+    return {
+        **bare,
+        "relay_x_added_p50": ratio(ours.get("added_p50_ms"), bare.get("relay_added_p50_ms")),
+        "relay_x_added_p99": ratio(ours.get("added_p99_ms"), bare.get("relay_added_p99_ms")),
+    }
+
+
+async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, Timing, int]:
     import httpx
 
     counter = tmp / "executions"
     counter.touch()
-    upstream_port, gateway_port = free_port(), free_port()
+    upstream_port, gateway_port, relay_port = free_port(), free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
     upstream = _spawn(
         "-m", "idemstore.bench.mock_http_server", "--port", str(upstream_port),
@@ -109,26 +125,34 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
         "-m", "idemstore", "gateway", "--listen", f"127.0.0.1:{gateway_port}",
         "--upstream", upstream_url, "--store", GATEWAY_STORE,
     )  # fmt: skip
+    relay = _spawn(
+        "-m", "idemstore.bench.reverse_proxy", "--port", str(relay_port),
+        "--upstream", upstream_url,
+    )  # fmt: skip
     gateway_url = f"http://127.0.0.1:{gateway_port}/mcp"
+    relay_url = f"http://127.0.0.1:{relay_port}/mcp"
     pad = "x" * load.payload_bytes
     try:
         await _listening(upstream, upstream_port)
         await _listening(gateway, gateway_port)
+        await _listening(relay, relay_port)
         timeout = httpx.Timeout(RPC_TIMEOUT)
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
             # One untimed call each way: connections open, imports settle.
             await _time_calls(client, upstream_url, 1, None, "warm")
             await _time_calls(client, gateway_url, 1, None, "warm")
-            # Interleave halves so that drift on a shared machine lands on both sides.
-            half = None if load.ops is None else max(1, load.ops // 2)
-            span = None if load.duration is None else load.duration / 4
-            direct, through = Timing(), Timing()
-            for _ in range(2):
-                for timing, url in ((direct, upstream_url), (through, gateway_url)):
-                    part = await _time_calls(client, url, half, span, pad)
-                    timing.latencies_ns += part.latencies_ns
-                    timing.seconds += part.seconds
-                    for name, count in part.errors.items():
+            await _time_calls(client, relay_url, 1, None, "warm")
+            # Interleave rounds so that drift on a shared machine lands on every side.
+            part = None if load.ops is None else max(1, load.ops // ROUNDS)
+            span = None if load.duration is None else load.duration / (2 * ROUNDS)
+            direct, relayed, through = Timing(), Timing(), Timing()
+            sides = ((direct, upstream_url), (relayed, relay_url), (through, gateway_url))
+            for _ in range(ROUNDS):
+                for timing, url in sides:
+                    done = await _time_calls(client, url, part, span, pad)
+                    timing.latencies_ns += done.latencies_ns
+                    timing.seconds += done.seconds
+                    for name, count in done.errors.items():
                         timing.errors[name] = timing.errors.get(name, 0) + count
             before = len(counter.read_text().split())
             body = {
@@ -140,9 +164,10 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, int]:
                 await client.post(gateway_url, json={**body, "id": f"same-{i}"}, headers=_HEADERS)
             executions = len(counter.read_text().split()) - before
     finally:
+        await _stop(relay)
         await _stop(gateway)
         await _stop(upstream)
-    return through, direct, executions
+    return through, direct, relayed, executions
 
 
 async def run_gateway(load: Any) -> Measurement | Unavailable:
@@ -153,7 +178,7 @@ async def run_gateway(load: Any) -> Measurement | Unavailable:
             return Unavailable("mcp gateway", why, scenario="gateway", extra="gateway")
     try:
         with tempfile.TemporaryDirectory(prefix="idemstore-bench-gateway-") as tmp:
-            through, direct, executions = await _measure(load, Path(tmp))
+            through, direct, relayed, executions = await _measure(load, Path(tmp))
     except (OSError, RuntimeError, TimeoutError, ValueError) as exc:
         return Unavailable("mcp gateway", f"{type(exc).__name__}: {exc}", scenario="gateway")
     through.executions = executions
@@ -164,5 +189,5 @@ async def run_gateway(load: Any) -> Measurement | Unavailable:
         direct,
         direct_name="the same HTTP endpoint called directly",
         store=GATEWAY_STORE,
-        notes={"identical_calls": IDENTICAL_CALLS},
+        notes={"identical_calls": IDENTICAL_CALLS, **_added(through, direct, relayed)},
     )

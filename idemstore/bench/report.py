@@ -13,7 +13,7 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
 
@@ -239,12 +239,32 @@ def note_lines(result: BenchResult) -> list[str]:
                     f"hasher {notes['shape']}: fingerprint {notes['rfc8785_x_p50']:.2f}x faster"
                     f" than rfc8785 at p50, {notes['rfc8785_x_ops']:.2f}x in ops/s"
                 )
+        elif m.scenario == "gateway":
+            lines.extend(_gateway_note(where, notes))
         elif m.scenario == "telemetry" and m.backend == TELEMETRY_RERUN:
             lines.append(
                 f"telemetry: '{TELEMETRY_RERUN}' is the baseline measured twice; its"
                 f" x p50 ({fmt_ratio(m.ratio_p50)}) is this run's noise"
             )
     return lines
+
+
+def _gateway_note(where: str, notes: dict[str, Any]) -> list[str]:
+    """The gateway's added p50 and p99 beside the bare reverse proxy's, when both were measured."""
+    parts = []
+    for label in ("p50", "p99"):
+        added, relay = notes.get(f"added_{label}_ms"), notes.get(f"relay_added_{label}_ms")
+        if not isinstance(added, float):
+            continue
+        text = f"{fmt_signed_ms(added)} ms {label}"
+        if isinstance(relay, float):
+            times = notes.get(f"relay_x_added_{label}")
+            text += f" (a bare reverse proxy: {fmt_signed_ms(relay)} ms"
+            text += f", {times:.2f}x)" if isinstance(times, float) else ")"
+        parts.append(text)
+    if not parts:
+        return []
+    return [f"{where}: " + ", ".join(parts) + " over the endpoint called directly"]
 
 
 def _fit(

@@ -17,6 +17,7 @@ Postgres, DynamoDB) deduplicate together, and a retry may land on any of them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -107,8 +108,13 @@ class GatewayScope:
             if self.unidentified != "shared":
                 return None
             caller = "anonymous"
-        server = hashlib.sha256(upstream.encode("utf-8")).hexdigest()[:16]
-        return caller_scope(f"mcp-gateway/{server}", caller)
+        return caller_scope(_namespace(upstream), caller)
+
+
+@functools.lru_cache(maxsize=16)
+def _namespace(upstream: str) -> str:
+    # One upstream per gateway: its hash is made once, not per request.
+    return "mcp-gateway/" + hashlib.sha256(upstream.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +219,10 @@ class McpGateway:
     # -- requests ------------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
-        if request.method != "POST" or request.url.path != self._path:
-            if request.url.path in _PROBES and request.method in ("GET", "HEAD"):
-                return await self._probe(request.url.path)
+        path = _url_path(request.scope)
+        if request.method != "POST" or path != self._path:
+            if path in _PROBES and request.method in ("GET", "HEAD"):
+                return await self._probe(path)
             return await self._relay(request, request.stream())
         try:
             body = await self._read_body(request)
@@ -359,8 +366,9 @@ class McpGateway:
         return await client.send(upstream, stream=True)
 
     def _target(self, request: Request) -> str:
-        query = request.url.query
-        return request.url.path + (f"?{query}" if query else "")
+        scope = request.scope
+        query = scope.get("query_string", b"").decode("latin-1")
+        return _url_path(scope) + (f"?{query}" if query else "")
 
     async def _relay(self, request: Request, content: bytes | AsyncIterator[bytes]) -> Response:
         headers = request_headers(request.headers.items(), rewritten=False)
@@ -424,6 +432,13 @@ async def _relayed_events(
     tail = reader.pending()
     if tail:
         yield tail
+
+
+def _url_path(scope: Mapping[str, Any]) -> str:
+    """``request.url.path`` without building and parsing a whole URL on every request: the
+    ASGI path with the characters Starlette escapes in it escaped the same way."""
+    path: str = scope["path"]
+    return path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
 
 
 def _unreachable(exc: httpx.HTTPError) -> Response:
