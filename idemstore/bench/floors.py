@@ -71,6 +71,7 @@ POSTGRES_CREATE = f"""CREATE TABLE IF NOT EXISTS {FLOOR_TABLE}_{{run}} (
     created_at       timestamptz NOT NULL,
     expires_at       timestamptz NOT NULL,
     lease_expires_at timestamptz,
+    checkpoints      bytea,
     PRIMARY KEY (scope, key))"""
 # The claim: insert the in-progress row unless the identity exists, and learn which happened
 # from RETURNING, as reserve does for a new key.
