@@ -42,12 +42,6 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
-@pytest.fixture
 async def two_callers(store_url: str) -> AsyncIterator[tuple[IdempotencyStore, IdempotencyStore]]:
     """Two callers of one store: separate connections, except memory:// (one per process)."""
     async with open_store(store_url) as first:

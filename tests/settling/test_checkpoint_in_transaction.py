@@ -16,48 +16,17 @@ from idemstore import (
     ConfigurationError,
     ExecutionPolicy,
     LeaseLostError,
-    Replay,
     open_store,
 )
 from tests.settling.business import Business, open_business
-from tests.settling.test_settle_in_transaction import FrozenHeartbeat
+from tests.settling.owners import owned, taken_over
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from idemstore import Execution, IdempotencyStore
-
-FP = "fp"
 
 
 def new_key() -> str:
     return f"step-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(request.param)
-    return url
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def business(store_url: str) -> AsyncIterator[Business]:
-    opened = await open_business(store_url)
-    await opened.create_table()
-    yield opened
-    await opened.close()
-
-
-async def owned(policy: ExecutionPolicy, key: str) -> Execution:
-    claim = await policy.begin(key, FP)
-    assert not isinstance(claim, Replay)
-    return claim
 
 
 async def stored_checkpoints(store: IdempotencyStore, key: str) -> tuple[Checkpoint, ...]:
@@ -102,10 +71,7 @@ async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
-    async with open_store(store_url) as other:
-        successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
-        assert successor.takeover
+    async with taken_over(store_url, store, key) as (stale, successor, other):
         await business.begin()
         await business.charge(f"{key}/one")
         with pytest.raises(LeaseLostError, match="roll your transaction back"):

@@ -24,52 +24,21 @@ from idemstore import (
     current_execution,
     open_store,
 )
-from idemstore.testing.stores import WrappedStore
 from tests.settling.business import Business, open_business
+from tests.settling.owners import FP, owned, taken_over
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from idemstore import Execution, IdempotencyStore, Lease
-
-FP = "fp"
+    from idemstore import Execution, IdempotencyStore
 
 
 class Boom(Exception):
     pass
 
 
-class FrozenHeartbeat(WrappedStore):
-    """``inner`` with a heartbeat that extends nothing: its owner's lease lapses as a paused
-    process's would, while the owner goes on as if it held it."""
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        return lease
-
-
 def new_key() -> str:
     return f"settle-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(request.param)
-    return url
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def business(store_url: str) -> AsyncIterator[Business]:
-    opened = await open_business(store_url)
-    await opened.create_table()
-    yield opened
-    await opened.close()
 
 
 async def settle_in_transaction(
@@ -90,12 +59,6 @@ async def settle_in_transaction(
             return
         await business.rollback()
         raise Boom
-
-
-async def owned(policy: ExecutionPolicy, key: str) -> Execution:
-    claim = await policy.begin(key, FP)
-    assert not isinstance(claim, Replay)
-    return claim
 
 
 async def test_the_business_row_and_the_outcome_commit_together(
@@ -167,10 +130,7 @@ async def test_a_stale_owner_gets_lease_lost_and_its_charge_rolls_back(
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
-    async with open_store(store_url) as other:
-        successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
-        assert successor.takeover
+    async with taken_over(store_url, store, key) as (stale, successor, _):
         with pytest.raises(LeaseLostError):
             await settle_in_transaction(stale, business, key, b"stale")
         await settle_in_transaction(successor, business, key, b"fresh")
@@ -357,9 +317,7 @@ async def test_a_stale_owner_that_catches_lease_lost_is_finished_and_not_settled
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
-    async with open_store(store_url) as other:
-        successor = await owned(ExecutionPolicy(other, in_flight="wait"), key)
+    async with taken_over(store_url, store, key) as (stale, successor, _):
         async with stale:
             await business.begin()
             await business.charge(key)
