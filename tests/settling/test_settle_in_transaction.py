@@ -61,15 +61,23 @@ async def settle_in_transaction(
         raise Boom
 
 
+async def charge_and_settle(
+    execution: Execution, business: Business, key: str, response: bytes
+) -> bool:
+    """Open a business transaction, charge ``key`` and settle in it; leave it open for the
+    test to commit or roll back."""
+    await business.begin()
+    await business.charge(key)
+    return await execution.settle(response, connection=business.connection)
+
+
 async def test_the_business_row_and_the_outcome_commit_together(
     store: IdempotencyStore, business: Business
 ) -> None:
     policy = ExecutionPolicy(store)
     key = new_key()
     async with await owned(policy, key) as execution:
-        await business.begin()
-        await business.charge(key)
-        assert await execution.settle(b"charged", connection=business.connection)
+        assert await charge_and_settle(execution, business, key, b"charged")
         assert not execution.settled  # not before the caller's commit
         await business.commit()
     assert execution.settled
@@ -116,9 +124,7 @@ async def test_a_rollback_swallowed_inside_the_block_leaves_a_key_that_lapses(
     policy = ExecutionPolicy(store, lease_ttl=0.5)
     key = new_key()
     async with await owned(policy, key) as execution:
-        await business.begin()
-        await business.charge(key)
-        await execution.settle(b"charged", connection=business.connection)
+        await charge_and_settle(execution, business, key, b"charged")
         await business.rollback()
     assert await business.charges() == {}
     successor = await owned(ExecutionPolicy(store, in_flight="wait", lease_ttl=5), key)
@@ -148,9 +154,7 @@ async def test_work_run_by_the_runner_settles_in_its_own_transaction(
     async def charge() -> bytes:
         execution = current_execution()
         assert execution is not None
-        await business.begin()
-        await business.charge(key)
-        await execution.settle(b"receipt", connection=business.connection)
+        await charge_and_settle(execution, business, key, b"receipt")
         await business.commit()
         return b"receipt"
 
@@ -303,9 +307,7 @@ async def test_an_outcome_over_max_response_bytes_commits_as_too_large_with_the_
     policy = ExecutionPolicy(store, max_response_bytes=4)
     key = new_key()
     async with await owned(policy, key) as execution:
-        await business.begin()
-        await business.charge(key)
-        assert not await execution.settle(b"far too long", connection=business.connection)
+        assert not await charge_and_settle(execution, business, key, b"far too long")
         await business.commit()
     assert await business.charges() == {key: 1}
     # The charge happened: retries learn its outcome was too large, and never charge again.
