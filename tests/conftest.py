@@ -9,6 +9,7 @@ the run when IDEMSTORE_TEST_REQUIRE_ALL=1 (``backend_unavailable``).
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,22 @@ async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
     """The store at ``store_url``, a fixture the module or folder defines to pick its engines."""
     async with open_store(store_url) as opened:
         yield opened
+
+
+@pytest.fixture
+async def silent_endpoint() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
+    """A loopback port that accepts connections and never answers, and what it accepted."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1], accepted
+    for writer in accepted:
+        writer.close()
+    server.close()
+    await server.wait_closed()
 
 
 @pytest.fixture
