@@ -13,16 +13,16 @@ import pytest
 
 from idemstore import (
     Checkpoint,
-    ConfigurationError,
     ExecutionPolicy,
     LeaseLostError,
     open_store,
 )
-from tests.settling.business import Business, open_business
 from tests.settling.owners import owned, taken_over
+from tests.settling.refusals import refused, refused_elsewhere
 
 if TYPE_CHECKING:
     from idemstore import Execution, IdempotencyStore
+    from tests.settling.business import Business
 
 
 def new_key() -> str:
@@ -86,41 +86,30 @@ async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
 # -- refusals ----------------------------------------------------------------------------------
 
 
-async def refused(execution: Execution, connection: Any) -> str:
-    with pytest.raises(ConfigurationError) as caught:
-        await execution.checkpoint("one", connection=connection)
-    assert not execution.finished
-    assert execution.checkpoints == ()
-    await execution.release()
-    return str(caught.value)
+async def checkpoint_one(execution: Execution, connection: Any) -> object:
+    return await execution.checkpoint("one", connection=connection)
 
 
 async def test_a_connection_without_an_open_transaction_is_refused(
     store: IdempotencyStore, business: Business
 ) -> None:
     execution = await owned(ExecutionPolicy(store), new_key())
-    assert "transaction open" in await refused(execution, business.connection)
+    assert "transaction open" in await refused(execution, business.connection, checkpoint_one)
 
 
 async def test_a_connection_of_another_engine_is_refused(
     store: IdempotencyStore, business: Business
 ) -> None:
     execution = await owned(ExecutionPolicy(store), new_key())
-    assert "needs an" in await refused(execution, object())
+    assert "needs an" in await refused(execution, object(), checkpoint_one)
 
 
 async def test_a_connection_to_another_sqlite_file_is_refused(
     sqlite_file_store_url: str, tmp_path: Any
 ) -> None:
-    other = await open_business(f"sqlite:///{tmp_path / 'other.db'}")
-    try:
-        async with open_store(sqlite_file_store_url) as store:
-            await other.begin()
-            execution = await owned(ExecutionPolicy(store), new_key())
-            assert "Nothing was recorded" in await refused(execution, other.connection)
-            await other.rollback()
-    finally:
-        await other.close()
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    message = await refused_elsewhere(sqlite_file_store_url, other_url, checkpoint_one)
+    assert "Nothing was recorded" in message
 
 
 @pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
@@ -129,5 +118,5 @@ async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead
 ) -> None:
     async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
         execution = await owned(ExecutionPolicy(elsewhere), new_key())
-        message = await refused(execution, business.connection)
+        message = await refused(execution, business.connection, checkpoint_one)
     assert "checkpoint(name, data) without a connection" in message

@@ -14,7 +14,6 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import pytest
 
 from idemstore import (
-    ConfigurationError,
     ExecutionPolicy,
     Idempotency,
     LeaseLostError,
@@ -26,6 +25,7 @@ from idemstore import (
 )
 from tests.settling.business import Business, open_business
 from tests.settling.owners import FP, owned, taken_over
+from tests.settling.refusals import refused, refused_elsewhere
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -195,46 +195,29 @@ async def test_concurrent_callers_charge_each_key_once(
 # -- refusals ----------------------------------------------------------------------------------
 
 
-async def refused(execution: Execution, connection: Any) -> str:
-    with pytest.raises(ConfigurationError) as caught:
-        await execution.settle(b"x", connection=connection)
-    # Refused before anything changed: the execution still owns its key.
-    assert not execution.finished
-    await execution.release()
-    return str(caught.value)
+async def settle_x(execution: Execution, connection: Any) -> object:
+    return await execution.settle(b"x", connection=connection)
 
 
 async def test_a_connection_without_an_open_transaction_is_refused(
     store: IdempotencyStore, business: Business
 ) -> None:
     execution = await owned(ExecutionPolicy(store), new_key())
-    assert "transaction open" in await refused(execution, business.connection)
+    assert "transaction open" in await refused(execution, business.connection, settle_x)
 
 
 async def test_a_connection_of_another_engine_is_refused(
     store: IdempotencyStore, business: Business
 ) -> None:
     execution = await owned(ExecutionPolicy(store), new_key())
-    assert "needs an" in await refused(execution, object())
-
-
-async def refused_elsewhere(store_url: str, other_url: str) -> str:
-    other = await open_business(other_url)
-    try:
-        async with open_store(store_url) as store:
-            await other.begin()
-            execution = await owned(ExecutionPolicy(store), new_key())
-            message = await refused(execution, other.connection)
-            await other.rollback()
-    finally:
-        await other.close()
-    return message
+    assert "needs an" in await refused(execution, object(), settle_x)
 
 
 async def test_a_connection_to_another_sqlite_file_is_refused(
     sqlite_file_store_url: str, tmp_path: Path
 ) -> None:
-    message = await refused_elsewhere(sqlite_file_store_url, f"sqlite:///{tmp_path / 'other.db'}")
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    message = await refused_elsewhere(sqlite_file_store_url, other_url, settle_x)
     assert "Nothing was recorded" in message
 
 
@@ -249,7 +232,7 @@ async def test_a_connection_to_another_postgres_database_is_refused(
         await admin.execute(f"CREATE DATABASE {name}")
         parts = urlsplit(postgres_store_url)
         other_url = urlunsplit(parts._replace(path=f"/{name}"))
-        message = await refused_elsewhere(postgres_store_url, other_url)
+        message = await refused_elsewhere(postgres_store_url, other_url, settle_x)
         assert f"database {name!r}" in message
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {name}")
@@ -262,7 +245,7 @@ async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead
 ) -> None:
     async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
         execution = await owned(ExecutionPolicy(elsewhere), new_key())
-        message = await refused(execution, business.connection)
+        message = await refused(execution, business.connection, settle_x)
     assert "settle(response) without a connection" in message
 
 
