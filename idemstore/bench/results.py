@@ -12,8 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from idemstore.urls import redact_url
+
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from idemstore.bench.runner import Target
 
 __all__ = [
     "BenchResult",
@@ -21,6 +25,7 @@ __all__ = [
     "Timing",
     "Unavailable",
     "added_latency",
+    "on_each_target",
     "percentile",
     "through_layer",
     "ratio",
@@ -178,6 +183,30 @@ class Measurement:
     expected_executions: int | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_one_caller(
+        cls,
+        target: Target,
+        scenario: str,
+        subject: Timing,
+        floor: Timing,
+        floor_name: str,
+        notes: dict[str, Any] | None = None,
+    ) -> Measurement:
+        """One caller's subject against its floor on ``target``, where a correct subject runs
+        each of its keys once."""
+        return cls(
+            backend=target.name,
+            scenario=scenario,
+            concurrency=1,
+            subject=subject,
+            floor=floor,
+            floor_name=floor_name,
+            url=redact_url(target.url),
+            expected_executions=subject.unique_keys,
+            notes=notes or {},
+        )
+
     @property
     def ratio_p50(self) -> float | None:
         """Subject p50 over floor p50: how many times the floor's latency the subject costs."""
@@ -258,3 +287,17 @@ class BenchResult:
             "results": [m.to_dict() for m in self.measurements],
             "unavailable": [u.to_dict() for u in self.unavailable],
         }
+
+
+async def on_each_target(
+    targets: Sequence[Target], scenario: str, one: Callable[[Target], Awaitable[Measurement]]
+) -> list[Measurement | Unavailable]:
+    """``one`` on every target in turn; a target it fails on is ``Unavailable`` for
+    ``scenario``, and the others still run."""
+    measured: list[Measurement | Unavailable] = []
+    for target in targets:
+        try:
+            measured.append(await one(target))
+        except Exception as exc:
+            measured.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}", scenario))
+    return measured
