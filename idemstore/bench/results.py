@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from idemstore.urls import redact_url
-
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
@@ -186,23 +184,25 @@ class Measurement:
     @classmethod
     def of_one_caller(
         cls,
-        target: Target,
+        backend: str,
         scenario: str,
         subject: Timing,
         floor: Timing,
         floor_name: str,
+        *,
+        url: str | None = None,
         notes: dict[str, Any] | None = None,
     ) -> Measurement:
-        """One caller's subject against its floor on ``target``, where a correct subject runs
-        each of its keys once."""
+        """One caller's subject against its floor, where a correct subject runs each of its
+        keys once; ``url`` is shown as given (redact it first)."""
         return cls(
-            backend=target.name,
+            backend=backend,
             scenario=scenario,
             concurrency=1,
             subject=subject,
             floor=floor,
             floor_name=floor_name,
-            url=redact_url(target.url),
+            url=url,
             expected_executions=subject.unique_keys,
             notes=notes or {},
         )

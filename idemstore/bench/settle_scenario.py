@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemstore.bench.results import Measurement, Timing, on_each_target
 from idemstore.execution import ExecutionPolicy, Replay
-from idemstore.urls import open_store
+from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -129,7 +129,9 @@ async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
         finally:
             await caller.connection.execute(f"DROP TABLE IF EXISTS {caller.table}")
             await caller.connection.close()
-    measurement = Measurement.of_one_caller(target, "settle", subject, floor, FLOOR)
+    measurement = Measurement.of_one_caller(
+        target.name, "settle", subject, floor, FLOOR, url=redact_url(target.url)
+    )
     ratio = measurement.ratio_p50
     if ratio is not None:
         measurement.notes["ratio_p50"] = round(ratio, 3)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from idemstore.bench.results import Measurement, Timing, on_each_target
 from idemstore.runner import Idempotency
 from idemstore.sync import Idempotency as SyncIdempotency
-from idemstore.urls import open_store
+from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -93,7 +93,9 @@ async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
     ours, theirs = subject.latency_ms()["p50"], floor.latency_ms()["p50"]
     if ours is not None and theirs is not None:
         notes["added_p50_ms"] = ours - theirs
-    return Measurement.of_one_caller(target, "sync", subject, floor, FLOOR, notes)
+    return Measurement.of_one_caller(
+        target.name, "sync", subject, floor, FLOOR, url=redact_url(target.url), notes=notes
+    )
 
 
 async def run_sync(
