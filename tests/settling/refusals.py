@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from idemstore import Execution
 
 
+async def settle_x(execution: Execution, connection: Any) -> object:
+    return await execution.settle(b"x", connection=connection)
+
+
+async def checkpoint_one(execution: Execution, connection: Any) -> object:
+    return await execution.checkpoint("one", connection=connection)
+
+
 async def refused(
     execution: Execution, connection: Any, attempt: Callable[[Execution, Any], Awaitable[object]]
 ) -> str:

@@ -7,7 +7,7 @@ connection that cannot carry the checkpoint is refused before anything is writte
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,10 +18,10 @@ from idemstore import (
     open_store,
 )
 from tests.settling.owners import owned, taken_over
-from tests.settling.refusals import refused, refused_elsewhere
+from tests.settling.refusals import checkpoint_one, refused
 
 if TYPE_CHECKING:
-    from idemstore import Execution, IdempotencyStore
+    from idemstore import IdempotencyStore
     from tests.settling.business import Business
 
 
@@ -84,32 +84,6 @@ async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
 
 
 # -- refusals ----------------------------------------------------------------------------------
-
-
-async def checkpoint_one(execution: Execution, connection: Any) -> object:
-    return await execution.checkpoint("one", connection=connection)
-
-
-async def test_a_connection_without_an_open_transaction_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "transaction open" in await refused(execution, business.connection, checkpoint_one)
-
-
-async def test_a_connection_of_another_engine_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "needs an" in await refused(execution, object(), checkpoint_one)
-
-
-async def test_a_connection_to_another_sqlite_file_is_refused(
-    sqlite_file_store_url: str, tmp_path: Any
-) -> None:
-    other_url = f"sqlite:///{tmp_path / 'other.db'}"
-    message = await refused_elsewhere(sqlite_file_store_url, other_url, checkpoint_one)
-    assert "Nothing was recorded" in message
 
 
 @pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pytest
@@ -25,11 +25,9 @@ from idemstore import (
 )
 from tests.settling.business import Business, open_business
 from tests.settling.owners import FP, owned, taken_over
-from tests.settling.refusals import refused, refused_elsewhere
+from tests.settling.refusals import refused, refused_elsewhere, settle_x
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from idemstore import Execution, IdempotencyStore
 
 
@@ -193,32 +191,6 @@ async def test_concurrent_callers_charge_each_key_once(
 
 
 # -- refusals ----------------------------------------------------------------------------------
-
-
-async def settle_x(execution: Execution, connection: Any) -> object:
-    return await execution.settle(b"x", connection=connection)
-
-
-async def test_a_connection_without_an_open_transaction_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "transaction open" in await refused(execution, business.connection, settle_x)
-
-
-async def test_a_connection_of_another_engine_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "needs an" in await refused(execution, object(), settle_x)
-
-
-async def test_a_connection_to_another_sqlite_file_is_refused(
-    sqlite_file_store_url: str, tmp_path: Path
-) -> None:
-    other_url = f"sqlite:///{tmp_path / 'other.db'}"
-    message = await refused_elsewhere(sqlite_file_store_url, other_url, settle_x)
-    assert "Nothing was recorded" in message
 
 
 async def test_a_connection_to_another_postgres_database_is_refused(
