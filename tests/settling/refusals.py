@@ -14,8 +14,12 @@ from tests.settling.owners import owned
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from typing import TypeAlias
 
     from idemstore import Execution
+
+    # The call under test (settle or checkpoint), made by an execution on a connection.
+    Attempt: TypeAlias = Callable[[Execution, Any], Awaitable[object]]
 
 
 async def settle_x(execution: Execution, connection: Any) -> object:
@@ -26,9 +30,7 @@ async def checkpoint_one(execution: Execution, connection: Any) -> object:
     return await execution.checkpoint("one", connection=connection)
 
 
-async def refused(
-    execution: Execution, connection: Any, attempt: Callable[[Execution, Any], Awaitable[object]]
-) -> str:
+async def refused(execution: Execution, connection: Any, attempt: Attempt) -> str:
     """``attempt`` is refused before anything changed (the execution still owns its key, with
     no checkpoints); then it releases the key and says why it was refused."""
     with pytest.raises(ConfigurationError) as caught:
@@ -39,9 +41,7 @@ async def refused(
     return str(caught.value)
 
 
-async def refused_elsewhere(
-    store_url: str, other_url: str, attempt: Callable[[Execution, Any], Awaitable[object]]
-) -> str:
+async def refused_elsewhere(store_url: str, other_url: str, attempt: Attempt) -> str:
     """Why ``attempt`` is refused on a transaction open in the database at ``other_url``, by
     the owner of a key in the store at ``store_url``."""
     other = await open_business(other_url)

@@ -5,7 +5,7 @@ engine's connection, another SQLite file. Each case runs for both calls."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,16 +14,16 @@ from tests.settling.owners import owned
 from tests.settling.refusals import checkpoint_one, refused, refused_elsewhere, settle_x
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
-    from idemstore import Execution, IdempotencyStore
+    from idemstore import IdempotencyStore
     from tests.settling.business import Business
+    from tests.settling.refusals import Attempt
 
 
 @pytest.fixture(params=[settle_x, checkpoint_one], ids=["settle", "checkpoint"])
-def attempt(request: pytest.FixtureRequest) -> Callable[[Execution, Any], Awaitable[object]]:
-    call: Callable[[Execution, Any], Awaitable[object]] = request.param
+def attempt(request: pytest.FixtureRequest) -> Attempt:
+    call: Attempt = request.param
     return call
 
 
@@ -32,27 +32,21 @@ def new_key() -> str:
 
 
 async def test_a_connection_without_an_open_transaction_is_refused(
-    store: IdempotencyStore,
-    business: Business,
-    attempt: Callable[[Execution, Any], Awaitable[object]],
+    store: IdempotencyStore, business: Business, attempt: Attempt
 ) -> None:
     execution = await owned(ExecutionPolicy(store), new_key())
     assert "transaction open" in await refused(execution, business.connection, attempt)
 
 
 async def test_a_connection_of_another_engine_is_refused(
-    store: IdempotencyStore,
-    business: Business,
-    attempt: Callable[[Execution, Any], Awaitable[object]],
+    store: IdempotencyStore, business: Business, attempt: Attempt
 ) -> None:
     execution = await owned(ExecutionPolicy(store), new_key())
     assert "needs an" in await refused(execution, object(), attempt)
 
 
 async def test_a_connection_to_another_sqlite_file_is_refused(
-    sqlite_file_store_url: str,
-    tmp_path: Path,
-    attempt: Callable[[Execution, Any], Awaitable[object]],
+    sqlite_file_store_url: str, tmp_path: Path, attempt: Attempt
 ) -> None:
     other_url = f"sqlite:///{tmp_path / 'other.db'}"
     message = await refused_elsewhere(sqlite_file_store_url, other_url, attempt)
