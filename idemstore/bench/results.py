@@ -69,17 +69,17 @@ def through_layer(
     """Calls through an idemstore layer (the ``proxy``, the ``gateway``: one worker, on
     ``store``) against the same calls made directly. ``through.executions`` counts identical
     calls (1 is right); the notes get the latency the layer adds."""
-    return Measurement(
-        backend=f"mcp {layer}",
-        scenario=layer,
-        concurrency=1,
-        subject=through,
-        floor=direct,
-        floor_name=direct_name,
+    measurement = Measurement.of_one_caller(
+        f"mcp {layer}",
+        layer,
+        through,
+        direct,
+        direct_name,
         url=store,
-        expected_executions=1,
         notes={"store": store, **notes, **added_latency(through, direct)},
     )
+    measurement.expected_executions = 1  # every call is the same one
+    return measurement
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
