@@ -17,13 +17,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore import open_store
 from idemstore.testing.fixtures import backend_unavailable
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
-
-    from idemstore import IdempotencyStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,13 +62,6 @@ def output_of(*argv: str | Path, cwd: Path, timeout: float | None = None) -> str
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    """The store at ``store_url``, a fixture the module or folder defines to pick its engines."""
-    async with open_store(store_url) as opened:
-        yield opened
 
 
 @pytest.fixture

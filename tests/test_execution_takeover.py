@@ -24,6 +24,7 @@ from idemstore import (
     open_store,
 )
 from idemstore.testing.stores import WrappedStore
+from tests.store_at_url import store as store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.settling.business import Business, open_business
+from tests.store_at_url import store as store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
