@@ -9,6 +9,7 @@ the run when IDEMSTORE_TEST_REQUIRE_ALL=1 (``backend_unavailable``).
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from idemstore.testing.fixtures import backend_unavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +62,22 @@ def output_of(*argv: str | Path, cwd: Path, timeout: float | None = None) -> str
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+@pytest.fixture
+async def silent_endpoint() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
+    """A loopback port that accepts connections and never answers, and what it accepted."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1], accepted
+    for writer in accepted:
+        writer.close()
+    server.close()
+    await server.wait_closed()
 
 
 @pytest.fixture

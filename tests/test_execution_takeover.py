@@ -24,6 +24,7 @@ from idemstore import (
     open_store,
 )
 from idemstore.testing.stores import WrappedStore
+from tests.store_at_url import store as store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -39,12 +40,6 @@ def new_key() -> str:
 def store_url(request: pytest.FixtureRequest) -> str:
     url: str = request.getfixturevalue(request.param)
     return url
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    async with open_store(store_url) as opened:
-        yield opened
 
 
 @pytest.fixture

@@ -45,13 +45,6 @@ async def run_replay_cache(
     ours, theirs = subject.latency_ms()["p50"], floor.latency_ms()["p50"]
     if ours and theirs:
         notes["speedup_p50"] = theirs / ours
-    return Measurement(
-        backend=backend,
-        scenario="replay-cache",
-        concurrency=1,
-        subject=subject,
-        floor=floor,
-        floor_name=ENGINE_REPLAY,
-        expected_executions=subject.unique_keys,
-        notes=notes,
+    return Measurement.of_one_caller(
+        backend, "replay-cache", subject, floor, ENGINE_REPLAY, notes=notes
     )

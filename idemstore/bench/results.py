@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from idemstore.bench.runner import Target
 
 __all__ = [
     "BenchResult",
@@ -21,6 +23,7 @@ __all__ = [
     "Timing",
     "Unavailable",
     "added_latency",
+    "on_each_target",
     "percentile",
     "through_layer",
     "ratio",
@@ -66,17 +69,17 @@ def through_layer(
     """Calls through an idemstore layer (the ``proxy``, the ``gateway``: one worker, on
     ``store``) against the same calls made directly. ``through.executions`` counts identical
     calls (1 is right); the notes get the latency the layer adds."""
-    return Measurement(
-        backend=f"mcp {layer}",
-        scenario=layer,
-        concurrency=1,
-        subject=through,
-        floor=direct,
-        floor_name=direct_name,
+    measurement = Measurement.of_one_caller(
+        f"mcp {layer}",
+        layer,
+        through,
+        direct,
+        direct_name,
         url=store,
-        expected_executions=1,
         notes={"store": store, **notes, **added_latency(through, direct)},
     )
+    measurement.expected_executions = 1  # every call is the same one
+    return measurement
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -178,6 +181,32 @@ class Measurement:
     expected_executions: int | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_one_caller(
+        cls,
+        backend: str,
+        scenario: str,
+        subject: Timing,
+        floor: Timing,
+        floor_name: str,
+        *,
+        url: str | None = None,
+        notes: dict[str, Any] | None = None,
+    ) -> Measurement:
+        """One caller's subject against its floor, where a correct subject runs each of its
+        keys once; ``url`` is shown as given (redact it first)."""
+        return cls(
+            backend=backend,
+            scenario=scenario,
+            concurrency=1,
+            subject=subject,
+            floor=floor,
+            floor_name=floor_name,
+            url=url,
+            expected_executions=subject.unique_keys,
+            notes=notes or {},
+        )
+
     @property
     def ratio_p50(self) -> float | None:
         """Subject p50 over floor p50: how many times the floor's latency the subject costs."""
@@ -258,3 +287,17 @@ class BenchResult:
             "results": [m.to_dict() for m in self.measurements],
             "unavailable": [u.to_dict() for u in self.unavailable],
         }
+
+
+async def on_each_target(
+    targets: Sequence[Target], scenario: str, one: Callable[[Target], Awaitable[Measurement]]
+) -> list[Measurement | Unavailable]:
+    """``one`` on every target in turn; a target it fails on is ``Unavailable`` for
+    ``scenario``, and the others still run."""
+    measured: list[Measurement | Unavailable] = []
+    for target in targets:
+        try:
+            measured.append(await one(target))
+        except Exception as exc:
+            measured.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}", scenario))
+    return measured

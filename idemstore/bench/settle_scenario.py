@@ -15,13 +15,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from idemstore.bench.results import Measurement, Timing, Unavailable
+from idemstore.bench.results import Measurement, Timing, on_each_target
 from idemstore.execution import ExecutionPolicy, Replay
 from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from idemstore.bench.results import Unavailable
     from idemstore.bench.runner import Target
     from idemstore.bench.scenarios import Load
     from idemstore.protocol import IdempotencyStore
@@ -128,15 +129,8 @@ async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
         finally:
             await caller.connection.execute(f"DROP TABLE IF EXISTS {caller.table}")
             await caller.connection.close()
-    measurement = Measurement(
-        backend=target.name,
-        scenario="settle",
-        concurrency=1,
-        subject=subject,
-        floor=floor,
-        floor_name=FLOOR,
-        url=redact_url(target.url),
-        expected_executions=subject.unique_keys,
+    measurement = Measurement.of_one_caller(
+        target.name, "settle", subject, floor, FLOOR, url=redact_url(target.url)
     )
     ratio = measurement.ratio_p50
     if ratio is not None:
@@ -149,10 +143,4 @@ async def run_settle(
 ) -> list[Measurement | Unavailable]:
     """The scenario on every target; a target that is no SQL store, or fails, is
     ``Unavailable``."""
-    measured: list[Measurement | Unavailable] = []
-    for target in targets:
-        try:
-            measured.append(await _one_target(target, load, prefix))
-        except Exception as exc:
-            measured.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}", "settle"))
-    return measured
+    return await on_each_target(targets, "settle", lambda target: _one_target(target, load, prefix))

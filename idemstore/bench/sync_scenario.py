@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from idemstore.bench.results import Measurement, Timing, Unavailable
+from idemstore.bench.results import Measurement, Timing, on_each_target
 from idemstore.runner import Idempotency
 from idemstore.sync import Idempotency as SyncIdempotency
 from idemstore.urls import open_store, redact_url
@@ -22,6 +22,7 @@ from idemstore.urls import open_store, redact_url
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from idemstore.bench.results import Unavailable
     from idemstore.bench.runner import Target
     from idemstore.bench.scenarios import Load
 
@@ -92,16 +93,8 @@ async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
     ours, theirs = subject.latency_ms()["p50"], floor.latency_ms()["p50"]
     if ours is not None and theirs is not None:
         notes["added_p50_ms"] = ours - theirs
-    return Measurement(
-        backend=target.name,
-        scenario="sync",
-        concurrency=1,
-        subject=subject,
-        floor=floor,
-        floor_name=FLOOR,
-        url=redact_url(target.url),
-        expected_executions=subject.unique_keys,
-        notes=notes,
+    return Measurement.of_one_caller(
+        target.name, "sync", subject, floor, FLOOR, url=redact_url(target.url), notes=notes
     )
 
 
@@ -109,10 +102,4 @@ async def run_sync(
     targets: Sequence[Target], load: Load, prefix: str
 ) -> list[Measurement | Unavailable]:
     """The scenario on every target; a target that fails is ``Unavailable``."""
-    measured: list[Measurement | Unavailable] = []
-    for target in targets:
-        try:
-            measured.append(await _one_target(target, load, prefix))
-        except Exception as exc:
-            measured.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}", "sync"))
-    return measured
+    return await on_each_target(targets, "sync", lambda target: _one_target(target, load, prefix))

@@ -113,16 +113,8 @@ async def run_telemetry(load: Load) -> list[Measurement] | Unavailable:
         if ours is not None and theirs is not None:
             notes["added_p50_ms"] = ours - theirs
         measurements.append(
-            Measurement(
-                backend=label,
-                scenario="telemetry",
-                concurrency=1,
-                subject=timing,
-                floor=baseline,
-                floor_name=BASELINE,
-                url="memory://",
-                expected_executions=timing.unique_keys,
-                notes=notes,
+            Measurement.of_one_caller(
+                label, "telemetry", timing, baseline, BASELINE, url="memory://", notes=notes
             )
         )
     return measurements

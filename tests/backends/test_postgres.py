@@ -634,6 +634,34 @@ def _function_calls(schema: str) -> dict[str, str]:
     }
 
 
+async def _records_at(url: str, schema: str, version: int, *, held_ttl: float = LONG) -> Any:
+    """A store migrated to schema ``version`` (3 or 4) with records written as that version's
+    code wrote them: "done" completed with b"old result", "gone" released, and "held" still
+    in progress under a ``held_ttl`` lease, whose reserve row this returns."""
+    old = await _store_migrated_to(url, version)
+    try:
+        sql = _function_calls(schema)
+        pool = await old._connect()
+
+        async def reserve(key: str, lease_ttl: float = LONG) -> Any:
+            return await pool.fetchrow(
+                sql["reserve"], hash64(schema, "", key), "", key, FP,
+                uuid.uuid4().hex, lease_ttl, LONG,
+            )  # fmt: skip
+
+        done = await reserve("done")
+        assert await pool.fetchval(
+            sql["complete"], "", "done", done["token"], done["fence"], b"old result", LONG,
+            "c", 0,
+        )  # fmt: skip
+        held = await reserve("held", lease_ttl=held_ttl)
+        gone = await reserve("gone")
+        assert await pool.fetchval(sql["release"], "", "gone", gone["token"], 1, "c", 0)
+    finally:
+        await old.close()
+    return held
+
+
 async def test_records_written_under_schema_version_1_replay_after_version_2(
     postgres_server: str, postgres_schema: str, admin: Any
 ) -> None:
@@ -723,27 +751,7 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
     before it (completed, in progress, released) answer exactly as before, and a row
     written after it carries the same digest the generated column computed."""
     url = with_options(postgres_server, schema=postgres_schema)
-    old = await _store_migrated_to(url, 3)
-    try:
-        sql = _function_calls(postgres_schema)
-        pool = await old._connect()
-
-        async def reserve_v3(key: str) -> Any:
-            return await pool.fetchrow(
-                sql["reserve"], hash64(postgres_schema, "", key), "", key, FP,
-                uuid.uuid4().hex, LONG, LONG,
-            )  # fmt: skip
-
-        done = await reserve_v3("done")
-        assert await pool.fetchval(
-            sql["complete"], "", "done", done["token"], done["fence"], b"old result", LONG,
-            "c", 0,
-        )  # fmt: skip
-        held = await reserve_v3("held")
-        gone = await reserve_v3("gone")
-        assert await pool.fetchval(sql["release"], "", "gone", gone["token"], 1, "c", 0)
-    finally:
-        await old.close()
+    held = await _records_at(url, postgres_schema, 3)
 
     async with open_pg(url) as new:
         applied = await new.apply_migrations(load_migrations("postgres"))
@@ -784,27 +792,7 @@ async def test_records_written_under_schema_version_4_read_and_take_checkpoints_
     written before it (completed, in progress, released) answer as before, with no
     checkpoints, and the one in progress records checkpoints that a takeover then sees."""
     url = with_options(postgres_server, schema=postgres_schema)
-    old = await _store_migrated_to(url, 4)
-    try:
-        sql = _function_calls(postgres_schema)
-        pool = await old._connect()
-
-        async def reserve_v4(key: str, lease_ttl: float = LONG) -> Any:
-            return await pool.fetchrow(
-                sql["reserve"], hash64(postgres_schema, "", key), "", key, FP,
-                uuid.uuid4().hex, lease_ttl, LONG,
-            )  # fmt: skip
-
-        done = await reserve_v4("done")
-        assert await pool.fetchval(
-            sql["complete"], "", "done", done["token"], done["fence"], b"old result", LONG,
-            "c", 0,
-        )  # fmt: skip
-        held = await reserve_v4("held", lease_ttl=1.0)
-        gone = await reserve_v4("gone")
-        assert await pool.fetchval(sql["release"], "", "gone", gone["token"], 1, "c", 0)
-    finally:
-        await old.close()
+    held = await _records_at(url, postgres_schema, 4, held_ttl=1.0)
 
     async with open_pg(url) as new:
         applied = await new.apply_migrations(load_migrations("postgres"))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,29 +10,13 @@ import pytest
 from idemstore import StoreUnavailableError, open_store
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    import asyncio
 
 pytest.importorskip("asyncpg")
 
 FP = "f" * 64
 # asyncpg's own bound on a connect: every host, the TLS request and its plain retry, the login.
 SILENT = "connect_timeout=0.2"
-
-
-@pytest.fixture
-async def silent_endpoint() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
-    """A loopback port that accepts connections and never answers, and what it accepted."""
-    accepted: list[asyncio.StreamWriter] = []
-
-    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(writer)
-
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1], accepted
-    for writer in accepted:
-        writer.close()
-    server.close()
-    await server.wait_closed()
 
 
 async def test_a_call_to_an_endpoint_that_never_answers_fails_saying_it_timed_out_connecting(

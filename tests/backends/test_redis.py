@@ -689,22 +689,6 @@ async def test_the_password_a_server_requires_is_given_in_the_url(
         assert await acquire(store, new_key())
 
 
-@pytest.fixture
-async def silent_endpoint() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
-    """A loopback port that accepts connections and never answers, and what it accepted."""
-    accepted: list[asyncio.StreamWriter] = []
-
-    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(writer)
-
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1], accepted
-    for writer in accepted:
-        writer.close()
-    server.close()
-    await server.wait_closed()
-
-
 # Shorter than the socket_timeout (5 s), so the connect's own bound is the one that ends it.
 SILENT = "socket_connect_timeout=0.2&retries=2"
 

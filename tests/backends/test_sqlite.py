@@ -707,24 +707,35 @@ async def test_a_response_past_sqlites_length_limit_is_response_too_large(tmp_pa
         assert again.acquired and again.lease is not None and again.lease.fence == 2
 
 
+async def _file_at_version(tmp_path: Path, count: int) -> Path:
+    """A SQLite store file with only its first ``count`` migrations applied."""
+    path = tmp_path / "idem.db"
+    store = SQLiteStore(str(path))
+    await store.apply_migrations(load_migrations("sqlite")[:count])
+    await store.close()
+    return path
+
+
+def _write_as_older_code(path: Path, statement: str, rows: list[tuple[object, ...]]) -> None:
+    """Rows written straight into the file, as the code of its version wrote them."""
+    with contextlib.closing(sqlite3.connect(str(path))) as conn, conn:
+        conn.executemany(statement, rows)
+
+
 async def test_a_live_lease_written_before_version_2_keeps_its_record_after_the_upgrade(
     tmp_path: Path,
 ) -> None:
     """Older code let a record in progress expire before its lease: migration 0002 aligns such
     records, so the upgrade does not hand a held key to a second caller."""
-    path = tmp_path / "idem.db"
-    store = SQLiteStore(str(path))
-    await store.apply_migrations(load_migrations("sqlite")[:1])
-    await store.close()
+    path = await _file_at_version(tmp_path, 1)
     now = time.time()
-    with sqlite3.connect(str(path)) as conn:
-        conn.execute(
-            "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
-            "created_at, expires_at, lease_expires_at) "
-            "VALUES ('', 'k', 'fp', 'in_progress', 'old-token', 1, ?, ?, ?)",
-            (now - 10, now - 1, now + LONG),
-        )
-    conn.close()
+    _write_as_older_code(
+        path,
+        "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
+        "created_at, expires_at, lease_expires_at) "
+        "VALUES ('', 'k', 'fp', 'in_progress', 'old-token', 1, ?, ?, ?)",
+        [(now - 10, now - 1, now + LONG)],
+    )
     async with SQLiteStore(str(path)) as upgraded:
         second = await upgraded.reserve("k", "fp", lease_ttl=LONG, retention=LONG)
         assert second.outcome is Outcome.IN_PROGRESS
@@ -736,22 +747,18 @@ async def test_records_written_before_version_3_stay_readable_and_take_checkpoin
 ) -> None:
     """Migration 0003 adds the checkpoints column: records of version 2 (one completed, one
     held) read as before, with no checkpoints, and the held one records checkpoints."""
-    path = tmp_path / "idem.db"
-    store = SQLiteStore(str(path))
-    await store.apply_migrations(load_migrations("sqlite")[:2])
-    await store.close()
+    path = await _file_at_version(tmp_path, 2)
     now = time.time()
-    with sqlite3.connect(str(path)) as conn:
-        conn.executemany(
-            "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
-            "response, created_at, expires_at, lease_expires_at) "
-            "VALUES ('', ?, 'fp', ?, ?, 1, ?, ?, ?, ?)",
-            [
-                ("done", "completed", "t-done", b"answer", now, now + LONG, None),
-                ("held", "in_progress", "t-held", None, now, now + LONG, now + LONG),
-            ],
-        )
-    conn.close()
+    _write_as_older_code(
+        path,
+        "INSERT INTO idemstore_records (scope, key, fingerprint, status, token, fence, "
+        "response, created_at, expires_at, lease_expires_at) "
+        "VALUES ('', ?, 'fp', ?, ?, 1, ?, ?, ?, ?)",
+        [
+            ("done", "completed", "t-done", b"answer", now, now + LONG, None),
+            ("held", "in_progress", "t-held", None, now, now + LONG, now + LONG),
+        ],
+    )
     async with SQLiteStore(str(path)) as upgraded:
         assert [name for name, _ in versions(path)][-1] == "0003_checkpoints.sql"
         replay = await upgraded.reserve("done", "fp", lease_ttl=LONG, retention=LONG)

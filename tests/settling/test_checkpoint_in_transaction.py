@@ -7,57 +7,26 @@ connection that cannot carry the checkpoint is refused before anything is writte
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from idemstore import (
     Checkpoint,
-    ConfigurationError,
     ExecutionPolicy,
     LeaseLostError,
-    Replay,
     open_store,
 )
-from tests.settling.business import Business, open_business
-from tests.settling.test_settle_in_transaction import FrozenHeartbeat
+from tests.settling.owners import owned, taken_over
+from tests.settling.refusals import checkpoint_one, refused
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-    from idemstore import Execution, IdempotencyStore
-
-FP = "fp"
+    from idemstore import IdempotencyStore
+    from tests.settling.business import Business
 
 
 def new_key() -> str:
     return f"step-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(request.param)
-    return url
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def business(store_url: str) -> AsyncIterator[Business]:
-    opened = await open_business(store_url)
-    await opened.create_table()
-    yield opened
-    await opened.close()
-
-
-async def owned(policy: ExecutionPolicy, key: str) -> Execution:
-    claim = await policy.begin(key, FP)
-    assert not isinstance(claim, Replay)
-    return claim
 
 
 async def stored_checkpoints(store: IdempotencyStore, key: str) -> tuple[Checkpoint, ...]:
@@ -102,10 +71,7 @@ async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
-    async with open_store(store_url) as other:
-        successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
-        assert successor.takeover
+    async with taken_over(store_url, store, key) as (stale, successor, other):
         await business.begin()
         await business.charge(f"{key}/one")
         with pytest.raises(LeaseLostError, match="roll your transaction back"):
@@ -120,48 +86,11 @@ async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
 # -- refusals ----------------------------------------------------------------------------------
 
 
-async def refused(execution: Execution, connection: Any) -> str:
-    with pytest.raises(ConfigurationError) as caught:
-        await execution.checkpoint("one", connection=connection)
-    assert not execution.finished
-    assert execution.checkpoints == ()
-    await execution.release()
-    return str(caught.value)
-
-
-async def test_a_connection_without_an_open_transaction_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "transaction open" in await refused(execution, business.connection)
-
-
-async def test_a_connection_of_another_engine_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "needs an" in await refused(execution, object())
-
-
-async def test_a_connection_to_another_sqlite_file_is_refused(
-    sqlite_file_store_url: str, tmp_path: Any
-) -> None:
-    other = await open_business(f"sqlite:///{tmp_path / 'other.db'}")
-    try:
-        async with open_store(sqlite_file_store_url) as store:
-            await other.begin()
-            execution = await owned(ExecutionPolicy(store), new_key())
-            assert "Nothing was recorded" in await refused(execution, other.connection)
-            await other.rollback()
-    finally:
-        await other.close()
-
-
 @pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
 async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead(
     request: pytest.FixtureRequest, url_fixture: str, business: Business
 ) -> None:
     async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
         execution = await owned(ExecutionPolicy(elsewhere), new_key())
-        message = await refused(execution, business.connection)
+        message = await refused(execution, business.connection, checkpoint_one)
     assert "checkpoint(name, data) without a connection" in message

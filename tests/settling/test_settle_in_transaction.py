@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pytest
 
 from idemstore import (
-    ConfigurationError,
     ExecutionPolicy,
     Idempotency,
     LeaseLostError,
@@ -24,52 +23,20 @@ from idemstore import (
     current_execution,
     open_store,
 )
-from idemstore.testing.stores import WrappedStore
 from tests.settling.business import Business, open_business
+from tests.settling.owners import FP, owned, taken_over
+from tests.settling.refusals import refused, refused_elsewhere, settle_x
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
-
-    from idemstore import Execution, IdempotencyStore, Lease
-
-FP = "fp"
+    from idemstore import Execution, IdempotencyStore
 
 
 class Boom(Exception):
     pass
 
 
-class FrozenHeartbeat(WrappedStore):
-    """``inner`` with a heartbeat that extends nothing: its owner's lease lapses as a paused
-    process's would, while the owner goes on as if it held it."""
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        return lease
-
-
 def new_key() -> str:
     return f"settle-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(request.param)
-    return url
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[IdempotencyStore]:
-    async with open_store(store_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def business(store_url: str) -> AsyncIterator[Business]:
-    opened = await open_business(store_url)
-    await opened.create_table()
-    yield opened
-    await opened.close()
 
 
 async def settle_in_transaction(
@@ -92,10 +59,14 @@ async def settle_in_transaction(
         raise Boom
 
 
-async def owned(policy: ExecutionPolicy, key: str) -> Execution:
-    claim = await policy.begin(key, FP)
-    assert not isinstance(claim, Replay)
-    return claim
+async def charge_and_settle(
+    execution: Execution, business: Business, key: str, response: bytes
+) -> bool:
+    """Open a business transaction, charge ``key`` and settle in it; leave it open for the
+    test to commit or roll back."""
+    await business.begin()
+    await business.charge(key)
+    return await execution.settle(response, connection=business.connection)
 
 
 async def test_the_business_row_and_the_outcome_commit_together(
@@ -104,9 +75,7 @@ async def test_the_business_row_and_the_outcome_commit_together(
     policy = ExecutionPolicy(store)
     key = new_key()
     async with await owned(policy, key) as execution:
-        await business.begin()
-        await business.charge(key)
-        assert await execution.settle(b"charged", connection=business.connection)
+        assert await charge_and_settle(execution, business, key, b"charged")
         assert not execution.settled  # not before the caller's commit
         await business.commit()
     assert execution.settled
@@ -153,9 +122,7 @@ async def test_a_rollback_swallowed_inside_the_block_leaves_a_key_that_lapses(
     policy = ExecutionPolicy(store, lease_ttl=0.5)
     key = new_key()
     async with await owned(policy, key) as execution:
-        await business.begin()
-        await business.charge(key)
-        await execution.settle(b"charged", connection=business.connection)
+        await charge_and_settle(execution, business, key, b"charged")
         await business.rollback()
     assert await business.charges() == {}
     successor = await owned(ExecutionPolicy(store, in_flight="wait", lease_ttl=5), key)
@@ -167,10 +134,7 @@ async def test_a_stale_owner_gets_lease_lost_and_its_charge_rolls_back(
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
-    async with open_store(store_url) as other:
-        successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
-        assert successor.takeover
+    async with taken_over(store_url, store, key) as (stale, successor, _):
         with pytest.raises(LeaseLostError):
             await settle_in_transaction(stale, business, key, b"stale")
         await settle_in_transaction(successor, business, key, b"fresh")
@@ -188,9 +152,7 @@ async def test_work_run_by_the_runner_settles_in_its_own_transaction(
     async def charge() -> bytes:
         execution = current_execution()
         assert execution is not None
-        await business.begin()
-        await business.charge(key)
-        await execution.settle(b"receipt", connection=business.connection)
+        await charge_and_settle(execution, business, key, b"receipt")
         await business.commit()
         return b"receipt"
 
@@ -231,49 +193,6 @@ async def test_concurrent_callers_charge_each_key_once(
 # -- refusals ----------------------------------------------------------------------------------
 
 
-async def refused(execution: Execution, connection: Any) -> str:
-    with pytest.raises(ConfigurationError) as caught:
-        await execution.settle(b"x", connection=connection)
-    # Refused before anything changed: the execution still owns its key.
-    assert not execution.finished
-    await execution.release()
-    return str(caught.value)
-
-
-async def test_a_connection_without_an_open_transaction_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "transaction open" in await refused(execution, business.connection)
-
-
-async def test_a_connection_of_another_engine_is_refused(
-    store: IdempotencyStore, business: Business
-) -> None:
-    execution = await owned(ExecutionPolicy(store), new_key())
-    assert "needs an" in await refused(execution, object())
-
-
-async def refused_elsewhere(store_url: str, other_url: str) -> str:
-    other = await open_business(other_url)
-    try:
-        async with open_store(store_url) as store:
-            await other.begin()
-            execution = await owned(ExecutionPolicy(store), new_key())
-            message = await refused(execution, other.connection)
-            await other.rollback()
-    finally:
-        await other.close()
-    return message
-
-
-async def test_a_connection_to_another_sqlite_file_is_refused(
-    sqlite_file_store_url: str, tmp_path: Path
-) -> None:
-    message = await refused_elsewhere(sqlite_file_store_url, f"sqlite:///{tmp_path / 'other.db'}")
-    assert "Nothing was recorded" in message
-
-
 async def test_a_connection_to_another_postgres_database_is_refused(
     postgres_store_url: str, postgres_server: str
 ) -> None:
@@ -285,7 +204,7 @@ async def test_a_connection_to_another_postgres_database_is_refused(
         await admin.execute(f"CREATE DATABASE {name}")
         parts = urlsplit(postgres_store_url)
         other_url = urlunsplit(parts._replace(path=f"/{name}"))
-        message = await refused_elsewhere(postgres_store_url, other_url)
+        message = await refused_elsewhere(postgres_store_url, other_url, settle_x)
         assert f"database {name!r}" in message
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {name}")
@@ -298,7 +217,7 @@ async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead
 ) -> None:
     async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
         execution = await owned(ExecutionPolicy(elsewhere), new_key())
-        message = await refused(execution, business.connection)
+        message = await refused(execution, business.connection, settle_x)
     assert "settle(response) without a connection" in message
 
 
@@ -343,9 +262,7 @@ async def test_an_outcome_over_max_response_bytes_commits_as_too_large_with_the_
     policy = ExecutionPolicy(store, max_response_bytes=4)
     key = new_key()
     async with await owned(policy, key) as execution:
-        await business.begin()
-        await business.charge(key)
-        assert not await execution.settle(b"far too long", connection=business.connection)
+        assert not await charge_and_settle(execution, business, key, b"far too long")
         await business.commit()
     assert await business.charges() == {key: 1}
     # The charge happened: retries learn its outcome was too large, and never charge again.
@@ -357,9 +274,7 @@ async def test_a_stale_owner_that_catches_lease_lost_is_finished_and_not_settled
     store_url: str, store: IdempotencyStore, business: Business
 ) -> None:
     key = new_key()
-    stale = await owned(ExecutionPolicy(FrozenHeartbeat(store), lease_ttl=0.5), key)
-    async with open_store(store_url) as other:
-        successor = await owned(ExecutionPolicy(other, in_flight="wait"), key)
+    async with taken_over(store_url, store, key) as (stale, successor, _):
         async with stale:
             await business.begin()
             await business.charge(key)

@@ -5,7 +5,6 @@ after its owner was killed mid-way."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
@@ -13,15 +12,7 @@ from idemstore import ExecutionPolicy, IdempotencyStore, LeaseLostError, Outcome
 from idemstore.execution import Execution, current_execution
 from idemstore.protocol import Checkpoint, CheckpointingStore, Lease
 from idemstore.recovery_points import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
-
-SHORT = 0.3
-SLACK = 0.25
-LONG = 60.0
-FP = "fp-a"
-
-
-def new_key() -> str:
-    return f"k-{uuid.uuid4().hex}"
+from idemstore.testing.contract.test_store_contract import FP, LONG, SHORT, SLACK, new_key
 
 
 @pytest.fixture
@@ -107,6 +98,15 @@ async def test_completion_keeps_the_checkpoints_for_replays(
     assert await checkpointing.checkpoint(lease, "late", b"") is False
 
 
+async def starts_without_checkpoints(checkpointing: CheckpointingStore, key: str) -> None:
+    """``key``, acquired again as a fresh key (no takeover), has no checkpoints."""
+    again = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+    assert again.outcome is Outcome.ACQUIRED and again.takeover is False
+    assert again.checkpoints == ()
+    record = await checkpointing.get(key)
+    assert record is not None and record.checkpoints == ()
+
+
 async def test_a_key_acquired_again_after_release_starts_without_checkpoints(
     checkpointing: CheckpointingStore,
 ) -> None:
@@ -114,11 +114,7 @@ async def test_a_key_acquired_again_after_release_starts_without_checkpoints(
     lease = await acquire(checkpointing, key)
     await checkpointing.checkpoint(lease, "one", b"1")
     assert await checkpointing.release(lease) is True
-    again = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
-    assert again.outcome is Outcome.ACQUIRED and again.takeover is False
-    assert again.checkpoints == ()
-    record = await checkpointing.get(key)
-    assert record is not None and record.checkpoints == ()
+    await starts_without_checkpoints(checkpointing, key)
 
 
 async def test_a_key_acquired_again_past_retention_starts_without_checkpoints(
@@ -130,11 +126,7 @@ async def test_a_key_acquired_again_past_retention_starts_without_checkpoints(
     await checkpointing.checkpoint(reservation.lease, "one", b"1")
     assert await checkpointing.complete(reservation.lease, b"done", retention=SHORT) is True
     await asyncio.sleep(SHORT + SLACK)
-    again = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
-    assert again.outcome is Outcome.ACQUIRED and again.takeover is False
-    assert again.checkpoints == ()
-    record = await checkpointing.get(key)
-    assert record is not None and record.checkpoints == ()
+    await starts_without_checkpoints(checkpointing, key)
 
 
 async def test_checkpoint_names_and_data_past_the_limits_are_refused(

@@ -1,0 +1,28 @@
+"""Settling tests run on the engines that can settle inside the caller's transaction
+(Postgres, SQLite), each with a fresh business table beside the store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.settling.business import Business, open_business
+from tests.store_at_url import store as store
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+
+@pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(request.param)
+    return url
+
+
+@pytest.fixture
+async def business(store_url: str) -> AsyncIterator[Business]:
+    opened = await open_business(store_url)
+    await opened.create_table()
+    yield opened
+    await opened.close()
