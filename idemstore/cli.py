@@ -9,7 +9,7 @@ import datetime as dt
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from idemstore import __version__
 from idemstore.argument_types import (
@@ -20,6 +20,7 @@ from idemstore.argument_types import (
 )
 from idemstore.errors import ConfigurationError, IdemstoreError, MissingDependencyError
 from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
+from idemstore.protocol import offers
 from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
@@ -150,11 +151,11 @@ async def _stats(args: argparse.Namespace) -> int:
     from idemstore.telemetry import backend_name
 
     async with open_store(args.url) as store:
-        if not isinstance(store, SupportsStats):
+        if not offers(store, SupportsStats):
             raise ConfigurationError(
                 f"the {backend_name(store)} backend cannot count its records (it has no stats())"
             )
-        stats = await store.stats(limit=args.limit)
+        stats = await cast("SupportsStats", store).stats(limit=args.limit)
         backend = backend_name(store)
     if args.json:
         print(json.dumps({"backend": backend, **stats.to_dict()}, indent=2))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar, cast, ru
 from urllib.parse import urlsplit, urlunsplit
 
 from idemstore.errors import SchemaError
+from idemstore.protocol import offers
 from idemstore.registry import SQL_MIGRATIONS, engine_for_url, scheme_of
 from idemstore.urls import open_store, redact_url
 
@@ -268,7 +269,7 @@ class StoreSchemaTool(Generic[S]):
     _kind: ClassVar[str]
 
     def __init__(self, store: object, *, url: str, engine: str) -> None:
-        if not isinstance(store, self._needs):
+        if not offers(store, self._needs):
             raise SchemaError(
                 f"the {engine} store does not offer {self._offers}, which its {self._kind}"
                 " schema kind needs"
@@ -351,7 +352,7 @@ async def run_migrations(
     store = open_store(url, **options)
     try:
         engine = migration_engine(url)
-        if engine is None or not isinstance(store, SupportsMigrations):
+        if engine is None or not offers(store, SupportsMigrations):
             return MigrationRun(redact_url(url), None)
         migrations = SQLMigrations(store, url=url, engine=engine)
         if status:

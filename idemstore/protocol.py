@@ -25,6 +25,7 @@ __all__ = [
     "Reservation",
     "Status",
     "answers_inline",
+    "offers",
 ]
 
 
@@ -395,6 +396,18 @@ class ForwardingStore(AsyncContext):
             await self.wrapped.__aexit__(None, None, None)
         else:
             await self.wrapped.__aexit__(type(exc), exc, exc.__traceback__)
+
+
+def offers(store: object, capability: type) -> bool:
+    """Whether ``store`` offers ``capability`` (a runtime-checkable Protocol), itself or
+    through the stores its ``ForwardingStore`` wrappers forward to. ``isinstance`` alone does
+    not see forwarded methods from Python 3.12 on: it reads a Protocol's attributes
+    statically, and a wrapper forwards them through ``__getattr__``."""
+    while not isinstance(store, capability):
+        if not isinstance(store, ForwardingStore):
+            return False
+        store = store.wrapped
+    return True
 
 
 def answers_inline(store: object) -> bool:

@@ -20,10 +20,10 @@ the key over reads only what committed.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from idemstore.errors import ConfigurationError, LeaseLostError
-from idemstore.protocol import Checkpoint
+from idemstore.protocol import Checkpoint, offers
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore, Lease
@@ -169,14 +169,14 @@ class RecoveryPoints:
     async def _record_within(
         self, connection: object, lease: Lease, name: str, data: bytes
     ) -> bool:
-        store = self._store
-        if not isinstance(store, CheckpointsInTransaction):
+        if not offers(self._store, CheckpointsInTransaction):
             raise ConfigurationError(
                 "checkpoint(name, data, connection=...) records the step inside your database "
                 "transaction, so the store must live in that database (postgresql:// or "
-                f"sqlite://); a {type(store).__name__} keeps its records elsewhere. Commit your "
-                "transaction, then call checkpoint(name, data) without a connection"
+                f"sqlite://); a {type(self._store).__name__} keeps its records elsewhere. Commit"
+                " your transaction, then call checkpoint(name, data) without a connection"
             )
+        store = cast("CheckpointsInTransaction", self._store)
         # Refused before anything is written: a connection of another engine or database, or
         # without an open transaction.
         await store.check_connection(connection)

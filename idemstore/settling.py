@@ -18,10 +18,11 @@ a rolled-back completion leaves the key in progress, and the policy releases or 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from idemstore import outcome_markers
 from idemstore.errors import ConfigurationError, LeaseLostError
+from idemstore.protocol import offers
 from idemstore.records import check_response
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ class SettlesInTransaction(Protocol):
 
 def in_transaction_store(store: IdempotencyStore) -> SettlesInTransaction:
     """``store`` if it can settle inside a caller's transaction; else why not, and what to do."""
-    if isinstance(store, SettlesInTransaction):
-        return store
+    if offers(store, SettlesInTransaction):
+        return cast("SettlesInTransaction", store)
     raise ConfigurationError(
         "settle(response, connection=...) records the outcome inside your database "
         "transaction, so the store must live in that database (postgresql:// or sqlite://); "

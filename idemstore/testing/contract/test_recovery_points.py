@@ -5,21 +5,22 @@ after its owner was killed mid-way."""
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import pytest
 
 from idemstore import ExecutionPolicy, IdempotencyStore, LeaseLostError, Outcome, Status
 from idemstore.execution import Execution, current_execution
-from idemstore.protocol import Checkpoint, CheckpointingStore, Lease
+from idemstore.protocol import Checkpoint, CheckpointingStore, Lease, offers
 from idemstore.recovery_points import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
 from idemstore.testing.contract.test_store_contract import FP, LONG, SHORT, SLACK, new_key
 
 
 @pytest.fixture
 def checkpointing(store: IdempotencyStore) -> CheckpointingStore:
-    if not isinstance(store, CheckpointingStore):
+    if not offers(store, CheckpointingStore):
         pytest.skip("this store does not support checkpoints (an optional capability)")
-    return store
+    return cast("CheckpointingStore", store)
 
 
 async def acquire(store: IdempotencyStore, key: str, *, lease_ttl: float = LONG) -> Lease:
