@@ -86,7 +86,7 @@ def _install(session: nox.Session, *requirements: str) -> None:
 
 # The fast lanes wait on engines far more than they compute (a lane uses a fraction of a core),
 # so scripts/test runs them side by side (nox -j); the slow lane times races, kills processes
-# and restarts engines, so it runs alone.
+# and restarts engines, so it runs after them (on its own two workers: SLOW_LANE_WORKERS).
 @nox.session(python=PYTHONS, allow_parallel=True)
 def fast(session: nox.Session) -> None:
     """Types and the unit and contract tests, on every supported Python."""
