@@ -256,7 +256,10 @@ async def test_a_failover_to_a_replica_without_persistence_is_refused_by_default
     with running("redis (sentinel)", lambda: start_redis_sentinel(down_after_ms=1000)) as group:
         (replica,) = group.replicas
         replica.cli("CONFIG", "SET", "appendonly", "no")
-        url = f"{group.url}?{OPTIONS}&wait_replicas=1&wait_replicas_timeout=0.5"
+        # The first write only sets the scene: a CI run on a loaded machine saw its replica
+        # acknowledge later than 0.5 s, so it gets a WAIT that returns on the ack, not a race.
+        options = "socket_timeout=10&socket_connect_timeout=0.5&retries=4"
+        url = f"{group.url}?{options}&wait_replicas=1&wait_replicas_timeout=5"
         async with open_store(url) as store:
             first = await store.reserve("before", "fp", lease_ttl=30, retention=600)
             assert first.acquired
