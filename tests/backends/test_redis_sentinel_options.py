@@ -1,5 +1,6 @@
-"""``redis+sentinel://`` URLs and the ``wait_replicas`` option: what is accepted and what is
-refused before any I/O (the failover itself is in tests/reliability/test_redis_sentinel.py)."""
+"""``redis+sentinel://`` URLs and the ``wait_replicas`` option (on any Redis URL): what is
+accepted and what is refused before any I/O (the failover itself is in
+tests/reliability/test_redis_sentinel.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,20 @@ def test_a_sentinel_url_names_the_sentinels_and_the_service() -> None:
     assert isinstance(store, RedisStore)
 
 
+def test_a_cluster_url_takes_wait_replicas() -> None:
+    store = open_store("redis+cluster://127.0.0.1:7000,127.0.0.1:7001?wait_replicas=1")
+    assert isinstance(store, RedisStore)
+
+
 @pytest.mark.parametrize(
     ("url", "why"),
     [
         ("redis+sentinel://127.0.0.1:26379", "SERVICE"),
-        ("redis+cluster://127.0.0.1:7000?wait_replicas=1", "not Redis Cluster"),
+        (
+            "redis+cluster://127.0.0.1:7000?wait_replicas=1&wait_replicas_timeout=2"
+            "&socket_timeout=1",
+            "shorter than socket_timeout",
+        ),
         (
             "redis://127.0.0.1?wait_replicas=1&wait_replicas_timeout=5&socket_timeout=5",
             "shorter than socket_timeout",
@@ -28,7 +38,7 @@ def test_a_sentinel_url_names_the_sentinels_and_the_service() -> None:
     ],
     ids=[
         "a-sentinel-url-without-a-service",
-        "wait-replicas-on-a-cluster",
+        "a-cluster-wait-replicas-timeout-not-shorter-than-the-socket-timeout",
         "wait-replicas-timeout-not-shorter-than-the-socket-timeout",
         "a-negative-wait-replicas",
         "a-wait-replicas-that-is-no-number",

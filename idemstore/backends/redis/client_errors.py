@@ -60,9 +60,16 @@ def redis_errors(where: str) -> DriverErrors:
             "socket_connect_timeout (is a Redis server listening there, and up?)"
         )
 
+    def own_error(exc: BaseException) -> IdemstoreError:
+        assert isinstance(exc.__cause__, IdemstoreError)
+        return exc.__cause__
+
     return DriverErrors(
         catches=(RedisError, RedisClusterException, OSError, TimeoutError),
         rules=(
+            # redis-py's cluster discovery wraps what a node's connect raised: the store's
+            # own refusal of a volatile primary (persistence) comes out as itself.
+            Rule(lambda exc: isinstance(exc.__cause__, IdemstoreError), own_error),
             Rule(
                 lambda exc: isinstance(exc, ResponseError) and str(exc).startswith(RANGE_ERROR),
                 out_of_range,

@@ -77,11 +77,29 @@ def new_client(
 ) -> tuple[Any, Any]:
     """(the Sentinel client or None, the data client) for the store's nodes."""
     if cluster:
-        nodes_ = [ClusterNode(host, port) for host, port in nodes]
-        return None, RedisCluster(startup_nodes=nodes_, max_connections=max_connections, **options)
+        return None, _cluster_client(nodes, options, max_connections)
     if sentinel_service is not None:
         return sentinel_client(
             nodes, sentinel_service, options, max_connections, ask_timeout=ask_timeout
         )
     host, port = nodes[0]
     return None, Redis(host=host, port=port, max_connections=max_connections, **options)
+
+
+def _cluster_client(
+    nodes: list[tuple[str, int]], options: dict[str, Any], max_connections: int
+) -> Any:
+    """A RedisCluster client; ``options["redis_connect_func"]`` (the persistence check of
+    ``wait_replicas``), if any, runs on every connection it opens, to any node."""
+    options = dict(options)
+    connect = options.pop("redis_connect_func", None)
+    startup = [ClusterNode(host, port) for host, port in nodes]
+    client = RedisCluster(startup_nodes=startup, max_connections=max_connections, **options)
+    if connect is not None:
+        # RedisCluster takes no connect function as an argument, but makes every node's
+        # connections from these keyword arguments: the nodes it will discover share the
+        # client's dict, the startup nodes (asked for the slot map) have copies.
+        client.get_connection_kwargs()["redis_connect_func"] = connect
+        for node in client.nodes_manager.startup_nodes.values():
+            node.connection_kwargs["redis_connect_func"] = connect
+    return client

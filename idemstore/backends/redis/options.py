@@ -2,8 +2,9 @@
 
 Importing this module imports no driver: the CLI and the docs read the table without redis-py.
 What a Redis URL says besides its query (hosts, user and password, database path, sentinel
-service, scheme) is parsed in ``urls``; the rules that tie options together (``wait_replicas``
-and a cluster, TLS settings without TLS) are checked by the store's constructor.
+service, scheme) is parsed in ``urls``; the rules that tie options together (``db`` and a
+cluster, ``wait_replicas_timeout`` and ``socket_timeout``, TLS settings without TLS) are checked
+by the store's constructor.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ OPTIONS = Options(
         "wait_replicas",
         int,
         0,
-        "after every write, `WAIT` until this many replicas have it (see "
-        "[Failover](#failover-to-a-replica-sentinel)); not for Redis Cluster",
+        "after every write, `WAIT` until this many replicas have it (on a cluster: replicas "
+        "of the key's primary; see [Failover](#failover-to-a-replica-sentinel))",
         at_least(0),
     ),
     Option(
@@ -176,11 +177,6 @@ def check_together(nodes: list[tuple[str, int]], cluster: bool, given: dict[str,
         raise ConfigurationError("a redis store needs at least one host")
     if cluster and given["db"]:
         raise ConfigurationError("Redis Cluster has only database 0")
-    if given["wait_replicas"] and cluster:
-        raise ConfigurationError(
-            "wait_replicas is for redis:// and redis+sentinel:// stores, not Redis Cluster "
-            f"(got {given['wait_replicas']})"
-        )
     socket_timeout = given["socket_timeout"]
     if given["wait_replicas"] and given["wait_replicas_timeout"] >= min(
         socket_timeout, given["operation_timeout"] or socket_timeout

@@ -21,11 +21,18 @@ from idemstore.errors import ConfigurationError, StoreUnavailableError
 if TYPE_CHECKING:
     from idemstore.backends.redis.scripts import Script
 
-__all__ = ["DEFAULT_SENTINEL_PORT", "run_replicated", "sentinel_client", "service_of"]
+__all__ = [
+    "DEFAULT_SENTINEL_PORT",
+    "READS",
+    "check_confirmed",
+    "run_replicated",
+    "sentinel_client",
+    "service_of",
+]
 
 DEFAULT_SENTINEL_PORT = 26379
 # Reads need no replica: WAIT only follows the scripts that write.
-_READS = frozenset({SCRIPTS["get"].sha})
+READS = frozenset({SCRIPTS["get"].sha})
 
 
 def service_of(path: str) -> str:
@@ -75,7 +82,7 @@ async def run_replicated(
 ) -> Any:
     """Run ``script``, then ``WAIT replicas timeout_ms`` in one pipeline (one connection, so
     WAIT counts the replicas that have this very write)."""
-    if script.sha in _READS:
+    if script.sha in READS:
         return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
     for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
         pipe = client.pipeline(transaction=False)
@@ -87,11 +94,16 @@ async def run_replicated(
         for answer in (reply, confirmed):
             if isinstance(answer, BaseException):
                 raise answer
-        if int(confirmed) < replicas:
-            raise StoreUnavailableError(
-                f"redis store {where}: the write reached the primary but only {confirmed} of "
-                f"{replicas} replicas confirmed it within {timeout_ms} ms; treat it as unknown "
-                "(a failover now could lose it)"
-            )
+        check_confirmed(confirmed, replicas=replicas, timeout_ms=timeout_ms, where=where)
         return reply
     raise StoreUnavailableError(f"redis store {where} does not accept the script")
+
+
+def check_confirmed(confirmed: Any, *, replicas: int, timeout_ms: int, where: str) -> None:
+    """Raise unless ``WAIT`` answered that at least ``replicas`` replicas have the write."""
+    if int(confirmed) < replicas:
+        raise StoreUnavailableError(
+            f"redis store {where}: the write reached the primary but only {confirmed} of "
+            f"{replicas} replicas confirmed it within {timeout_ms} ms; treat it as unknown "
+            "(a failover now could lose it)"
+        )

@@ -31,6 +31,7 @@ from idemstore.backends.redis.clients import (
     new_client,
     retry_policy,
 )
+from idemstore.backends.redis.cluster_wait import TOPOLOGY_ERRORS, run_on_key_primary
 from idemstore.backends.redis.codec import (
     GLOB_SPECIAL,
     MAX_DURATION,
@@ -167,13 +168,13 @@ class RedisStore(StoreEnvelope[Any]):
         if not cluster:
             # (RedisCluster takes no handshake of ours: _open bounds its discovery.)
             options["db"] = db
-            # With wait_replicas, each new primary's persistence is checked on its first
-            # connection (see persistence): off the hot path, and again after a failover.
-            options["redis_connect_func"] = (
-                PrimaryPersistence(given["volatile_primary"], self._where).connect
-                if wait_replicas
-                else handshake_within_connect_timeout
-            )
+            options["redis_connect_func"] = handshake_within_connect_timeout
+        if wait_replicas:
+            # Each new primary's persistence is checked on its first connection (see
+            # persistence): off the hot path, and again after a failover.
+            options["redis_connect_func"] = PrimaryPersistence(
+                given["volatile_primary"], self._where
+            ).connect
         self._client_options = {**options, "socket_timeout": None}
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
@@ -298,7 +299,11 @@ class RedisStore(StoreEnvelope[Any]):
     def _stalled(self, exc: Exception) -> bool:
         """Whether an attempt that failed is worth another: one that ran out of time on a
         server that answered this store before. One that never did is down or hung, and more
-        attempts would only hold the caller ``retries`` times longer."""
+        attempts would only hold the caller ``retries`` times longer. On a cluster with
+        ``wait_replicas`` the store routes the write itself, so it also retries what redis-py
+        retries there: a lost node or a cluster electing a primary (the slot map refreshed)."""
+        if self._wait_replicas and self._cluster and isinstance(exc, TOPOLOGY_ERRORS):
+            return True
         return isinstance(exc, TimeoutError) and self._answered
 
     async def _attempt(
@@ -307,6 +312,16 @@ class RedisStore(StoreEnvelope[Any]):
         """One try of ``_call``, within ``socket_timeout``."""
         async with asyncio.timeout(self._attempt_timeout):
             try:
+                if self._wait_replicas and self._cluster:
+                    return await run_on_key_primary(
+                        client,
+                        script,
+                        key,
+                        args,
+                        replicas=self._wait_replicas,
+                        timeout_ms=self._wait_replicas_ms,
+                        where=self._where,
+                    )
                 if self._wait_replicas:
                     return await run_replicated(
                         client,
