@@ -10,8 +10,10 @@ the store took to work again. Measured as in ``test_redis_sentinel``.
   the standby has flushed it: nothing acknowledged may be lost. Without it the standby may
   miss the last commits.
 - **Redis Cluster**: three primaries with one replica each; one primary is SIGKILLed and the
-  cluster promotes its replica after the node timeout. Replication is asynchronous and the
-  store refuses ``wait_replicas`` on a cluster, so the loss is measured, not asserted.
+  cluster promotes its replica after the node timeout; the old primary is then started again
+  and rejoins as a replica. Replication is asynchronous: without ``wait_replicas`` the loss is
+  measured, not asserted; with ``wait_replicas=1`` (the store sends ``WAIT`` on the key's
+  primary, every node with AOF) nothing acknowledged may be lost.
 
 Counted per run: ``lost after failover`` (an acknowledged completion whose record is missing
 or has another response), ``keys that would run again`` (no completed record: a retry runs
@@ -248,18 +250,23 @@ async def test_an_asynchronous_standby_promoted_loses_at_most_the_unreplicated_t
 
 
 @pytest.fixture
-def cluster_with_replicas() -> Iterator[LocalRedisCluster]:
+def cluster_with_replicas(request: pytest.FixtureRequest) -> Iterator[LocalRedisCluster]:
+    """Three primaries with one replica each; with AOF on every node when the test is
+    parametrized (indirectly) with ``"aof"`` (``wait_replicas`` refuses a primary without)."""
     require_driver("redis", "redis", "redis")
-    with running("redis (cluster)", lambda: start_redis_cluster(replicas=1)) as cluster:
+    appendonly = getattr(request, "param", None) == "aof"
+    with running(
+        "redis (cluster)", lambda: start_redis_cluster(replicas=1, appendonly=appendonly)
+    ) as cluster:
         yield cluster
 
 
-@pytest.mark.slow
-async def test_a_redis_cluster_failover_loses_at_most_the_unreplicated_tail(
-    cluster_with_replicas: LocalRedisCluster,
-    report_counts: Callable[[dict[str, Any]], None],
-) -> None:
-    cluster = cluster_with_replicas
+async def redis_cluster_failover(
+    cluster: LocalRedisCluster, wait_replicas: int, report_counts: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """SIGKILL one primary under load, wait for its replica's promotion, start the old primary
+    again (it rejoins as a replica of the promoted one, so its shard has a replica again);
+    report and return the counts."""
     victim = next(node for node in cluster.nodes if cluster.role_of(node) == "master")
     (replica,) = cluster.replicas_of(victim)
 
@@ -269,18 +276,44 @@ async def test_a_redis_cluster_failover_loses_at_most_the_unreplicated_tail(
         while await asyncio.to_thread(cluster.role_of, replica) != "master":
             assert time.monotonic() - killed_at < 30, "the cluster never promoted the replica"
             await asyncio.sleep(0.1)
-        return killed_at, time.monotonic()
+        promoted_at = time.monotonic()
+        await asyncio.to_thread(victim.start)
+        return killed_at, promoted_at
 
-    counts = await failover_under_load(f"{cluster.url}?{REDIS_OPTIONS}", kill_primary)
-    counts = {
-        "backend": "redis-cluster",
-        "setting": "`wait_replicas=0` (asynchronous; the store refuses `wait_replicas` here)",
-        "standby": "streaming",
-        **counts,
-    }
+    waiting = f"wait_replicas={wait_replicas}&wait_replicas_timeout=0.5"
+    counts = await failover_under_load(f"{cluster.url}?{REDIS_OPTIONS}&{waiting}", kill_primary)
+    setting = (
+        f"`wait_replicas={wait_replicas}` (`appendonly yes`)"
+        if wait_replicas
+        else "`wait_replicas=0` (asynchronous)"
+    )
+    counts = {"backend": "redis-cluster", "setting": setting, "standby": "streaming", **counts}
+    counts["wait_replicas"] = wait_replicas
     report_counts(counts)
     assert counts["acknowledged completions"] > 0, counts
     assert counts["untyped errors"] == 0, counts
+    return counts
+
+
+@pytest.mark.slow
+async def test_a_redis_cluster_failover_loses_at_most_the_unreplicated_tail(
+    cluster_with_replicas: LocalRedisCluster,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    counts = await redis_cluster_failover(cluster_with_replicas, 0, report_counts)
     # What asynchronous replication may lose is what the replica had not received: every
     # lost completion is a key that can run again, and nothing else is lost.
     assert counts["keys that would run again"] == counts["lost after failover"], counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster_with_replicas", ["aof"], indirect=True)
+async def test_a_redis_cluster_failover_with_wait_replicas_loses_no_acknowledged_completion(
+    cluster_with_replicas: LocalRedisCluster,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    counts = await redis_cluster_failover(cluster_with_replicas, 1, report_counts)
+    # A completion was acknowledged only once the replica had it, and that replica is the
+    # one promoted: nothing acknowledged is lost, and no acknowledged key runs again.
+    assert counts["lost after failover"] == 0, counts
+    assert counts["keys that would run again"] == 0, counts
