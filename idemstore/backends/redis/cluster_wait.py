@@ -15,6 +15,7 @@ own retries (``TOPOLOGY_ERRORS``) to try again after their backoff.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio.cluster import PipelineCommand
@@ -67,7 +68,11 @@ async def run_on_key_primary(
     the same connection; fewer confirmations raise ``StoreUnavailableError`` as on Sentinel."""
     if script.sha in READS:
         return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
-    node = client.get_node_from_key(key)
+    try:
+        node = client.get_node_from_key(key)
+    except SlotNotCoveredError:
+        await _refresh_slots(client)
+        raise
     asking = False
     body: tuple[Any, ...] = ("EVALSHA", script.sha)
     for _ in range(_REDIRECTS + 1):
@@ -84,7 +89,7 @@ async def run_on_key_primary(
             body = ("EVAL", script.source)
             continue
         if isinstance(reply, MovedError):
-            await client.nodes_manager.move_slot(reply)
+            await _move_slot(client, reply)
             node, asking = client.get_node_from_key(key), False
             continue
         if isinstance(reply, AskError):
@@ -102,8 +107,8 @@ async def run_on_key_primary(
         check_confirmed(confirmed, replicas=replicas, timeout_ms=timeout_ms, where=where)
         return reply
     raise StoreUnavailableError(
-        f"redis store {where}: the slot of key {key!r} moved more than {_REDIRECTS} times in "
-        "one attempt (the cluster is resharding); try again"
+        f"redis store {where}: a key's slot moved more than {_REDIRECTS} times in one attempt "
+        "(the cluster is resharding); try again"
     )
 
 
@@ -113,6 +118,17 @@ async def _pipelined(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
     batch = [PipelineCommand(position, *command) for position, command in enumerate(commands)]
     await node.execute_pipeline(batch)
     return [command.result for command in batch]
+
+
+async def _move_slot(client: Any, moved: MovedError) -> None:
+    """Point the slot ``moved`` names at its new owner, as redis-py does on a ``MOVED``.
+    (``move_slot`` is a coroutine in redis-py 8, a plain method before; older versions have
+    none, and the whole map is read again.)"""
+    move = getattr(client.nodes_manager, "move_slot", None)
+    if move is None:
+        await _refresh_slots(client)
+    elif inspect.isawaitable(done := move(moved)):
+        await done
 
 
 async def _refresh_slots(client: Any) -> None:

@@ -83,7 +83,8 @@ class RedisStore(StoreEnvelope[Any]):
 
     Its options (URL query parameters or keyword arguments) are ``options.OPTIONS``; see
     docs/backends/redis.md. ``redis+sentinel://`` follows the primary the Sentinels name;
-    ``wait_replicas`` makes every write wait for that many replicas (see ``replication``).
+    ``wait_replicas`` makes every write wait for that many replicas (see ``replication``, and
+    ``cluster_wait`` for Redis Cluster).
     """
 
     __slots__ = (
