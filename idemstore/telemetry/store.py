@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry.trace import StatusCode
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
+    from idemstore.settling import SettlesInTransaction
     from idemstore.telemetry.instruments import Instruments
 
 __all__ = ["InstrumentedStore"]
@@ -91,8 +92,8 @@ class InstrumentedStore(ForwardingStore):
     def _settling(
         self, operation: str, outcome: str, lease: Lease
     ) -> Callable[[object, Span], None]:
-        """What ``complete``, ``release`` and ``extend`` (answering False or None when the
-        lease was lost) write on the span."""
+        """What ``complete``, ``complete_within``, ``release`` and ``extend`` (answering False
+        or None when the lease was lost) write on the span."""
 
         def describe(answer: object, span: Span) -> None:
             span.set_attribute(FENCE, lease.fence)
@@ -129,6 +130,17 @@ class InstrumentedStore(ForwardingStore):
         describe = self._settling("complete", "completed", lease)
         call = self.wrapped.complete(lease, response, retention=retention)
         return await self._observe("complete", call, describe, lease.key, lease.scope)
+
+    async def complete_within(
+        self, connection: object, lease: Lease, response: bytes, retention: float
+    ) -> bool:
+        """The wrapped store's ``complete_within`` (``SettlesInTransaction``), recorded as the
+        ``complete_within`` operation: it runs inside the caller's transaction, so its time
+        is not that of a ``complete``, which commits."""
+        describe = self._settling("complete_within", "completed", lease)
+        settles = cast("SettlesInTransaction", self.wrapped)
+        call = settles.complete_within(connection, lease, response, retention)
+        return await self._observe("complete_within", call, describe, lease.key, lease.scope)
 
     async def _release(self, lease: Lease) -> bool:
         describe = self._settling("release", "released", lease)

@@ -23,7 +23,9 @@ from idemstore import (
     open_store,
 )
 from idemstore.backends.dynamodb import DynamoDBStore
+from idemstore.backends.dynamodb.items import ITEM_LIMIT
 from idemstore.local_servers import free_port
+from idemstore.recovery_points import MAX_CHECKPOINT_DATA, MAX_CHECKPOINTS
 from idemstore.testing import FakeClock, FaultProxy
 
 if TYPE_CHECKING:
@@ -285,6 +287,40 @@ async def test_response_over_the_item_limit_raises_and_the_lease_can_still_be_re
     assert await store.release(lease) is True
     again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
     assert again.lease is not None and again.lease.fence == lease.fence + 1
+
+
+async def test_response_that_fits_alone_but_not_beside_the_checkpoints_is_refused_unwritten(
+    store: DynamoDBStore,
+) -> None:
+    key = new_key()
+    lease = await acquire(store, key)
+    for step in range(MAX_CHECKPOINTS):
+        await store.checkpoint(lease, f"step-{step}", os.urandom(MAX_CHECKPOINT_DATA))
+    # Incompressible and under the item limit by itself; the checkpoints hold about 34 KB.
+    response = os.urandom(380 * 1024)
+    with pytest.raises(ResponseTooLargeError, match="and its 32 checkpoints") as refused:
+        await store.complete(lease, response)
+    assert refused.value.__cause__ is None  # our check, not DynamoDB's ValidationException
+    record = await store.get(key)
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert len(record.checkpoints) == MAX_CHECKPOINTS
+    assert await store.complete(lease, response[: 300 * 1024]) is True
+
+
+async def test_small_checkpoints_past_the_count_that_fits_at_their_largest_are_kept(
+    dynamodb_store_url: str,
+) -> None:
+    # A key this long leaves room for 3 checkpoints of the largest size (moto refuses items
+    # over 405,000 bytes, so the item must stay under that).
+    key = "k" * (ITEM_LIMIT - 6000)
+    async with DynamoDBStore.from_url(dynamodb_store_url, max_key_length=len(key)) as store:
+        lease = await acquire(store, key)
+        for step in range(6):
+            assert await store.checkpoint(lease, f"{step}", b"") is True
+        record = await store.get(key)
+        assert record is not None
+        assert [c.name for c in record.checkpoints] == ["0", "1", "2", "3", "4", "5"]
+        assert await store.complete(lease, b"ok") is True
 
 
 # -- SDK retries of writes that had landed ---------------------------------------------------

@@ -114,6 +114,8 @@ def _rss_mib() -> float:
 
 
 class _MallInfo2(ctypes.Structure):
+    # Declared for the type checker: ctypes gives a c_size_t field as an int.
+    fordblks: int
     _fields_ = [
         (name, ctypes.c_size_t)
         for name in (
@@ -139,7 +141,7 @@ def _mallinfo2() -> Callable[[], _MallInfo2] | None:
         return None
     function.restype = _MallInfo2
     function.argtypes = []
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 _MALLINFO2 = _mallinfo2()

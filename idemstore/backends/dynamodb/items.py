@@ -9,13 +9,22 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from idemstore.protocol import Checkpoint, Record, Status
-from idemstore.recovery_points import decode_checkpoints
+from idemstore.recovery_points import (
+    MAX_CHECKPOINT_DATA,
+    MAX_CHECKPOINT_NAME,
+    decode_checkpoints,
+    encode_checkpoint,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from idemstore.protocol import Lease
+
 __all__ = [
+    "CHECKPOINTS_ATTRIBUTE_BYTES",
     "CHECKPOINT_CONDITION",
+    "CHECKPOINT_ENTRY_BYTES",
     "CHECKPOINT_UPDATE",
     "COMPLETE_UPDATE",
     "DROP_CHECKPOINTS_UPDATE",
@@ -28,13 +37,16 @@ __all__ = [
     "RESERVE_CONDITION",
     "RESERVE_NAMES",
     "RESERVE_UPDATE",
+    "ROOM_CONDITION",
     "SWEEP_FILTER",
     "TTL_ATTRIBUTE",
+    "checkpoint_sizes",
     "confirmed_retry",
     "decode_record",
     "encode_response",
     "error_code",
     "error_message",
+    "held_by",
     "integer",
     "item_checkpoints",
     "names",
@@ -65,6 +77,14 @@ __all__ = [
 
 TTL_ATTRIBUTE = "ttl"
 ITEM_LIMIT = 400 * 1024  # DynamoDB's item size limit, names and values together
+# DynamoDB sizes a list as 3 bytes plus 1 byte per element plus the elements: the attribute
+# costs its name and the 3, each checkpoint its stored form and 1 byte.
+CHECKPOINTS_ATTRIBUTE_BYTES = len("checkpoints") + 3
+# The most one checkpoint adds: its element byte, header, name (4 bytes a character in
+# UTF-8) and data.
+CHECKPOINT_ENTRY_BYTES = (
+    1 + len(encode_checkpoint("", b"")) + 4 * MAX_CHECKPOINT_NAME + MAX_CHECKPOINT_DATA
+)
 
 _NAMES = {
     "#pk": "pk",
@@ -123,6 +143,12 @@ COMPLETE_UPDATE = (
     "SET #status = :completed, #response = :response, #compressed = :compressed,"
     " #exp = :exp, #ttl = :ttl, #op = :op REMOVE #lease"
 )
+# A write that grows the item must keep it within ITEM_LIMIT, but the holder's checkpoints
+# are not known without a read: the write goes through only while there are at most :most
+# of them (as many as fit at their largest). Past that, the refused item (ALL_OLD) tells
+# their real size, so an item that would not fit is refused before it is written, never by
+# DynamoDB's size check half-way through.
+ROOM_CONDITION = " AND (attribute_not_exists(#cp) OR size(#cp) <= :most)"
 # A tombstone keeps fence and retention: the next acquisition continues the fence. Its
 # checkpoints go: the next acquisition is no takeover and starts the work afresh.
 RELEASE_UPDATE = "SET #status = :released, #op = :op REMOVE #lease, #cp"
@@ -201,6 +227,22 @@ def item_checkpoints(item: Mapping[str, Any]) -> tuple[Checkpoint, ...]:
     if not stored:
         return ()
     return decode_checkpoints(b"".join(bytes(entry["B"]) for entry in stored["L"]))
+
+
+def checkpoint_sizes(item: Mapping[str, Any]) -> tuple[int, ...]:
+    """The stored length of each recovery point an item holds."""
+    stored = item.get("checkpoints")
+    return tuple(len(entry["B"]) for entry in stored["L"]) if stored else ()
+
+
+def held_by(item: Mapping[str, Any], lease: Lease, horizon: float) -> bool:
+    """Whether ``item`` still passes ``HOLDER_CONDITION`` for ``lease``."""
+    return (
+        item.get("token", {}).get("S") == lease.token
+        and item.get("fence", {}).get("N") == str(lease.fence)
+        and item.get("status", {}).get("S") == Status.IN_PROGRESS.value
+        and float(item.get("expires_at", {}).get("N", "-inf")) > horizon
+    )
 
 
 def confirmed_retry(exc: BaseException, op: str) -> bool:

@@ -21,7 +21,9 @@ from idemstore.backends.backoff import NO_PAUSE, retrying
 from idemstore.backends.dynamodb.client_errors import driver_errors
 from idemstore.backends.dynamodb.items import (
     CHECKPOINT_CONDITION,
+    CHECKPOINT_ENTRY_BYTES,
     CHECKPOINT_UPDATE,
+    CHECKPOINTS_ATTRIBUTE_BYTES,
     COMPLETE_UPDATE,
     DROP_CHECKPOINTS_UPDATE,
     EXTEND_CONDITION,
@@ -33,10 +35,13 @@ from idemstore.backends.dynamodb.items import (
     RESERVE_CONDITION,
     RESERVE_NAMES,
     RESERVE_UPDATE,
+    ROOM_CONDITION,
+    checkpoint_sizes,
     confirmed_retry,
     decode_record,
     encode_response,
     error_code,
+    held_by,
     integer,
     item_checkpoints,
     names,
@@ -362,6 +367,20 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         now: float,
     ) -> bool:
         """A write only the lease holder may make; ``False`` when fenced out."""
+        refused = await self._try_holder_write(lease, update, condition, placeholders, values, now)
+        return refused is None
+
+    async def _try_holder_write(
+        self,
+        lease: Lease,
+        update: str,
+        condition: str,
+        placeholders: tuple[str, ...],
+        values: dict[str, Any],
+        now: float,
+    ) -> Mapping[str, Any] | None:
+        """A write only the lease holder may make: ``None`` once it landed, else the item
+        whose condition refused it as the endpoint returned it (``{}``: none)."""
         op = new_token()
         try:
             await self._call(
@@ -383,30 +402,75 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         except Exception as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            return confirmed_retry(exc, op)
-        return True
+            if confirmed_retry(exc, op):
+                return None
+            item: Mapping[str, Any] = getattr(exc, "response", {}).get("Item") or {}
+            return item
+        return None
+
+    async def _write_within_limit(
+        self,
+        lease: Lease,
+        update: str,
+        condition: str,
+        placeholders: tuple[str, ...],
+        values: dict[str, Any],
+        besides: int,
+        too_large: Callable[[int, int], ResponseTooLargeError],
+    ) -> bool:
+        """A holder write after which the item, ``besides`` bytes plus the checkpoints it
+        already holds, stays within ``ITEM_LIMIT``; ``False`` when fenced out. An item that
+        would not fit raises ``too_large(size, checkpoints)`` and is left as it was."""
+        if besides > ITEM_LIMIT:
+            raise too_large(besides, 0)  # refused before any I/O
+        most = (ITEM_LIMIT - besides) // CHECKPOINT_ENTRY_BYTES
+        while True:
+            now = self._clock()
+            refused = await self._try_holder_write(
+                lease,
+                update,
+                condition + ROOM_CONDITION,
+                (*placeholders, "#cp"),
+                {**values, ":most": integer(most)},
+                now,
+            )
+            if refused is None:
+                return True
+            if not refused:
+                # Gone, or an endpoint that ignores ReturnValuesOnConditionCheckFailure.
+                read = await self._call(
+                    "get_item", Key=partition_key(lease.scope, lease.key), ConsistentRead=True
+                )
+                refused = read.get("Item") or {}
+            if not held_by(refused, lease, now - self._skew):
+                return False
+            held = checkpoint_sizes(refused)
+            size = besides + sum(1 + entry for entry in held)
+            if size > ITEM_LIMIT:
+                raise too_large(size, len(held))
+            # They fit as they are: only an append in between could refuse the write again,
+            # and each append brings the item closer to a refusal, so this ends.
+            most = len(held)
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         stored, compressed = encode_response(response, self._compress_min_bytes)
-        size = (
-            _ITEM_OVERHEAD
-            + utf8_len(lease.scope)
-            + utf8_len(lease.key)
-            + 4 * MAX_FINGERPRINT_LENGTH
-            + len(stored)
-        )
-        if size > ITEM_LIMIT:
-            # Refused before any I/O: the record stays in progress and the lease can still
-            # be released (or completed with a smaller response).
-            raise ResponseTooLargeError(
+        besides = self._identity_bytes(lease) + CHECKPOINTS_ATTRIBUTE_BYTES + len(stored)
+
+        def too_large(size: int, checkpoints: int) -> ResponseTooLargeError:
+            # The record stays in progress: the lease can still be released (or completed
+            # with a smaller response).
+            held = f" and its {checkpoints} checkpoints" if checkpoints else ""
+            return ResponseTooLargeError(
                 f"the response is {len(response)} bytes ({len(stored)} stored"
-                f"{' after zlib' if compressed else ''}); with the record it would exceed "
-                f"DynamoDB's 400 KB item limit. Store large results elsewhere and record a "
-                "reference, or release the lease"
+                f"{' after zlib' if compressed else ''}); with the record{held} it would "
+                f"exceed DynamoDB's 400 KB item limit. Store large results elsewhere and "
+                "record a reference, or release the lease",
+                size=len(response),
             )
+
         now = self._clock()
         expires_at = min(now + retention, _MAX_DEADLINE)
-        return await self._holder_write(
+        return await self._write_within_limit(
             lease,
             COMPLETE_UPDATE,
             HOLDER_CONDITION,
@@ -418,20 +482,41 @@ class DynamoDBStore(StoreEnvelope[_Client]):
                 ":exp": number(expires_at),
                 ":ttl": self._ttl(expires_at),
             },
-            now,
+            besides,
+            too_large,
         )
 
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
-        return await self._holder_write(
+        entry = encode_checkpoint(name, data)
+        besides = self._identity_bytes(lease) + CHECKPOINTS_ATTRIBUTE_BYTES + 1 + len(entry)
+
+        def too_large(size: int, checkpoints: int) -> ResponseTooLargeError:
+            # The key is left out: past the limit, it is most likely the longest part.
+            held = f" beside its {checkpoints} checkpoints" if checkpoints else ""
+            return ResponseTooLargeError(
+                f"checkpoint {name!r} ({len(data)} bytes of data){held} would take the record "
+                f"(its key is {utf8_len(lease.key)} bytes) past DynamoDB's 400 KB item limit: "
+                "record fewer steps, or use shorter keys"
+            )
+
+        return await self._write_within_limit(
             lease,
             CHECKPOINT_UPDATE,
             CHECKPOINT_CONDITION,
-            (*HOLDER_NAMES, "#cp"),
-            {
-                ":entry": {"L": [{"B": encode_checkpoint(name, data)}]},
-                ":empty": {"L": []},
-            },
-            self._clock(),
+            HOLDER_NAMES,
+            {":entry": {"L": [{"B": entry}]}, ":empty": {"L": []}},
+            besides,
+            too_large,
+        )
+
+    @staticmethod
+    def _identity_bytes(lease: Lease) -> int:
+        """An upper bound of what a record takes besides its response and checkpoints."""
+        return (
+            _ITEM_OVERHEAD
+            + utf8_len(lease.scope)
+            + utf8_len(lease.key)
+            + 4 * MAX_FINGERPRINT_LENGTH
         )
 
     async def _release(self, lease: Lease) -> bool:
