@@ -19,11 +19,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import NO_PAUSE, retrying
 from idemstore.backends.dynamodb.client_errors import driver_errors
+from idemstore.backends.dynamodb.item_limit import (
+    checkpoint_bytes,
+    checkpoint_too_large,
+    response_bytes,
+    response_too_large,
+)
 from idemstore.backends.dynamodb.items import (
     CHECKPOINT_CONDITION,
     CHECKPOINT_ENTRY_BYTES,
     CHECKPOINT_UPDATE,
-    CHECKPOINTS_ATTRIBUTE_BYTES,
     COMPLETE_UPDATE,
     DROP_CHECKPOINTS_UPDATE,
     EXTEND_CONDITION,
@@ -48,7 +53,6 @@ from idemstore.backends.dynamodb.items import (
     number,
     partition_key,
     text,
-    utf8_len,
 )
 from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
@@ -57,7 +61,7 @@ from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
-from idemstore.records import MAX_FINGERPRINT_LENGTH, MAX_KEY_LENGTH, new_token
+from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.recovery_points import encode_checkpoint
 from idemstore.urls import parse_store_url, redact_url
 
@@ -71,9 +75,6 @@ __all__ = ["DynamoDBStore"]
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 # DynamoDB numbers stop at 9.99e125; deadlines are clamped to the year 9999.
 _MAX_DEADLINE = 253402300799.0
-# Bytes an item takes besides the identity strings and the response: attribute names, the
-# pk, token, op, numbers (at most 21 bytes each) and the flag, with room to spare.
-_ITEM_OVERHEAD = 512
 # A reserve whose condition failed on an item that was gone (or reservable) by the time it
 # was read tries again, at most this many times in all.
 _RESERVE_ATTEMPTS = 5
@@ -454,20 +455,6 @@ class DynamoDBStore(StoreEnvelope[_Client]):
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         stored, compressed = encode_response(response, self._compress_min_bytes)
-        besides = self._identity_bytes(lease) + CHECKPOINTS_ATTRIBUTE_BYTES + len(stored)
-
-        def too_large(size: int, checkpoints: int) -> ResponseTooLargeError:
-            # The record stays in progress: the lease can still be released (or completed
-            # with a smaller response).
-            held = f" and its {checkpoints} checkpoints" if checkpoints else ""
-            return ResponseTooLargeError(
-                f"the response is {len(response)} bytes ({len(stored)} stored"
-                f"{' after zlib' if compressed else ''}); with the record{held} it would "
-                f"exceed DynamoDB's 400 KB item limit. Store large results elsewhere and "
-                "record a reference, or release the lease",
-                size=len(response),
-            )
-
         now = self._clock()
         expires_at = min(now + retention, _MAX_DEADLINE)
         return await self._write_within_limit(
@@ -482,41 +469,20 @@ class DynamoDBStore(StoreEnvelope[_Client]):
                 ":exp": number(expires_at),
                 ":ttl": self._ttl(expires_at),
             },
-            besides,
-            too_large,
+            response_bytes(lease, stored),
+            response_too_large(response, stored, compressed),
         )
 
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         entry = encode_checkpoint(name, data)
-        besides = self._identity_bytes(lease) + CHECKPOINTS_ATTRIBUTE_BYTES + 1 + len(entry)
-
-        def too_large(size: int, checkpoints: int) -> ResponseTooLargeError:
-            # The key is left out: past the limit, it is most likely the longest part.
-            held = f" beside its {checkpoints} checkpoints" if checkpoints else ""
-            return ResponseTooLargeError(
-                f"checkpoint {name!r} ({len(data)} bytes of data){held} would take the record "
-                f"(its key is {utf8_len(lease.key)} bytes) past DynamoDB's 400 KB item limit: "
-                "record fewer steps, or use shorter keys"
-            )
-
         return await self._write_within_limit(
             lease,
             CHECKPOINT_UPDATE,
             CHECKPOINT_CONDITION,
             HOLDER_NAMES,
             {":entry": {"L": [{"B": entry}]}, ":empty": {"L": []}},
-            besides,
-            too_large,
-        )
-
-    @staticmethod
-    def _identity_bytes(lease: Lease) -> int:
-        """An upper bound of what a record takes besides its response and checkpoints."""
-        return (
-            _ITEM_OVERHEAD
-            + utf8_len(lease.scope)
-            + utf8_len(lease.key)
-            + 4 * MAX_FINGERPRINT_LENGTH
+            checkpoint_bytes(lease, entry),
+            checkpoint_too_large(lease, name, data),
         )
 
     async def _release(self, lease: Lease) -> bool:
