@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from idemstore.bench.results import Measurement, Timing, Unavailable
-from idemstore.bench.scenarios import keep_going, merge
+from idemstore.bench.scenarios import keep_going, merge, rounds_of
 from idemstore.registry import engine_for_url
 from idemstore.urls import redact_url
 
@@ -52,7 +52,6 @@ __all__ = [
 SCENARIO = "peers"
 FIRST = "peers-first"
 REPLAY = "peers-replay"
-ROUNDS = 4
 SCOPE = "idemstore-bench"
 RETENTION = 3600
 LEASE_TTL = 30.0
@@ -358,15 +357,15 @@ async def _calls(side: _Side, keys: list[str], timing: Timing) -> None:
     timing.executions += side.executions[0] - before
 
 
-async def _first(side: _Side, prefix: str, load: Load, timing: Timing) -> list[str]:
-    """First calls on fresh keys (a round's share of ``load``: half its operations, or of
-    its seconds, are first calls, the rest their replays); returns the keys."""
+async def _first(side: _Side, prefix: str, part: Load, timing: Timing) -> list[str]:
+    """First calls on fresh keys (half of a round's operations, or of its seconds; the rest
+    are their replays); returns the keys."""
     keys: list[str] = []
-    if load.ops is not None:
-        keys = [f"{prefix}{j}" for j in range(max(1, load.ops // (2 * ROUNDS)))]
+    if part.ops is not None:
+        keys = [f"{prefix}{j}" for j in range(max(1, part.ops // 2))]
         await _calls(side, keys, timing)
     else:
-        deadline = time.monotonic() + (load.duration or 0.0) / (2 * ROUNDS)
+        deadline = time.monotonic() + (part.duration or 0.0) / 2
         while not keys or keep_going(len(keys), None, deadline):
             keys.append(f"{prefix}{len(keys)}")
             await _calls(side, keys[-1:], timing)
@@ -382,14 +381,17 @@ class _Timed:
 
 async def _rounds(sides: list[_Side], load: Load, prefix: str) -> list[_Timed]:
     timed = [_Timed() for _ in sides]
-    for r in range(ROUNDS):
+    # Untimed first calls: pools open their connections, scripts get loaded.
+    for side in sides:
+        await _calls(side, [f"{prefix}{side.label}-warm"], Timing())
+    # Short rounds (at most ROUND_SECONDS per side in a timed run), as store and floor take:
+    # the speed of a shared machine drifts within seconds.
+    for r, part in enumerate(rounds_of(load)):
         # Who goes first rotates, so no side always runs on another's heels.
         order = [(r + i) % len(sides) for i in range(len(sides))]
         for i in order:
             first, replay = Timing(), Timing()
-            # A warm-up call first: pools open their connections, scripts get loaded.
-            await _calls(sides[i], [f"{prefix}{sides[i].label}-warm{r}"], Timing())
-            keys = await _first(sides[i], f"{prefix}{sides[i].label}-{r}-", load, first)
+            keys = await _first(sides[i], f"{prefix}{sides[i].label}-{r}-", part, first)
             await _calls(sides[i], keys, replay)
             timed[i].first.append(first)
             timed[i].replay.append(replay)
