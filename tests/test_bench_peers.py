@@ -115,3 +115,17 @@ async def test_a_run_without_a_peer_engine_says_which_targets_it_needs() -> None
     assert [u.reason for u in measured if isinstance(u, Unavailable)] == [
         "no Redis, PostgreSQL or DynamoDB target: give their URLs, or use --local"
     ]
+
+
+async def test_a_server_that_refuses_connections_is_reported_and_the_run_goes_on(
+    redis_store_url: str,
+) -> None:
+    # Port 1 on loopback: nothing listens there, so every connection is refused at once.
+    refused = Target("postgres", "postgresql://bench@127.0.0.1:1/bench")
+    measured = await run_peers([refused, Target("redis", redis_store_url)], LOAD, "test-")
+    failed = [u for u in measured if isinstance(u, Unavailable) and u.backend == "postgres"]
+    assert failed and "door failed" in failed[0].reason
+    assert {m.backend for m in measured if isinstance(m, Measurement)} == {
+        "redis vs idemkit",
+        "redis vs powertools",
+    }
