@@ -41,6 +41,7 @@ SCENARIO_NAMES = (
     "telemetry",
     "sync",
     "settle",
+    "peers",
 )
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000
@@ -177,6 +178,7 @@ async def _bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from idemstore.bench.estimate import plan_run
+    from idemstore.bench.peers_scenario import default_scenarios
     from idemstore.bench.report import print_table, to_json, write_outputs
     from idemstore.bench.runner import BenchConfig, ConsoleProgress, bench
 
@@ -184,7 +186,7 @@ async def _bench(args: argparse.Namespace) -> int:
         raise ConfigurationError("--ports chooses the ports of the --local servers: add --local")
 
     config = BenchConfig(
-        scenarios=tuple(dict.fromkeys(args.scenario or SCENARIO_NAMES)),
+        scenarios=tuple(dict.fromkeys(args.scenario or default_scenarios(SCENARIO_NAMES))),
         concurrency=args.concurrency,
         ops=None if args.duration is not None else args.ops,
         duration=args.duration,

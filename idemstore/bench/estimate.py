@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from idemstore.bench.peers_scenario import timed_sides
 from idemstore.bench.scenarios import STORE_SCENARIOS, TARGET_PROBES, rounds_of
 from idemstore.registry import engine_for_url, engines
 
@@ -35,9 +36,10 @@ ONCE_PER_BENCH: tuple[str, ...] = (
     "middleware",
     "sync",
     "settle",
+    "peers",
 )
 # Of those, the ones measured on each target in turn (one worker, a fixed operation count).
-ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle")
+ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers")
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
 TIMED_SIDES = {"hasher": 3 * 3, "proxy": 3, "gateway": 1}  # hasher: 3 hashers on 3 shapes
@@ -54,6 +56,7 @@ SETUP_SECONDS = {
     "gateway": 2.5,
     "sync": 4.0,  # per target: 9 to 13 s for memory and sqlite together
     "settle": 1.0,  # per target: opening a second connection, the business table
+    "peers": 1.5,  # per target with a peer engine: opening each library, its table
     "telemetry": 1.4,
     "middleware": 1.1,
 }
@@ -115,8 +118,12 @@ def _target_seconds(config: BenchConfig, duration: float, engine: Engine | None)
     for workers in config.concurrency:
         setup = STORE_SETUP_SECONDS + STORE_SETUP_PER_WORKER * workers
         seconds += stores * (sides * duration + setup)
-    per_target = (*TARGET_PROBES, *ONCE_ON_EACH_TARGET)
-    return seconds + sum(SETUP_SECONDS[p] for p in per_target if p in config.scenarios)
+    per_target = [p for p in (*TARGET_PROBES, *ONCE_ON_EACH_TARGET) if p != "peers"]
+    seconds += sum(SETUP_SECONDS[p] for p in per_target if p in config.scenarios)
+    # peers: idemstore's door and each peer of that door, about `duration` each.
+    if "peers" in config.scenarios and engine is not None and (sides := timed_sides(engine.name)):
+        seconds += sides * duration + SETUP_SECONDS["peers"]
+    return seconds
 
 
 def _once_seconds(config: BenchConfig, duration: float) -> float:

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from idemstore.bench.peers_scenario import peer_note
 from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ def note_lines(result: BenchResult) -> list[str]:
                 )
         elif m.scenario == "gateway":
             lines.extend(_gateway_note(where, notes))
+        elif (peer := peer_note(m)) is not None:
+            lines.append(peer)
         elif m.scenario == "telemetry" and m.backend == TELEMETRY_RERUN:
             lines.append(
                 f"telemetry: '{TELEMETRY_RERUN}' is the baseline measured twice; its"

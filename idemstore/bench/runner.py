@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -30,6 +30,7 @@ from idemstore.bench.floors import floor_for_url
 from idemstore.bench.gateway_scenario import run_gateway
 from idemstore.bench.hasher_scenario import run_hasher
 from idemstore.bench.local import start_local_servers, stop_local_servers
+from idemstore.bench.peers_scenario import PEERS, default_scenarios, run_peers
 from idemstore.bench.probes import run_middleware, run_target_probe
 from idemstore.bench.results import BenchResult, Measurement, Unavailable
 from idemstore.bench.scenarios import (
@@ -70,8 +71,8 @@ DEFAULT_OPS = 2000
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 16, 64)
 DEFAULT_PAYLOAD_BYTES = 256
 
-# Packages whose versions a report states besides every engine's driver.
-REPORTED_PACKAGES = ("rfc8785", "mcp")
+# Packages whose versions a report states besides every engine's driver (when installed).
+REPORTED_PACKAGES = ("rfc8785", "mcp", *(peer.distribution for peer in PEERS))
 
 
 def _reported_packages() -> tuple[str, ...]:
@@ -98,7 +99,8 @@ class Target:
 class BenchConfig:
     """What to run: scenarios, worker counts, and ``ops`` per measurement or ``duration``."""
 
-    scenarios: tuple[str, ...] = SCENARIOS
+    # Every scenario; peers only when a peer package is installed (peers_scenario.py).
+    scenarios: tuple[str, ...] = field(default_factory=lambda: default_scenarios(SCENARIOS))
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     ops: int | None = DEFAULT_OPS
     duration: float | None = None
@@ -315,6 +317,7 @@ _ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
     "middleware": ("asgi middleware", _middleware),
     "sync": ("sync runner (idemstore.sync overhead)", run_sync),
     "settle": ("settle in the caller's transaction (vs. commit, then settle)", run_settle),
+    "peers": ("peers (idemkit, powertools) on the same servers", run_peers),
 }
 
 

@@ -57,7 +57,8 @@ __all__ = [
 STORE_SCENARIOS: tuple[str, ...] = ("fresh", "reserve", "replay", "contention", "mixed")
 # Probes (probes.py): what a store costs besides latency; "middleware" runs once per bench.
 TARGET_PROBES: tuple[str, ...] = ("commands", "wake", "replay-writes", "replay-cache")
-# hasher, gateway, telemetry and sync live in modules of their own (hasher_scenario.py, ...).
+# hasher, gateway, telemetry, sync and peers live in modules of their own (hasher_scenario.py,
+# ...); peers runs by default only where a peer package is installed (peers_scenario.py).
 SCENARIOS: tuple[str, ...] = (
     *STORE_SCENARIOS,
     "hasher",
@@ -68,6 +69,7 @@ SCENARIOS: tuple[str, ...] = (
     "telemetry",
     "sync",
     "settle",
+    "peers",
 )
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
