@@ -24,11 +24,12 @@ from idemstore import (
     open_store,
 )
 from tests.settling.business import Business, open_business
-from tests.settling.owners import FP, owned, taken_over
-from tests.settling.refusals import refused, refused_elsewhere, settle_x
+from tests.settling.owners import FP, owned
+from tests.settling.refusals import refused_elsewhere, settle_x
 
 if TYPE_CHECKING:
     from idemstore import Execution, IdempotencyStore
+    from tests.settling.owners import Takeover
 
 
 class Boom(Exception):
@@ -131,13 +132,12 @@ async def test_a_rollback_swallowed_inside_the_block_leaves_a_key_that_lapses(
 
 
 async def test_a_stale_owner_gets_lease_lost_and_its_charge_rolls_back(
-    store_url: str, store: IdempotencyStore, business: Business
+    takeover: Takeover, store: IdempotencyStore, business: Business
 ) -> None:
-    key = new_key()
-    async with taken_over(store_url, store, key) as (stale, successor, _):
-        with pytest.raises(LeaseLostError):
-            await settle_in_transaction(stale, business, key, b"stale")
-        await settle_in_transaction(successor, business, key, b"fresh")
+    key, stale, successor, _ = takeover
+    with pytest.raises(LeaseLostError):
+        await settle_in_transaction(stale, business, key, b"stale")
+    await settle_in_transaction(successor, business, key, b"fresh")
     assert await business.charges() == {key: 1}
     replay = await ExecutionPolicy(store).begin(key, FP)
     assert isinstance(replay, Replay) and replay.response == b"fresh"
@@ -211,16 +211,6 @@ async def test_a_connection_to_another_postgres_database_is_refused(
         await admin.close()
 
 
-@pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
-async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead(
-    request: pytest.FixtureRequest, url_fixture: str, business: Business
-) -> None:
-    async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
-        execution = await owned(ExecutionPolicy(elsewhere), new_key())
-        message = await refused(execution, business.connection, settle_x)
-    assert "settle(response) without a connection" in message
-
-
 # -- PostgreSQL connections ----------------------------------------------------------------------
 
 
@@ -271,16 +261,15 @@ async def test_an_outcome_over_max_response_bytes_commits_as_too_large_with_the_
 
 
 async def test_a_stale_owner_that_catches_lease_lost_is_finished_and_not_settled(
-    store_url: str, store: IdempotencyStore, business: Business
+    takeover: Takeover, business: Business
 ) -> None:
-    key = new_key()
-    async with taken_over(store_url, store, key) as (stale, successor, _):
-        async with stale:
-            await business.begin()
-            await business.charge(key)
-            with pytest.raises(LeaseLostError):
-                await stale.settle(b"stale", connection=business.connection)
-            await business.rollback()
-        assert stale.finished and not stale.settled
-        await settle_in_transaction(successor, business, key, b"fresh")
+    key, stale, successor, _ = takeover
+    async with stale:
+        await business.begin()
+        await business.charge(key)
+        with pytest.raises(LeaseLostError):
+            await stale.settle(b"stale", connection=business.connection)
+        await business.rollback()
+    assert stale.finished and not stale.settled
+    await settle_in_transaction(successor, business, key, b"fresh")
     assert await business.charges() == {key: 1}
