@@ -689,31 +689,6 @@ async def test_the_password_a_server_requires_is_given_in_the_url(
         assert await acquire(store, new_key())
 
 
-# Shorter than the socket_timeout (5 s), so the connect's own bound is the one that ends it.
-SILENT = "socket_connect_timeout=0.2&retries=2"
-
-
-async def test_an_endpoint_that_never_answers_fails_a_call_on_its_first_connect(
-    silent_endpoint: tuple[int, list[asyncio.StreamWriter]],
-) -> None:
-    port, accepted = silent_endpoint
-    store = open_store(f"redis://127.0.0.1:{port}/0?{SILENT}")
-    with pytest.raises(StoreUnavailableError, match="within socket_connect_timeout"):
-        await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
-    assert len(accepted) == 1  # neither redis-py nor the store tried again
-    await store.close()
-
-
-async def test_entering_a_store_whose_endpoint_never_answers_fails_on_its_first_connect(
-    silent_endpoint: tuple[int, list[asyncio.StreamWriter]],
-) -> None:
-    port, accepted = silent_endpoint
-    with pytest.raises(StoreUnavailableError, match="within socket_connect_timeout"):
-        async with open_store(f"redis://127.0.0.1:{port}/0?{SILENT}"):
-            pass
-    assert len(accepted) == 1
-
-
 @pytest.mark.slow
 async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
     own_redis: LocalRedis,
