@@ -780,47 +780,6 @@ async def test_a_hung_server_fails_a_call_once_every_attempt_has_run_out_of_time
         assert 0.6 <= took < 3
 
 
-# Without a bound of its own, one read inside wait lasted (retries + 1) socket timeouts.
-HUNG = "socket_timeout=2&retries=1"
-
-
-@pytest.mark.slow
-async def test_wait_on_a_hung_server_fails_within_its_timeout_when_nothing_was_read(
-    own_redis: LocalRedis,
-) -> None:
-    async with open_store(f"{own_redis.url}?{HUNG}") as store:
-        key = new_key()
-        await acquire(store, key)
-        own_redis.pause()
-        try:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match="did not answer in time"):
-                await store.wait(key, timeout=0.3)
-            assert time.monotonic() - started < 1.5
-        finally:
-            own_redis.resume()
-
-
-@pytest.mark.slow
-async def test_wait_on_a_server_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
-    own_redis: LocalRedis,
-) -> None:
-    async with open_store(f"{own_redis.url}?{HUNG}") as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        started = time.monotonic()
-        waiter = asyncio.create_task(store.wait(key, timeout=1.0))
-        await asyncio.sleep(0.3)  # wait has read the record and subscribed
-        own_redis.pause()
-        try:
-            record = await waiter
-            assert time.monotonic() - started < 2.5
-        finally:
-            own_redis.resume()
-        assert record is not None and record.token == lease.token
-        assert record.status is Status.IN_PROGRESS
-
-
 @pytest.mark.slow
 async def test_the_store_recovers_when_the_server_comes_back(own_redis: LocalRedis) -> None:
     async with open_store(f"{own_redis.url}?retries=1&socket_timeout=1") as store:
