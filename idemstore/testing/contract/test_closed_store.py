@@ -15,6 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import pytest_asyncio
 
 from idemstore import ConfigurationError, InvalidKeyError, Outcome
 
@@ -91,7 +92,8 @@ def forge(lease: Lease) -> Lease:
     return dataclasses.replace(lease, fence=True)
 
 
-@pytest.fixture
+# pytest_asyncio's own decorator: the suite runs in projects whose asyncio_mode is strict.
+@pytest_asyncio.fixture
 async def closed_lease(store: IdempotencyStore) -> Lease:
     """Close ``store`` once it handed out a genuine lease; give that lease."""
     reservation = await store.reserve(f"k-{uuid.uuid4().hex}", FP, lease_ttl=LONG, retention=LONG)
