@@ -6,44 +6,47 @@ import asyncio
 
 import pytest
 
-from idemstore.errors import (
-    CanonicalizationError,
-    ConfigurationError,
-    ConflictError,
-    IdemstoreError,
-    InProgressError,
-    InvalidKeyError,
-    LeaseLostError,
-    MissingDependencyError,
-    OutcomeTooLargeError,
-    OutcomeUnknownError,
-    ResponseTooLargeError,
-    SchemaError,
-    StoreUnavailableError,
-    UnrecordableResultError,
-)
+from idemstore import errors
 from idemstore.refusals import Refusal, refusal_of
 
 KEYED = {"key": "k", "scope": "", "record": None}
 
 
+# Each error of the execution path, and the refusal it is.
+REFUSALS = [
+    (errors.ConflictError("x", **KEYED), Refusal.CONFLICT),
+    (errors.InProgressError("x", **KEYED), Refusal.IN_PROGRESS),
+    (errors.InvalidKeyError("key is 9 characters long; the limit is 8"), Refusal.INVALID_KEY),
+    (errors.OutcomeUnknownError("x", **KEYED, previous_fence=1), Refusal.OUTCOME_UNKNOWN),
+    (
+        errors.OutcomeTooLargeError("x", **KEYED, size=2, limit=1, fence=1),
+        Refusal.OUTCOME_UNRECORDED,
+    ),
+    (errors.UnrecordableResultError("x", **KEYED, fence=1), Refusal.OUTCOME_UNRECORDED),
+    (errors.LeaseLostError("x", **KEYED), Refusal.LEASE_LOST),
+    (errors.StoreUnavailableError("x"), Refusal.STORE_UNAVAILABLE),
+    (errors.SchemaError("x"), Refusal.SCHEMA_MISSING),
+]
+
+# Errors that are no refusal: the caller's mistakes, a third party's errors, bugs, cancellation.
+NOT_REFUSALS = [
+    errors.ConfigurationError("bad option"),
+    errors.MissingDependencyError("pip install"),
+    errors.CanonicalizationError("NaN", "/x"),
+    errors.ResponseTooLargeError("too large"),
+    errors.IdemstoreError("a third party's own error"),
+    TypeError("a bug"),
+    asyncio.CancelledError(),
+]
+
+
+def test_every_error_idemstore_exports_is_classified_one_way_or_the_other() -> None:
+    classified = {type(error) for error, _ in REFUSALS} | {type(e) for e in NOT_REFUSALS}
+    assert {getattr(errors, name) for name in errors.__all__} <= classified
+
+
 @pytest.mark.parametrize(
-    ("error", "refusal"),
-    [
-        (ConflictError("x", **KEYED), Refusal.CONFLICT),
-        (InProgressError("x", **KEYED), Refusal.IN_PROGRESS),
-        (InvalidKeyError("key is 9 characters long; the limit is 8"), Refusal.INVALID_KEY),
-        (OutcomeUnknownError("x", **KEYED, previous_fence=1), Refusal.OUTCOME_UNKNOWN),
-        (
-            OutcomeTooLargeError("x", **KEYED, size=2, limit=1, fence=1),
-            Refusal.OUTCOME_UNRECORDED,
-        ),
-        (UnrecordableResultError("x", **KEYED, fence=1), Refusal.OUTCOME_UNRECORDED),
-        (LeaseLostError("x", **KEYED), Refusal.LEASE_LOST),
-        (StoreUnavailableError("x"), Refusal.STORE_UNAVAILABLE),
-        (SchemaError("x"), Refusal.SCHEMA_MISSING),
-    ],
-    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else "",
+    ("error", "refusal"), REFUSALS, ids=[type(error).__name__ for error, _ in REFUSALS]
 )
 def test_each_error_of_the_execution_path_is_one_refusal(
     error: Exception, refusal: Refusal
@@ -51,19 +54,7 @@ def test_each_error_of_the_execution_path_is_one_refusal(
     assert refusal_of(error) is refusal
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        ConfigurationError("bad option"),
-        MissingDependencyError("pip install"),
-        CanonicalizationError("NaN", "/x"),
-        ResponseTooLargeError("too large"),
-        IdemstoreError("a third party's own error"),
-        TypeError("a bug"),
-        asyncio.CancelledError(),
-    ],
-    ids=lambda error: type(error).__name__,
-)
+@pytest.mark.parametrize("error", NOT_REFUSALS, ids=lambda error: type(error).__name__)
 def test_what_is_not_a_refusal_is_none_and_propagates(error: BaseException) -> None:
     assert refusal_of(error) is None
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -362,55 +361,6 @@ async def test_sdk_retry_of_a_landed_complete_reports_success(dynamodb_store_url
         assert await store.complete(lease, b"once") is True
         assert retried and sent["UpdateItem"] == 2
         assert await store.complete(lease, b"once") is False  # a second call is refused
-
-
-# -- wait against a hung endpoint -------------------------------------------------------------
-
-
-# Without a bound of its own, one read inside wait lasted max_attempts read timeouts.
-HUNG = "&read_timeout=1&max_attempts=2"
-
-
-@pytest.fixture
-async def hangable(
-    dynamodb_endpoint: str, dynamodb_table: str
-) -> AsyncIterator[tuple[FaultProxy, DynamoDBStore]]:
-    """A store (with the ``HUNG`` bounds) whose endpoint the test may hang through the proxy."""
-    direct_url = url_for(dynamodb_endpoint, dynamodb_table, HUNG)
-    async with (
-        FaultProxy.for_url(direct_url) as proxy,
-        DynamoDBStore.from_url(proxy.route(direct_url)) as store,
-    ):
-        yield proxy, store
-
-
-async def test_wait_on_a_hung_endpoint_fails_within_its_timeout_when_nothing_was_read(
-    hangable: tuple[FaultProxy, DynamoDBStore],
-) -> None:
-    proxy, store = hangable
-    key = new_key()
-    await acquire(store, key)
-    proxy.hang()
-    started = time.monotonic()
-    with pytest.raises(StoreUnavailableError, match="did not answer"):
-        await store.wait(key, timeout=0.3)
-    assert time.monotonic() - started < 1.5
-
-
-async def test_wait_on_an_endpoint_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
-    hangable: tuple[FaultProxy, DynamoDBStore],
-) -> None:
-    proxy, store = hangable
-    key = new_key()
-    lease = await acquire(store, key)
-    started = time.monotonic()
-    waiter = asyncio.create_task(store.wait(key, timeout=1.0))
-    await asyncio.sleep(0.3)  # wait has read the record and polls
-    proxy.hang()
-    record = await waiter
-    assert time.monotonic() - started < 2.5
-    assert record is not None and record.token == lease.token
-    assert record.status is Status.IN_PROGRESS
 
 
 async def test_close_during_the_first_connect_fails_the_operation_and_keeps_no_client(

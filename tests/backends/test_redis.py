@@ -13,7 +13,7 @@ import contextlib
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -40,8 +40,9 @@ from idemstore.backends.redis import RedisStore, record_key
 from idemstore.backends.redis.scripts import SCRIPTS
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+    from idemstore import IdempotencyStore, Lease
     from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster
 
 LONG = 60.0
@@ -64,9 +65,15 @@ def prefix_of(url: str) -> str:
 
 
 @pytest.fixture
-async def admin(request: pytest.FixtureRequest) -> AsyncIterator[list[aioredis.Redis]]:
+def url(request: pytest.FixtureRequest, url_fixture: str) -> str:
+    """The store URL a test parametrized over ``url_fixture`` (one server, or a cluster) runs on."""
+    store_url: str = request.getfixturevalue(url_fixture)
+    return store_url
+
+
+@pytest.fixture
+async def admin(url: str) -> AsyncIterator[list[aioredis.Redis]]:
     """A plain client per node of the server behind the test's store URL."""
-    url = request.getfixturevalue(request.node.callspec.params["url_fixture"])
     clients = [aioredis.Redis(host=h, port=p) for h, p in nodes_of(url)]
     yield clients
     for client in clients:
@@ -122,9 +129,8 @@ def test_braces_in_keys_cannot_end_the_hash_tag() -> None:
 
 @BOTH
 async def test_a_record_is_one_hash_with_raw_bytes_and_ttl_of_retention_plus_grace(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     response = bytes(range(256))
     async with open_store(url, expiry_grace=5) as store:
         lease = (await store.reserve("k", FP, scope="a:b", lease_ttl=LONG, retention=100)).lease
@@ -141,9 +147,8 @@ async def test_a_record_is_one_hash_with_raw_bytes_and_ttl_of_retention_plus_gra
 
 @BOTH
 async def test_redis_expires_a_record_by_itself_after_retention_and_lease(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     async with open_store(url, expiry_grace=0) as store:
         # A live lease keeps its record alive, so the lease is shorter than the retention.
         lease = (await store.reserve("k", FP, lease_ttl=0.1, retention=0.2)).lease
@@ -160,9 +165,8 @@ async def test_redis_expires_a_record_by_itself_after_retention_and_lease(
 
 @BOTH
 async def test_every_operation_is_exactly_one_evalsha(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     key = new_key()
     async with open_store(url) as store:
         # Warm up: load every script on the node that owns the key, then start afresh.
@@ -196,9 +200,8 @@ async def test_every_operation_is_exactly_one_evalsha(
 
 @BOTH
 async def test_a_node_without_the_script_runs_it_with_eval(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     async with open_store(url) as store:
         await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
         for node in admin:
@@ -220,9 +223,8 @@ async def pubsub_clients(node: aioredis.Redis) -> int:
 
 @pytest.mark.parametrize("url_fixture", ["redis_store_url"])
 async def test_one_pubsub_connection_serves_every_waiter(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     (node,) = admin
     before = await pubsub_clients(node)
     async with open_store(url) as store:
@@ -244,9 +246,8 @@ async def test_one_pubsub_connection_serves_every_waiter(
 
 @BOTH
 async def test_wait_still_returns_when_the_pubsub_connection_is_killed(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     async with open_store(url) as store:
         key = new_key()
         lease = await acquire(store, key)
@@ -261,12 +262,11 @@ async def test_wait_still_returns_when_the_pubsub_connection_is_killed(
 
 @BOTH
 async def test_waits_end_typed_while_pubsub_connections_are_killed_under_them(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
     # Waiters keep subscribing while the server drops the shared pub/sub connection: the
     # reader's reconnect must never pull the connection out from under a subscriber's send
     # (redis-py then raised AttributeError from inside the send, out of wait).
-    url = request.getfixturevalue(url_fixture)
     untyped: list[BaseException] = []
     finished = 0
 
@@ -313,10 +313,7 @@ async def acquire(store: Any, key: str, *, lease_ttl: float = LONG) -> Any:
 
 
 @BOTH
-async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
-    request: pytest.FixtureRequest, url_fixture: str
-) -> None:
-    url = request.getfixturevalue(url_fixture)
+async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(url: str) -> None:
     stores = [open_store(url) for _ in range(4)]
     try:
         key = new_key()
@@ -343,36 +340,37 @@ async def test_concurrent_takeovers_of_a_lapsed_lease_acquire_once(
 
 
 @pytest.fixture
-async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultProxy, str]]:
-    """A reply-dropping proxy and a store URL through it, with every script already loaded
-    (else the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
+async def dropper(redis_server_url: str) -> AsyncIterator[tuple[FaultProxy, IdempotencyStore]]:
+    """A reply-dropping proxy and a store through it, with every script already loaded (else
+    the dropped reply would be EVALSHA's NOSCRIPT, not the script's own answer)."""
     ((_, port),) = nodes_of(redis_server_url)
     client = aioredis.Redis(port=port)
     for script in SCRIPTS.values():
         await client.script_load(script.source)
     await client.aclose()
     async with FaultProxy("127.0.0.1", port) as proxy:
-        yield proxy, f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
+        url = f"redis://127.0.0.1:{proxy.port}/0?prefix=t-{uuid.uuid4().hex[:12]}:"
+        async with open_store(url) as store:
+            yield proxy, store
 
 
 async def test_a_first_reserve_whose_reply_was_lost_and_retried_acquires_once(
-    dropper: tuple[FaultProxy, str],
+    dropper: tuple[FaultProxy, IdempotencyStore],
 ) -> None:
     # The first run took the script's fresh-key branch; the driver's retry finds its own
     # token and must answer as that first run did, with the same lease.
-    proxy, url = dropper
-    async with open_store(url) as store:
-        key = new_key()
-        proxy.drop_next_reply(containing=key.encode())
-        reservation = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
-        assert proxy.counts["replies dropped"] == 1
-        assert reservation.outcome is Outcome.ACQUIRED and not reservation.takeover
-        lease = reservation.lease
-        assert lease is not None and lease.fence == 1
-        record = await store.get(key)
-        assert record is not None and record.token == lease.token
-        assert record.lease_expires_at == lease.lease_expires_at
-        assert await store.complete(lease, b"result") is True
+    proxy, store = dropper
+    key = new_key()
+    proxy.drop_next_reply(containing=key.encode())
+    reservation = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+    assert proxy.counts["replies dropped"] == 1
+    assert reservation.outcome is Outcome.ACQUIRED and not reservation.takeover
+    lease = reservation.lease
+    assert lease is not None and lease.fence == 1
+    record = await store.get(key)
+    assert record is not None and record.token == lease.token
+    assert record.lease_expires_at == lease.lease_expires_at
+    assert await store.complete(lease, b"result") is True
 
 
 async def test_a_first_reserve_returns_the_lease_deadline_the_server_stored(
@@ -415,33 +413,27 @@ async def test_a_resent_release_reports_success_after_the_key_was_acquired_again
             await client.aclose()
 
 
-async def test_a_complete_whose_reply_was_lost_and_retried_reports_success(
-    dropper: tuple[FaultProxy, str],
-) -> None:
-    proxy, url = dropper
-    async with open_store(url) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        proxy.drop_next_reply(containing=lease.token.encode())
-        assert await store.complete(lease, b"result") is True
-        assert proxy.counts["replies dropped"] == 1
-        record = await store.get(key)
-        assert record is not None and record.response == b"result"
-        assert await store.complete(lease, b"result") is False  # a second call is refused
+# An ending call, and the response its key keeps once it ran (release keeps no record).
+ENDINGS: dict[str, tuple[Callable[[IdempotencyStore, Lease], Awaitable[bool]], bytes | None]] = {
+    "complete": (lambda store, lease: store.complete(lease, b"result"), b"result"),
+    "release": (lambda store, lease: store.release(lease), None),
+}
 
 
-async def test_a_release_whose_reply_was_lost_and_retried_reports_success(
-    dropper: tuple[FaultProxy, str],
+@pytest.mark.parametrize("ending", list(ENDINGS))
+async def test_a_complete_or_release_whose_reply_was_lost_and_retried_reports_success(
+    dropper: tuple[FaultProxy, IdempotencyStore], ending: str
 ) -> None:
-    proxy, url = dropper
-    async with open_store(url) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        proxy.drop_next_reply(containing=lease.token.encode())
-        assert await store.release(lease) is True
-        assert proxy.counts["replies dropped"] == 1
-        assert await store.get(key) is None
-        assert await store.release(lease) is False  # a second call is refused
+    proxy, store = dropper
+    end, kept = ENDINGS[ending]
+    key = new_key()
+    lease = await acquire(store, key)
+    proxy.drop_next_reply(containing=lease.token.encode())
+    assert await end(store, lease) is True
+    assert proxy.counts["replies dropped"] == 1
+    record = await store.get(key)
+    assert (None if record is None else record.response) == kept
+    assert await end(store, lease) is False  # a second call is refused
 
 
 # -- close ------------------------------------------------------------------------------------
@@ -474,81 +466,86 @@ async def test_close_during_the_first_cluster_connect_fails_the_operation_and_ke
 TOO_LONG = pytest.mark.parametrize("seconds", [1e11, 1e15])
 
 
-def raw_client(url: str) -> aioredis.Redis:
-    ((host, port),) = nodes_of(url)
-    return aioredis.Redis(host=host, port=port)
+@pytest.fixture
+async def store(redis_store_url: str) -> AsyncIterator[IdempotencyStore]:
+    async with open_store(redis_store_url) as opened:
+        yield opened
+
+
+class Raw(NamedTuple):
+    """A plain client to the server behind ``url``, beside the store."""
+
+    client: aioredis.Redis
+    url: str
+
+    def name(self, key: str) -> bytes:
+        """The Redis key of ``key``'s record."""
+        return record_key(prefix_of(self.url), "", key)
+
+
+@pytest.fixture
+async def raw(redis_store_url: str) -> AsyncIterator[Raw]:
+    ((host, port),) = nodes_of(redis_store_url)
+    client = aioredis.Redis(host=host, port=port)
+    yield Raw(client, redis_store_url)
+    await client.aclose()
 
 
 @TOO_LONG
 async def test_reserve_with_a_retention_past_2_53_us_is_refused_and_writes_nothing(
-    redis_store_url: str, seconds: float
+    store: IdempotencyStore, raw: Raw, seconds: float
 ) -> None:
     key = new_key()
-    async with open_store(redis_store_url) as store:
-        with pytest.raises(ConfigurationError, match="retention"):
-            await store.reserve(key, FP, lease_ttl=LONG, retention=seconds)
-        with pytest.raises(ConfigurationError, match="lease_ttl"):
-            await store.reserve(key, FP, lease_ttl=seconds, retention=LONG)
-        client = raw_client(redis_store_url)
-        try:
-            assert await client.exists(record_key(prefix_of(redis_store_url), "", key)) == 0
-        finally:
-            await client.aclose()
-        lease = await acquire(store, key)
-        assert lease.fence == 1
+    with pytest.raises(ConfigurationError, match="retention"):
+        await store.reserve(key, FP, lease_ttl=LONG, retention=seconds)
+    with pytest.raises(ConfigurationError, match="lease_ttl"):
+        await store.reserve(key, FP, lease_ttl=seconds, retention=LONG)
+    assert await raw.client.exists(raw.name(key)) == 0
+    lease = await acquire(store, key)
+    assert lease.fence == 1
 
 
 @TOO_LONG
 async def test_complete_or_extend_past_2_53_us_is_refused_and_leaves_the_lease_held(
-    redis_store_url: str, seconds: float
+    store: IdempotencyStore, raw: Raw, seconds: float
 ) -> None:
     key = new_key()
-    async with open_store(redis_store_url) as store:
-        lease = await acquire(store, key)
-        with pytest.raises(ConfigurationError, match="retention"):
-            await store.complete(lease, b"late", retention=seconds)
-        with pytest.raises(ConfigurationError, match="lease_ttl"):
-            await store.extend(lease, lease_ttl=seconds)
-        record = await store.get(key)
-        assert record is not None and record.status is Status.IN_PROGRESS
-        assert record.expires_at < time.time() + 2 * LONG
-        client = raw_client(redis_store_url)
-        try:
-            assert await client.pttl(record_key(prefix_of(redis_store_url), "", key)) > 0
-        finally:
-            await client.aclose()
-        assert await store.complete(lease, b"done")
+    lease = await acquire(store, key)
+    with pytest.raises(ConfigurationError, match="retention"):
+        await store.complete(lease, b"late", retention=seconds)
+    with pytest.raises(ConfigurationError, match="lease_ttl"):
+        await store.extend(lease, lease_ttl=seconds)
+    record = await store.get(key)
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert record.expires_at < time.time() + 2 * LONG
+    assert await raw.client.pttl(raw.name(key)) > 0
+    assert await store.complete(lease, b"done")
 
 
 async def test_a_record_whose_deadlines_are_in_scientific_notation_still_reads(
-    redis_store_url: str,
+    store: IdempotencyStore, raw: Raw
 ) -> None:
     # What an earlier version wrote for a retention of 1e11 s: the deadline is a Lua number
     # past 1e17, which Redis writes as a float.
     key = new_key()
-    client = raw_client(redis_store_url)
-    try:
-        await client.hset(
-            record_key(prefix_of(redis_store_url), "", key),
-            mapping={
-                "st": "c",
-                "fp": FP,
-                "tok": "t" * 32,
-                "fen": "1",
-                "ca": str(int(time.time() * 1e6)),
-                "ea": "1.0179597400393685e+17",
-                "res": b"kept",
-                "tk": "0",
-            },
-        )
-    finally:
-        await client.aclose()
-    async with open_store(redis_store_url) as store:
-        record = await store.get(key)
-        assert record is not None and record.response == b"kept"
-        assert record.expires_at == pytest.approx(1.0179597400393685e11)
-        again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
-        assert again.outcome is Outcome.COMPLETED
+    await raw.client.hset(
+        raw.name(key),
+        mapping={
+            "st": "c",
+            "fp": FP,
+            "tok": "t" * 32,
+            "fen": "1",
+            "ca": str(int(time.time() * 1e6)),
+            "ea": "1.0179597400393685e+17",
+            "res": b"kept",
+            "tk": "0",
+        },
+    )
+    record = await store.get(key)
+    assert record is not None and record.response == b"kept"
+    assert record.expires_at == pytest.approx(1.0179597400393685e11)
+    again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+    assert again.outcome is Outcome.COMPLETED
 
 
 # -- argument checks --------------------------------------------------------------------------
@@ -689,31 +686,6 @@ async def test_the_password_a_server_requires_is_given_in_the_url(
         assert await acquire(store, new_key())
 
 
-# Shorter than the socket_timeout (5 s), so the connect's own bound is the one that ends it.
-SILENT = "socket_connect_timeout=0.2&retries=2"
-
-
-async def test_an_endpoint_that_never_answers_fails_a_call_on_its_first_connect(
-    silent_endpoint: tuple[int, list[asyncio.StreamWriter]],
-) -> None:
-    port, accepted = silent_endpoint
-    store = open_store(f"redis://127.0.0.1:{port}/0?{SILENT}")
-    with pytest.raises(StoreUnavailableError, match="within socket_connect_timeout"):
-        await store.reserve(new_key(), FP, lease_ttl=LONG, retention=LONG)
-    assert len(accepted) == 1  # neither redis-py nor the store tried again
-    await store.close()
-
-
-async def test_entering_a_store_whose_endpoint_never_answers_fails_on_its_first_connect(
-    silent_endpoint: tuple[int, list[asyncio.StreamWriter]],
-) -> None:
-    port, accepted = silent_endpoint
-    with pytest.raises(StoreUnavailableError, match="within socket_connect_timeout"):
-        async with open_store(f"redis://127.0.0.1:{port}/0?{SILENT}"):
-            pass
-    assert len(accepted) == 1
-
-
 @pytest.mark.slow
 async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
     own_redis: LocalRedis,
@@ -734,9 +706,7 @@ async def test_a_hung_server_is_store_unavailable_within_operation_timeout(
 
 
 @BOTH
-async def test_a_call_starts_no_task_of_its_own(
-    request: pytest.FixtureRequest, url_fixture: str
-) -> None:
+async def test_a_call_starts_no_task_of_its_own(url: str) -> None:
     # Given a socket_timeout, redis-py sends every command under asyncio.wait_for, which on
     # Python 3.11 runs the send as a task of its own: the store bounds its attempts itself.
     loop = asyncio.get_running_loop()
@@ -746,7 +716,7 @@ async def test_a_call_starts_no_task_of_its_own(
         started.append(coro)
         return asyncio.Task(coro, loop=loop, **options)
 
-    async with open_store(request.getfixturevalue(url_fixture)) as store:
+    async with open_store(url) as store:
         await acquire(store, new_key())  # connected, scripts loaded
         previous = loop.get_task_factory()
         loop.set_task_factory(counting)
@@ -803,47 +773,6 @@ async def test_a_hung_server_fails_a_call_once_every_attempt_has_run_out_of_time
             own_redis.resume()
         # Two attempts of 0.3 s (retries=1), then the error: not one, and not unbounded.
         assert 0.6 <= took < 3
-
-
-# Without a bound of its own, one read inside wait lasted (retries + 1) socket timeouts.
-HUNG = "socket_timeout=2&retries=1"
-
-
-@pytest.mark.slow
-async def test_wait_on_a_hung_server_fails_within_its_timeout_when_nothing_was_read(
-    own_redis: LocalRedis,
-) -> None:
-    async with open_store(f"{own_redis.url}?{HUNG}") as store:
-        key = new_key()
-        await acquire(store, key)
-        own_redis.pause()
-        try:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match="did not answer in time"):
-                await store.wait(key, timeout=0.3)
-            assert time.monotonic() - started < 1.5
-        finally:
-            own_redis.resume()
-
-
-@pytest.mark.slow
-async def test_wait_on_a_server_that_hangs_meanwhile_returns_the_last_record_at_its_timeout(
-    own_redis: LocalRedis,
-) -> None:
-    async with open_store(f"{own_redis.url}?{HUNG}") as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        started = time.monotonic()
-        waiter = asyncio.create_task(store.wait(key, timeout=1.0))
-        await asyncio.sleep(0.3)  # wait has read the record and subscribed
-        own_redis.pause()
-        try:
-            record = await waiter
-            assert time.monotonic() - started < 2.5
-        finally:
-            own_redis.resume()
-        assert record is not None and record.token == lease.token
-        assert record.status is Status.IN_PROGRESS
 
 
 @pytest.mark.slow
@@ -904,9 +833,8 @@ async def test_a_read_only_replica_is_store_unavailable_for_writes(
 
 @pytest.mark.parametrize("url_fixture", ["redis_cluster_store_url"])
 async def test_cluster_spreads_records_over_every_node(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
-    url = request.getfixturevalue(url_fixture)
     async with open_store(url) as store:
         for _ in range(40):
             lease = await acquire(store, new_key())
@@ -933,16 +861,29 @@ def owner_of(cluster: LocalRedisCluster, name: bytes) -> LocalRedis:
     raise AssertionError(f"no node holds {name!r}")
 
 
+class Held(NamedTuple):
+    store: IdempotencyStore
+    key: str
+    lease: Lease
+    name: bytes  # the key's record
+    owner: LocalRedis  # the node that holds it
+
+
+@contextlib.asynccontextmanager
+async def held_on(cluster: LocalRedisCluster, options: str = "") -> AsyncIterator[Held]:
+    """A store on ``cluster`` (a prefix of its own, then ``options``) holding a fresh key."""
+    url = f"{cluster.url}?prefix=c-{uuid.uuid4().hex[:8]}:{options}"
+    async with open_store(url) as store:
+        key = new_key()
+        name = record_key(prefix_of(url), "", key)
+        yield Held(store, key, await acquire(store, key), name, owner_of(cluster, name))
+
+
 @pytest.mark.slow
 async def test_cluster_follows_a_slot_moved_to_another_node(
     own_cluster: LocalRedisCluster,
 ) -> None:
-    url = f"{own_cluster.url}?prefix=moved-{uuid.uuid4().hex[:8]}:"
-    async with open_store(url) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        name = record_key(prefix_of(url), "", key)
-        source = owner_of(own_cluster, name)
+    async with held_on(own_cluster) as (store, key, lease, name, source):
         target = next(node for node in own_cluster.nodes if node is not source)
         slot = source.cli("CLUSTER", "KEYSLOT", name.decode()).strip()
         source_id = source.cli("CLUSTER", "MYID").strip()
@@ -963,11 +904,13 @@ async def test_cluster_follows_a_slot_moved_to_another_node(
 async def test_a_cluster_node_down_is_store_unavailable_then_recovers(
     own_cluster: LocalRedisCluster,
 ) -> None:
-    url = f"{own_cluster.url}?prefix=down-{uuid.uuid4().hex[:8]}:&retries=2&operation_timeout=3"
-    async with open_store(url) as store:
-        key = new_key()
-        lease = await acquire(store, key)
-        victim = owner_of(own_cluster, record_key(prefix_of(url), "", key))
+    async with held_on(own_cluster, "&retries=2&operation_timeout=3") as (
+        store,
+        _,
+        lease,
+        _,
+        victim,
+    ):
         victim.shutdown()
         try:
             started = time.monotonic()
@@ -1016,11 +959,10 @@ async def announced(nodes: list[aioredis.Redis]) -> dict[str, int]:
 
 @pytest.mark.parametrize("url_fixture", ["redis_cluster_store_url"])
 async def test_a_cluster_complete_spublishes_on_its_shard_and_wakes_the_wait(
-    request: pytest.FixtureRequest, url_fixture: str, admin: list[aioredis.Redis]
+    url: str, admin: list[aioredis.Redis]
 ) -> None:
     """A PUBLISH on a cluster is broadcast to every node; SPUBLISH (Redis 7) stays on the
     shard that owns the key, where the waiting store subscribed with SSUBSCRIBE."""
-    url = request.getfixturevalue(url_fixture)
     async with open_store(url) as store:
         for key in ("a", "b", "c"):  # keys on different shards, most likely
             lease = await acquire(store, key)

@@ -19,61 +19,45 @@ if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
 
 
-async def test_a_retry_differing_only_in_an_excluded_field_replays(
-    make_client: Callable[..., Any],
+# Per selection: the middleware's options, then three requests under one key as (extra
+# headers, JSON body): the first, a retry differing only outside the selection, and one
+# differing inside it.
+SELECTIONS = {
+    "excluded-fields": (
+        {"fingerprint_exclude": ["/meta/sent_at", "/trace_id"]},
+        ({}, {"item": "tea", "meta": {"sent_at": 1}, "trace_id": "a"}),
+        ({}, {"item": "tea", "meta": {"sent_at": 2}, "trace_id": "b"}),
+        ({}, {"item": "coffee", "meta": {"sent_at": 3}}),
+    ),
+    "included-fields": (
+        {"fingerprint_include": ["/item", "/amount"]},
+        ({}, {"item": "tea", "amount": 3, "note": "x"}),
+        ({}, {"item": "tea", "amount": 3, "note": "y"}),
+        ({}, {"item": "tea", "amount": 4, "note": "x"}),
+    ),
+    "named-header": (
+        {"fingerprint_headers": ["X-Tenant"]},
+        ({"X-Tenant": "t1"}, {"item": "tea"}),
+        ({"X-Tenant": "t1"}, {"item": "tea"}),
+        ({"X-Tenant": "t2"}, {"item": "tea"}),
+    ),
+}
+
+
+@pytest.mark.parametrize("selection", list(SELECTIONS))
+async def test_a_retry_differing_only_outside_the_selection_replays_and_one_inside_is_a_422(
+    make_client: Callable[..., Any], selection: str
 ) -> None:
-    app, client = make_client(fingerprint_exclude=["/meta/sent_at", "/trace_id"])
+    options, *requests = SELECTIONS[selection]
+    app, client = make_client(**options)
     key = uuid.uuid4().hex
     async with client:
-        first = await client.post(
-            "/orders",
-            headers=keyed(key),
-            json={"item": "tea", "meta": {"sent_at": 1}, "trace_id": "a"},
-        )
-        again = await client.post(
-            "/orders",
-            headers=keyed(key),
-            json={"item": "tea", "meta": {"sent_at": 2}, "trace_id": "b"},
-        )
-        other = await client.post(
-            "/orders", headers=keyed(key), json={"item": "coffee", "meta": {"sent_at": 3}}
-        )
+        first, again, changed = [
+            await client.post("/orders", headers=keyed(key, {**ALICE, **extra}), json=body)
+            for extra, body in requests
+        ]
     assert first.status_code == 201
-    assert_ran_once_replayed_and_refused(app, "create_order", first, again, other)
-
-
-async def test_only_included_fields_decide_and_a_change_there_is_a_422(
-    make_client: Callable[..., Any],
-) -> None:
-    app, client = make_client(fingerprint_include=["/item", "/amount"])
-    key = uuid.uuid4().hex
-    async with client:
-        first = await client.post(
-            "/orders", headers=keyed(key), json={"item": "tea", "amount": 3, "note": "x"}
-        )
-        again = await client.post(
-            "/orders", headers=keyed(key), json={"item": "tea", "amount": 3, "note": "y"}
-        )
-        changed = await client.post(
-            "/orders", headers=keyed(key), json={"item": "tea", "amount": 4, "note": "x"}
-        )
     assert_ran_once_replayed_and_refused(app, "create_order", first, again, changed)
-
-
-async def test_a_named_header_joins_the_fingerprint(make_client: Callable[..., Any]) -> None:
-    app, client = make_client(fingerprint_headers=["X-Tenant"])
-    key = uuid.uuid4().hex
-    async with client:
-        first = await client.post(
-            "/orders", headers=keyed(key, {**ALICE, "X-Tenant": "t1"}), json={"item": "tea"}
-        )
-        again = await client.post(
-            "/orders", headers=keyed(key, {**ALICE, "X-Tenant": "t1"}), json={"item": "tea"}
-        )
-        other = await client.post(
-            "/orders", headers=keyed(key, {**ALICE, "X-Tenant": "t2"}), json={"item": "tea"}
-        )
-    assert_ran_once_replayed_and_refused(app, "create_order", first, again, other)
 
 
 async def test_a_body_that_is_not_json_counts_whole_whatever_is_excluded(

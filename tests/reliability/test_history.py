@@ -4,7 +4,7 @@ The checker itself is tested first, on histories with each kind of broken promis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -32,21 +32,35 @@ def assert_history_holds(report: HistoryReport) -> None:
     assert report.counts["duplicates found"] == 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", sorted(SHARED_STORE_URL_FIXTURES))
-def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
+class History(Protocol):
+    def __call__(self, fault: str, **options: Any) -> HistoryReport: ...
+
+
+@pytest.fixture(params=sorted(SHARED_STORE_URL_FIXTURES))
+def history(
     request: pytest.FixtureRequest,
-    backend: str,
     tmp_path: Path,
     seed: int,
-    kills: int,
     report_counts: Callable[[dict[str, Any]], None],
-) -> None:
+) -> History:
+    """``run_history`` on a store worker processes share, on each engine in turn, with the
+    test's seed; each run's counts are reported under its ``fault``."""
+    backend = request.param
     url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
-    report = run_history(
-        url, tmp_path, workers=4, keys_per_round=30, kills=kills, seed=seed, until_faults=True
-    )
-    report_counts({"backend": backend, "fault": "sigkill", **report.row()})
+
+    def run(fault: str, **options: Any) -> HistoryReport:
+        report = run_history(url, tmp_path, seed=seed, **options)
+        report_counts({"backend": backend, "fault": fault, **report.row()})
+        return report
+
+    return run
+
+
+@pytest.mark.slow
+def test_sigkilled_workers_never_run_a_key_twice_while_its_lease_lives(
+    history: History, kills: int
+) -> None:
+    report = history("sigkill", workers=4, keys_per_round=30, kills=kills, until_faults=True)
     assert_history_holds(report)
     assert report.run["kills"] == kills
     assert report.counts["executions"] >= report.counts["keys"]
@@ -59,16 +73,9 @@ PAUSED_LEASE = TTL
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", sorted(SHARED_STORE_URL_FIXTURES))
 def test_workers_frozen_past_their_lease_are_fenced_out_when_they_wake(
-    request: pytest.FixtureRequest,
-    backend: str,
-    tmp_path: Path,
-    seed: int,
-    pauses: int,
-    report_counts: Callable[[dict[str, Any]], None],
+    history: History, pauses: int
 ) -> None:
-    url = request.getfixturevalue(SHARED_STORE_URL_FIXTURES[backend])
     # More long work, most of it heartbeating, some of it outlasting a pause: so a heartbeat
     # wakes up with work left and tries to extend a lease that was taken over.
     config = WorkerConfig(
@@ -77,19 +84,16 @@ def test_workers_frozen_past_their_lease_are_fenced_out_when_they_wake(
         long_work_max=4 * PAUSED_LEASE,
         heartbeat_probability=0.7,
     )
-    report = run_history(
-        url,
-        tmp_path,
+    report = history(
+        "sigstop",
         workers=4,
         keys_per_round=6,
         kills=0,
         pauses=pauses,
         pause_seconds=(1.5 * PAUSED_LEASE, 3 * PAUSED_LEASE),
         config=config,
-        seed=seed,
         until_faults=True,
     )
-    report_counts({"backend": backend, "fault": "sigstop", **report.row()})
     assert_history_holds(report)
     assert report.counts["pauses"] == pauses
     assert report.counts["lost acknowledgements"] == 0
@@ -148,6 +152,24 @@ def acquired(
         "takeover": takeover,
         "lease_ttl": TTL,
         "lease_expires_at": stamp + TTL,
+    }
+
+
+def extended(
+    key: str, fence: int, at: float, expires_at: float | None, *, returned: float | None = None
+) -> Any:
+    """An extend of ``fence``'s lease by worker a, sent at ``at`` and returned at ``returned``
+    (default ``at``), with the new deadline, or None where the store refused it."""
+    return {
+        "ev": "extend",
+        "w": "a",
+        "key": key,
+        "fence": fence,
+        "token": f"tok{fence}",
+        "m0": at,
+        "m1": at if returned is None else returned,
+        "lease_ttl": TTL,
+        "lease_expires_at": expires_at,
     }
 
 
@@ -229,20 +251,9 @@ def test_checker_still_catches_a_reacquisition_when_the_killed_owner_never_relea
 
 
 def test_checker_catches_a_heartbeat_extended_lease_taken_over() -> None:
-    extend = {
-        "ev": "extend",
-        "w": "a",
-        "key": "k",
-        "fence": 1,
-        "token": "tok1",
-        "m0": 1.3,
-        "m1": 1.3,
-        "lease_ttl": TTL,
-        "lease_expires_at": 1.3 + TTL,
-    }
     events = [
         acquired("k", 1, 1.0),
-        extend,
+        extended("k", 1, 1.3, 1.3 + TTL),
         acquired("k", 2, 1.0 + TTL, takeover=True),
         *completed("k", 2, 2, b"r"),
     ]
@@ -409,23 +420,12 @@ def pause(victim: str, stopped: float, resumed: float) -> Any:
 
 
 def test_checker_counts_a_paused_owner_fenced_out_after_a_takeover() -> None:
-    refused = {
-        "ev": "extend",
-        "w": "a",
-        "key": "k",
-        "fence": 1,
-        "token": "tok1",
-        "m0": 3.0,
-        "m1": 3.01,
-        "lease_ttl": TTL,
-        "lease_expires_at": None,
-    }
     events = [
         acquired("k", 1, 1.0),
         pause("a", 1.1, 2.9),  # frozen past its 0.5 s lease
         acquired("k", 2, 1.8, takeover=True, w="b"),
         *completed("k", 2, 2.0, b"r", w="b"),
-        refused,
+        extended("k", 1, 3.0, None, returned=3.01),  # refused: the key was taken over
         *completed("k", 1, 3.1, b"stale", outcome="lost"),
         acquired("j", 1, 5.0),  # acquired after the pause: not frozen by it
         *completed("j", 1, 5.1, b"r"),

@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.settling.business import Business, open_business
+from tests.settling.owners import Takeover, taken_over
 from tests.store_at_url import store as store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from idemstore import IdempotencyStore
 
 
 @pytest.fixture(params=["postgres_store_url", "sqlite_file_store_url"])
@@ -26,3 +30,11 @@ async def business(store_url: str) -> AsyncIterator[Business]:
     await opened.create_table()
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+async def takeover(store_url: str, store: IdempotencyStore) -> AsyncIterator[Takeover]:
+    """A fresh key owned by a stale owner on ``store`` and, once its lease lapsed, by a
+    successor on a second connection."""
+    async with taken_over(store_url, store, f"stale-{uuid.uuid4().hex[:12]}") as owners:
+        yield owners

@@ -32,6 +32,7 @@ async def owned(policy: ExecutionPolicy, key: str) -> Execution:
 
 
 class Takeover(NamedTuple):
+    key: str
     stale: Execution
     successor: Execution
     successor_store: IdempotencyStore
@@ -45,4 +46,4 @@ async def taken_over(store_url: str, store: IdempotencyStore, key: str) -> Async
     async with open_store(store_url) as other:
         successor = await owned(ExecutionPolicy(other, in_flight="wait", lease_ttl=30), key)
         assert successor.takeover
-        yield Takeover(stale, successor, other)
+        yield Takeover(key, stale, successor, other)

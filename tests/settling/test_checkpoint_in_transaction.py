@@ -15,14 +15,13 @@ from idemstore import (
     Checkpoint,
     ExecutionPolicy,
     LeaseLostError,
-    open_store,
 )
-from tests.settling.owners import owned, taken_over
-from tests.settling.refusals import checkpoint_one, refused
+from tests.settling.owners import owned
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore
     from tests.settling.business import Business
+    from tests.settling.owners import Takeover
 
 
 def new_key() -> str:
@@ -68,29 +67,15 @@ async def test_a_rolled_back_step_leaves_neither_its_row_nor_its_checkpoint(
 
 
 async def test_a_stale_owner_gets_lease_lost_and_its_step_rolls_back(
-    store_url: str, store: IdempotencyStore, business: Business
+    takeover: Takeover, business: Business
 ) -> None:
-    key = new_key()
-    async with taken_over(store_url, store, key) as (stale, successor, other):
-        await business.begin()
-        await business.charge(f"{key}/one")
-        with pytest.raises(LeaseLostError, match="roll your transaction back"):
-            await stale.checkpoint("one", connection=business.connection)
-        await business.rollback()
-        assert await business.charges() == {}
-        assert await stored_checkpoints(other, key) == ()
-        await successor.release()
+    key, stale, successor, other = takeover
+    await business.begin()
+    await business.charge(f"{key}/one")
+    with pytest.raises(LeaseLostError, match="roll your transaction back"):
+        await stale.checkpoint("one", connection=business.connection)
+    await business.rollback()
+    assert await business.charges() == {}
+    assert await stored_checkpoints(other, key) == ()
+    await successor.release()
     await stale.release()  # fenced: nothing happens to the successor's key
-
-
-# -- refusals ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
-async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead(
-    request: pytest.FixtureRequest, url_fixture: str, business: Business
-) -> None:
-    async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
-        execution = await owned(ExecutionPolicy(elsewhere), new_key())
-        message = await refused(execution, business.connection, checkpoint_one)
-    assert "checkpoint(name, data) without a connection" in message

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore import ExecutionPolicy
+from idemstore import ExecutionPolicy, open_store
 from tests.settling.owners import owned
 from tests.settling.refusals import checkpoint_one, refused, refused_elsewhere, settle_x
 
@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 def attempt(request: pytest.FixtureRequest) -> Attempt:
     call: Attempt = request.param
     return call
+
+
+# What the refusal tells a caller whose store is outside the database to do instead.
+WITHOUT_A_CONNECTION = {
+    settle_x: "settle(response) without a connection",
+    checkpoint_one: "checkpoint(name, data) without a connection",
+}
 
 
 def new_key() -> str:
@@ -51,3 +58,13 @@ async def test_a_connection_to_another_sqlite_file_is_refused(
     other_url = f"sqlite:///{tmp_path / 'other.db'}"
     message = await refused_elsewhere(sqlite_file_store_url, other_url, attempt)
     assert "Nothing was recorded" in message
+
+
+@pytest.mark.parametrize("url_fixture", ["memory_store_url", "redis_store_url"])
+async def test_a_store_outside_the_database_is_refused_saying_what_to_do_instead(
+    request: pytest.FixtureRequest, url_fixture: str, business: Business, attempt: Attempt
+) -> None:
+    async with open_store(request.getfixturevalue(url_fixture)) as elsewhere:
+        execution = await owned(ExecutionPolicy(elsewhere), new_key())
+        message = await refused(execution, business.connection, attempt)
+    assert WITHOUT_A_CONNECTION[attempt] in message

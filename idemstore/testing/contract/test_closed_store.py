@@ -15,6 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import pytest_asyncio
 
 from idemstore import ConfigurationError, InvalidKeyError, Outcome
 
@@ -91,8 +92,10 @@ def forge(lease: Lease) -> Lease:
     return dataclasses.replace(lease, fence=True)
 
 
-async def closed_with_a_lease(store: IdempotencyStore) -> Lease:
-    """Close ``store`` once it handed out a genuine lease; return that lease."""
+# pytest_asyncio's own decorator: the suite runs in projects whose asyncio_mode is strict.
+@pytest_asyncio.fixture
+async def closed_lease(store: IdempotencyStore) -> Lease:
+    """Close ``store`` once it handed out a genuine lease; give that lease."""
     reservation = await store.reserve(f"k-{uuid.uuid4().hex}", FP, lease_ttl=LONG, retention=LONG)
     assert reservation.outcome is Outcome.ACQUIRED and reservation.lease is not None
     await store.close()
@@ -101,32 +104,29 @@ async def closed_with_a_lease(store: IdempotencyStore) -> Lease:
 
 @pytest.mark.parametrize("operation", list(GOOD))
 async def test_a_closed_store_refuses_good_arguments_as_closed(
-    store: IdempotencyStore, operation: str
+    store: IdempotencyStore, closed_lease: Lease, operation: str
 ) -> None:
-    lease = await closed_with_a_lease(store)
     with pytest.raises(RuntimeError, match="closed"):
-        await GOOD[operation](store, lease)
+        await GOOD[operation](store, closed_lease)
 
 
 @pytest.mark.parametrize("case", list(BAD))
 async def test_a_closed_store_refuses_bad_arguments_as_an_open_one_does(
-    store: IdempotencyStore, case: str
+    store: IdempotencyStore, closed_lease: Lease, case: str
 ) -> None:
     call, error = BAD[case]
-    lease = await closed_with_a_lease(store)
     with pytest.raises(error):
-        await call(store, lease)
+        await call(store, closed_lease)
 
 
 @pytest.mark.parametrize("operation", list(FORGED))
 async def test_a_forged_lease_owns_nothing_on_a_closed_store_too(
-    store: IdempotencyStore, operation: str
+    store: IdempotencyStore, closed_lease: Lease, operation: str
 ) -> None:
     call, answer = FORGED[operation]
-    lease = await closed_with_a_lease(store)
-    assert await call(store, lease) is answer
+    assert await call(store, closed_lease) is answer
 
 
+@pytest.mark.usefixtures("closed_lease")
 async def test_closing_a_closed_store_again_is_quiet(store: IdempotencyStore) -> None:
-    await closed_with_a_lease(store)
     await store.close()

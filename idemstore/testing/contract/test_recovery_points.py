@@ -30,6 +30,25 @@ async def acquire(store: IdempotencyStore, key: str, *, lease_ttl: float = LONG)
     return reservation.lease
 
 
+async def holding_checkpoint_one(
+    checkpointing: CheckpointingStore, *, lease_ttl: float = LONG, retention: float = LONG
+) -> Lease:
+    """A lease on a fresh key that recorded the checkpoint ("one", b"1")."""
+    reservation = await checkpointing.reserve(
+        new_key(), FP, lease_ttl=lease_ttl, retention=retention
+    )
+    assert reservation.outcome is Outcome.ACQUIRED and reservation.lease is not None
+    assert await checkpointing.checkpoint(reservation.lease, "one", b"1") is True
+    return reservation.lease
+
+
+async def stored_checkpoints(store: IdempotencyStore, key: str) -> tuple[Checkpoint, ...]:
+    """The checkpoints of ``key``'s record, which must exist."""
+    record = await store.get(key)
+    assert record is not None
+    return record.checkpoints
+
+
 async def test_checkpoints_are_kept_in_the_order_recorded(
     checkpointing: CheckpointingStore,
 ) -> None:
@@ -38,9 +57,7 @@ async def test_checkpoints_are_kept_in_the_order_recorded(
     assert await checkpointing.checkpoint(lease, "charged", b"ch_1") is True
     assert await checkpointing.checkpoint(lease, "shipped", b"") is True
     assert await checkpointing.checkpoint(lease, "charged", b"\x00\xff") is True
-    record = await checkpointing.get(key)
-    assert record is not None
-    assert record.checkpoints == (
+    assert await stored_checkpoints(checkpointing, key) == (
         Checkpoint("charged", b"ch_1"),
         Checkpoint("shipped", b""),
         Checkpoint("charged", b"\x00\xff"),
@@ -50,22 +67,18 @@ async def test_checkpoints_are_kept_in_the_order_recorded(
 async def test_a_record_without_checkpoints_has_none(checkpointing: CheckpointingStore) -> None:
     key = new_key()
     await acquire(checkpointing, key)
-    record = await checkpointing.get(key)
-    assert record is not None and record.checkpoints == ()
+    assert await stored_checkpoints(checkpointing, key) == ()
 
 
 async def test_stale_owner_cannot_checkpoint_after_takeover(
     checkpointing: CheckpointingStore,
 ) -> None:
-    key = new_key()
-    stale = await acquire(checkpointing, key, lease_ttl=SHORT)
-    assert await checkpointing.checkpoint(stale, "one", b"1") is True
+    stale = await holding_checkpoint_one(checkpointing, lease_ttl=SHORT)
     await asyncio.sleep(SHORT + SLACK)
-    taken = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+    taken = await checkpointing.reserve(stale.key, FP, lease_ttl=LONG, retention=LONG)
     assert taken.takeover is True
     assert await checkpointing.checkpoint(stale, "two", b"2") is False
-    record = await checkpointing.get(key)
-    assert record is not None and record.checkpoints == (Checkpoint("one", b"1"),)
+    assert await stored_checkpoints(checkpointing, stale.key) == (Checkpoint("one", b"1"),)
 
 
 async def test_takeover_hands_over_the_checkpoints(checkpointing: CheckpointingStore) -> None:
@@ -79,19 +92,15 @@ async def test_takeover_hands_over_the_checkpoints(checkpointing: CheckpointingS
     assert taken.checkpoints == (Checkpoint("one", b"1"), Checkpoint("two", b"2"))
     assert taken.lease is not None
     assert await checkpointing.checkpoint(taken.lease, "three", b"3") is True
-    record = await checkpointing.get(key)
-    assert record is not None
-    assert [c.name for c in record.checkpoints] == ["one", "two", "three"]
+    assert [c.name for c in await stored_checkpoints(checkpointing, key)] == ["one", "two", "three"]
 
 
 async def test_completion_keeps_the_checkpoints_for_replays(
     checkpointing: CheckpointingStore,
 ) -> None:
-    key = new_key()
-    lease = await acquire(checkpointing, key)
-    await checkpointing.checkpoint(lease, "one", b"1")
+    lease = await holding_checkpoint_one(checkpointing)
     assert await checkpointing.complete(lease, b"done") is True
-    replay = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+    replay = await checkpointing.reserve(lease.key, FP, lease_ttl=LONG, retention=LONG)
     assert replay.outcome is Outcome.COMPLETED
     assert replay.record is not None
     assert replay.record.status is Status.COMPLETED
@@ -104,30 +113,24 @@ async def starts_without_checkpoints(checkpointing: CheckpointingStore, key: str
     again = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
     assert again.outcome is Outcome.ACQUIRED and again.takeover is False
     assert again.checkpoints == ()
-    record = await checkpointing.get(key)
-    assert record is not None and record.checkpoints == ()
+    assert await stored_checkpoints(checkpointing, key) == ()
 
 
 async def test_a_key_acquired_again_after_release_starts_without_checkpoints(
     checkpointing: CheckpointingStore,
 ) -> None:
-    key = new_key()
-    lease = await acquire(checkpointing, key)
-    await checkpointing.checkpoint(lease, "one", b"1")
+    lease = await holding_checkpoint_one(checkpointing)
     assert await checkpointing.release(lease) is True
-    await starts_without_checkpoints(checkpointing, key)
+    await starts_without_checkpoints(checkpointing, lease.key)
 
 
 async def test_a_key_acquired_again_past_retention_starts_without_checkpoints(
     checkpointing: CheckpointingStore,
 ) -> None:
-    key = new_key()
-    reservation = await checkpointing.reserve(key, FP, lease_ttl=SHORT, retention=SHORT)
-    assert reservation.lease is not None
-    await checkpointing.checkpoint(reservation.lease, "one", b"1")
-    assert await checkpointing.complete(reservation.lease, b"done", retention=SHORT) is True
+    lease = await holding_checkpoint_one(checkpointing, lease_ttl=SHORT, retention=SHORT)
+    assert await checkpointing.complete(lease, b"done", retention=SHORT) is True
     await asyncio.sleep(SHORT + SLACK)
-    await starts_without_checkpoints(checkpointing, key)
+    await starts_without_checkpoints(checkpointing, lease.key)
 
 
 async def test_checkpoint_names_and_data_past_the_limits_are_refused(
@@ -148,8 +151,7 @@ async def test_checkpoint_names_and_data_past_the_limits_are_refused(
     name = "é" * MAX_CHECKPOINT_NAME
     data = b"\xff" * MAX_CHECKPOINT_DATA
     assert await checkpointing.checkpoint(lease, name, data) is True
-    record = await checkpointing.get(lease.key)
-    assert record is not None and record.checkpoints == (Checkpoint(name, data),)
+    assert await stored_checkpoints(checkpointing, lease.key) == (Checkpoint(name, data),)
 
 
 async def test_an_execution_refuses_checkpoints_past_the_most_kept(
@@ -200,9 +202,11 @@ async def test_a_workflow_resumes_after_the_last_checkpoint_of_a_killed_owner(
     assert result.takeover is True
     assert ran == ["reserve-stock", "charge", "charge", "ship"]
     assert result.value == b"reserve-stock-result,charge-result,ship-result"
-    record = await checkpointing.get(key)
-    assert record is not None
-    assert [c.name for c in record.checkpoints] == ["reserve-stock", "charge", "ship"]
+    assert [c.name for c in await stored_checkpoints(checkpointing, key)] == [
+        "reserve-stock",
+        "charge",
+        "ship",
+    ]
 
 
 async def test_a_stale_owner_checkpoint_raises_lease_lost(

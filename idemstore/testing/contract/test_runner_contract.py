@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,24 +22,38 @@ from idemstore.protocol import answers_inline
 from idemstore.testing.stores import SizeLimitedStore
 from idemstore.testing.work import raises, returns
 
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
 
 def new_key() -> str:
     return f"run-{uuid.uuid4().hex}"
 
 
+class Counted:
+    """Work for the runner that counts its runs: run n does ``outcomes[n - 1]``, the last one
+    for every run after (so work that fails once, then succeeds, is two outcomes)."""
+
+    def __init__(self, *outcomes: Callable[[], Awaitable[bytes]]) -> None:
+        self.runs = 0
+        self._outcomes = outcomes
+
+    async def __call__(self) -> bytes:
+        self.runs += 1
+        return await self._outcomes[min(self.runs, len(self._outcomes)) - 1]()
+
+
 async def test_fifty_concurrent_runs_execute_once(store: IdempotencyStore) -> None:
     idem = Idempotency(store, lease_ttl=10)
     key, fp = new_key(), fingerprint({"amount": 42})
-    executions = 0
 
-    async def charge() -> bytes:
-        nonlocal executions
-        executions += 1
+    async def slow_charge() -> bytes:
         await asyncio.sleep(0.1)
         return b"charged"
 
+    charge = Counted(slow_charge)
     results = await asyncio.gather(*(idem.run(key, fp, charge) for _ in range(50)))
-    assert executions == 1
+    assert charge.runs == 1
     assert {r.value for r in results} == {b"charged"}
     assert sum(not r.replayed for r in results) == 1
     assert len({r.fence for r in results}) == 1
@@ -48,17 +62,12 @@ async def test_fifty_concurrent_runs_execute_once(store: IdempotencyStore) -> No
 async def test_a_retry_after_completion_replays(store: IdempotencyStore) -> None:
     idem = Idempotency(store)
     key = new_key()
-    calls: list[int] = []
-
-    async def work() -> bytes:
-        calls.append(1)
-        return b"v"
-
+    work = Counted(returns(b"v"))
     first = await idem.run(key, "fp", work)
     second = await idem.run(key, "fp", work)
     assert (first.replayed, second.replayed) == (False, True)
     assert second.value == first.value and second.fence == first.fence
-    assert len(calls) == 1
+    assert work.runs == 1
 
 
 @pytest.mark.parametrize(
@@ -102,20 +111,12 @@ async def test_other_arguments_raise_conflict(store: IdempotencyStore) -> None:
 async def test_release_policy_lets_a_retry_run_again(store: IdempotencyStore) -> None:
     idem = Idempotency(store, on_failure="release")
     key = new_key()
-    attempts = 0
-
-    async def flaky() -> bytes:
-        nonlocal attempts
-        attempts += 1
-        if attempts == 1:
-            raise RuntimeError("transient")
-        return b"second time lucky"
-
+    flaky = Counted(raises(RuntimeError("transient")), returns(b"second time lucky"))
     with pytest.raises(RuntimeError):
         await idem.run(key, "fp", flaky)
     result = await idem.run(key, "fp", flaky)
     assert result.value == b"second time lucky" and not result.replayed
-    assert attempts == 2
+    assert flaky.runs == 2
     assert result.fence == 2
 
 
@@ -203,20 +204,14 @@ async def test_work_must_return_bytes_and_a_retry_never_runs_it_again(
 
     idem = Idempotency(store)
     key = new_key()
-    runs = 0
-
-    async def wrong() -> bytes:
-        nonlocal runs
-        runs += 1
-        return "text"  # type: ignore[return-value]
-
+    wrong = Counted(returns("text"))  # type: ignore[arg-type]
     # The work ran (its side effects happened): the key records that its result could not
     # be recorded, and retries get that error rather than a second run.
     for _ in range(2):
         with pytest.raises(UnrecordableResultError, match="bytes") as caught:
             await idem.run(key, "fp", wrong)
         assert isinstance(caught.value, TypeError)
-    assert runs == 1
+    assert wrong.runs == 1
 
 
 async def test_decorated_function_runs_once_per_key(store: IdempotencyStore) -> None:
@@ -245,20 +240,21 @@ async def test_a_result_too_large_to_store_is_returned_and_retries_get_its_size(
 
     idem = Idempotency(SizeLimitedStore(store, limit=1000))
     key = new_key()
-    runs = 0
-
-    async def big() -> bytes:
-        nonlocal runs
-        runs += 1
-        return b"x" * 5000
-
+    big = Counted(returns(b"x" * 5000))
     result = await idem.run(key, "fp", big)
     assert result.value == b"x" * 5000 and not result.replayed
     # The key remembers the work ran: a retry is told why there is nothing to replay.
     with pytest.raises(OutcomeTooLargeError) as retry:
         await idem.run(key, "fp", big)
     assert (retry.value.size, retry.value.key) == (5000, key)
-    assert runs == 1
+    assert big.runs == 1
+
+
+async def blocks_the_loop_for_0_45_s() -> bytes:
+    await asyncio.sleep(0.15)
+    time.sleep(0.45)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
+    await asyncio.sleep(0.15)
+    return b"done once"
 
 
 async def test_a_lapsed_heartbeat_still_completes_when_nobody_took_over(
@@ -267,23 +263,14 @@ async def test_a_lapsed_heartbeat_still_completes_when_nobody_took_over(
     # The work blocks the event loop past its lease (a GC pause, a slow sync call): the next
     # heartbeat finds the lease lapsed, but nobody took the key, so the result must be stored
     # and a retry must replay it rather than run the work again.
+    stalls = Counted(blocks_the_loop_for_0_45_s)
     idem = Idempotency(store, lease_ttl=0.3)
     key = new_key()
-    runs = 0
-
-    async def stalls() -> bytes:
-        nonlocal runs
-        runs += 1
-        await asyncio.sleep(0.15)
-        time.sleep(0.45)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
-        await asyncio.sleep(0.15)
-        return b"done once"
-
     first = await idem.run(key, "fp", stalls)
     second = await idem.run(key, "fp", stalls)
     assert (first.replayed, second.replayed) == (False, True)
     assert second.value == b"done once"
-    assert runs == 1
+    assert stalls.runs == 1
 
 
 async def test_a_cancellation_arriving_as_the_work_ends_propagates_and_the_result_is_kept(
