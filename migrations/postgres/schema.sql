@@ -16,6 +16,9 @@
 
 -- One row per (scope, key). Times come from the database clock. The column order is the one
 -- the migrations produced (id and watched were added later): `SELECT *` and %ROWTYPE see it.
+-- No index but the primary key, and room kept on every page (fillfactor): complete rewrites
+-- expires_at, and an UPDATE that changes no indexed column and fits on its page is heap-only
+-- (HOT), writing no index entry. The sweeper walks the table in TID ranges instead of an index.
 CREATE TABLE {{schema}}.idemstore_records (
     -- "C" collation: identity is byte equality, with no locale-dependent folding.
     scope            text COLLATE "C" NOT NULL,
@@ -41,10 +44,7 @@ CREATE TABLE {{schema}}.idemstore_records (
     -- takeover and by completion; any other acquisition clears them.
     checkpoints      bytea,
     CONSTRAINT idemstore_records_pkey PRIMARY KEY (id)
-);
-
--- The sweeper deletes by retention deadline.
-CREATE INDEX idemstore_records_expires_at ON {{schema}}.idemstore_records (expires_at);
+) WITH (fillfactor = 85);
 
 
 -- == Identity ===============================================================================

@@ -156,20 +156,25 @@ GET = (
 # that its complete or release notifies; a record nobody waits on is never notified about.
 WATCH = "SELECT * FROM {s}.idemstore_watch($1, $2)"
 
-# sweep, one bounded batch per statement (so one short transaction each). SKIP LOCKED: a batch
-# never waits for a row that a reserve is taking over or another sweeper is deleting. The
-# deadline is checked again on the row actually deleted.
+# sweep, one bounded batch per statement (so one short transaction each), over the TID range
+# [$2, $3) of the table: there is no index on expires_at (it would make every complete a
+# non-HOT update), so batches walk the heap in physical order (idemstore.backends.postgres.
+# sweeping) and a sweep reads the table once. SKIP LOCKED: a batch never waits for a row that
+# a reserve is taking over or another sweeper is deleting. The deadline is checked again on
+# the row actually deleted. Returns how many went and the last TID deleted, where the next
+# batch starts.
 SWEEP_BATCH = """
 WITH gone AS (
     DELETE FROM {s}.idemstore_records
      WHERE ctid = ANY(ARRAY(
              SELECT ctid FROM {s}.idemstore_records
-              WHERE expires_at <= clock_timestamp()
+              WHERE ctid >= $2::tid AND ctid < $3::tid
+                AND expires_at <= clock_timestamp()
               LIMIT $1
                 FOR UPDATE SKIP LOCKED))
        AND expires_at <= clock_timestamp()
-    RETURNING 1)
-SELECT count(*) FROM gone"""
+    RETURNING ctid)
+SELECT count(*), (SELECT ctid FROM gone ORDER BY ctid DESC LIMIT 1) FROM gone"""
 
 APPLIED_MIGRATIONS = """
 SELECT name, checksum, extract(epoch FROM applied_at)::float8
