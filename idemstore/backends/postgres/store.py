@@ -344,10 +344,9 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         return Reservation(outcome, record=self._record(scope, key, row))
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
-        done: bool = await self._fetchval(
-            "complete", *self._complete_args(lease, response, retention)
-        )
-        return done
+        # No row: not the holder.
+        done = await self._fetchval("complete", *self._complete_args(lease, response, retention))
+        return done is not None
 
     def _complete_args(self, lease: Lease, response: bytes, retention: float) -> tuple[Any, ...]:
         """The arguments of the ``complete`` statement, on the store's pool or the caller's
@@ -445,10 +444,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         session = session_of(connection)
         assert session is not None, "check_connection came first"
         with self._errors.translated():
-            done: bool = await session.fetchval(
+            done = await session.fetchval(
                 self._sql["complete"], *self._complete_args(lease, response, retention)
             )
-        return done
+        return done is not None
 
     async def checkpoint_within(
         self, connection: object, lease: Lease, name: str, data: bytes
