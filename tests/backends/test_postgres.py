@@ -32,6 +32,7 @@ asyncpg = pytest.importorskip("asyncpg")
 
 from idemstore.backends.postgres import PostgresStore  # noqa: E402
 from idemstore.backends.postgres.statements import (  # noqa: E402
+    COMPLETE,
     hash64,
     quote_ident,
     record_id,
@@ -391,6 +392,60 @@ async def test_sweep_removes_up_to_the_limit_across_batches(postgres_store_url: 
         assert await store.get(live.key) is not None
 
 
+async def test_a_sweep_stopped_by_its_limit_resumes_where_it_stopped(
+    postgres_store_url: str, admin: Any
+) -> None:
+    """Sweeps walk the table in physical order: the next one starts where a sweep that reached
+    its limit stopped (rows further on do not wait behind the first ones), and wraps round to
+    the first page, so a sweep that returns less than its limit has seen every row."""
+    table = f'"{schema_of(postgres_store_url)}".idemstore_records'
+    keys = [f"k{n}" for n in range(6)]
+    async with open_pg(postgres_store_url, sweep_batch_size=2) as store:
+        for key in keys:
+            await acquire(store, key)
+        # One UPDATE, in table order: the rows' new versions keep the order of the keys.
+        await admin.execute(
+            f"UPDATE {table} SET expires_at = clock_timestamp() - interval '1 second'"
+        )
+        async with admin.transaction():
+            # Locked rows are skipped (SKIP LOCKED): the first sweep passes k0 and k1 by.
+            await admin.execute(f"SELECT 1 FROM {table} WHERE key IN ('k0', 'k1') FOR UPDATE")
+            assert await store.sweep(limit=2) == 2
+        assert await store.sweep(limit=1) == 1
+        left = await admin.fetch(f"SELECT key FROM {table} ORDER BY key")
+        assert [row[0] for row in left] == ["k0", "k1", "k5"]
+        assert await store.sweep(limit=1000) == 3
+        assert await store.sweep(limit=1000) == 0
+
+
+async def test_complete_is_a_heap_only_update(postgres_store_url: str, admin: Any) -> None:
+    """complete restarts retention (it rewrites expires_at); with no index on that column
+    (migration 0006) the row's new version is heap-only: no index entry is written. The store's
+    statement runs in a transaction of ours, whose own counters PostgreSQL reports at once."""
+    schema = schema_of(postgres_store_url)
+    table = f"{quote_ident(schema)}.idemstore_records"
+    async with open_pg(postgres_store_url) as store:
+        lease = await acquire(store, new_key())
+    async with admin.transaction():
+        completed = await admin.fetchval(
+            COMPLETE.format(s=quote_ident(schema)),
+            record_id("", lease.key),
+            lease.token,
+            lease.fence,
+            b"result",
+            LONG,
+            "idemstore_test",
+            0,
+        )
+        counts = await admin.fetchrow(
+            "SELECT pg_stat_get_xact_tuples_updated($1::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated($1::regclass)",
+            table,
+        )
+    assert completed is True
+    assert tuple(counts) == (1, 1)
+
+
 # -- wait -----------------------------------------------------------------------------------
 
 
@@ -717,6 +772,7 @@ async def test_records_written_under_schema_version_1_replay_after_version_2(
             "0003_watched_rows.sql",
             "0004_identity_digest_once.sql",
             "0005_checkpoints.sql",
+            "0006_heap_order_sweep.sql",
         ]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.outcome is Outcome.COMPLETED
@@ -758,6 +814,7 @@ async def test_records_written_under_schema_version_3_replay_after_version_4(
         assert [m.name for m in applied] == [
             "0004_identity_digest_once.sql",
             "0005_checkpoints.sql",
+            "0006_heap_order_sweep.sql",
         ]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.record is not None and replay.record.response == b"old result"
@@ -796,7 +853,7 @@ async def test_records_written_under_schema_version_4_read_and_take_checkpoints_
 
     async with open_pg(url) as new:
         applied = await new.apply_migrations(load_migrations("postgres"))
-        assert [m.name for m in applied] == ["0005_checkpoints.sql"]
+        assert [m.name for m in applied] == ["0005_checkpoints.sql", "0006_heap_order_sweep.sql"]
         replay = await new.reserve("done", FP, lease_ttl=LONG, retention=LONG)
         assert replay.record is not None and replay.record.response == b"old result"
         assert replay.record.checkpoints == ()

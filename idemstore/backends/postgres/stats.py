@@ -15,8 +15,8 @@ __all__ = ["STATS", "counted"]
 
 # One aggregate pass over the table (COUNT ... FILTER) by the database clock, one instant for
 # the whole statement; the rules of the reads: past retention first, released tombstones are
-# not live. The expired count alone could use the expires_at index; the others need every
-# row, so one sequential scan serves all. Read-only, it takes no row locks. {s}: the schema.
+# not live. Every count needs every row (there is no index on expires_at), so one sequential
+# scan serves all. Read-only, it takes no row locks. {s}: the schema.
 STATS = """
 SELECT
     count(*) FILTER (WHERE expires_at > statement_timestamp() AND NOT released

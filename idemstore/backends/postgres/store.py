@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from functools import partial
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlencode, urlunsplit
 
@@ -55,6 +56,7 @@ from idemstore.backends.postgres.statements import (
     seconds,
 )
 from idemstore.backends.postgres.stats import STATS, counted
+from idemstore.backends.postgres.sweeping import HeapSweep
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations
@@ -130,7 +132,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_schema",
         "_sql",
         "_statement_cache_size",
-        "_sweep_batch_size",
+        "_sweeping",
         "_waiters",
     )
 
@@ -177,7 +179,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         self._auto_migrate = auto_migrate
         self._listen = listen
         self._listen_dsn = listen_dsn or dsn
-        self._sweep_batch_size = sweep_batch_size
+        self._sweeping = HeapSweep(sweep_batch_size)
         # One NOTIFY channel per schema; the payload names the key by its lock hash.
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
         self._migration_lock = hash64("idemstore migrate", schema)
@@ -342,10 +344,9 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         return Reservation(outcome, record=self._record(scope, key, row))
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
-        done: bool = await self._fetchval(
-            "complete", *self._complete_args(lease, response, retention)
-        )
-        return done
+        # No row: not the holder.
+        done = await self._fetchval("complete", *self._complete_args(lease, response, retention))
+        return done is not None
 
     def _complete_args(self, lease: Lease, response: bytes, retention: float) -> tuple[Any, ...]:
         """The arguments of the ``complete`` statement, on the store's pool or the caller's
@@ -443,10 +444,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         session = session_of(connection)
         assert session is not None, "check_connection came first"
         with self._errors.translated():
-            done: bool = await session.fetchval(
+            done = await session.fetchval(
                 self._sql["complete"], *self._complete_args(lease, response, retention)
             )
-        return done
+        return done is not None
 
     async def checkpoint_within(
         self, connection: object, lease: Lease, name: str, data: bytes
@@ -497,14 +498,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         return existed
 
     async def _sweep(self, limit: int) -> int:
-        removed = 0
-        while removed < limit:
-            batch = min(self._sweep_batch_size, limit - removed)
-            count: int = await self._fetchval("sweep", batch)
-            removed += count
-            if count < batch:
-                break
-        return removed
+        return await self._sweeping.sweep(limit, partial(self._fetchrow, "sweep"))
 
     async def _ping(self) -> None:
         pool = await self._ensure_ready()
