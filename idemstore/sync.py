@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 
 from idemstore import runner
 from idemstore.fingerprint_fields import readable_again
@@ -28,8 +28,9 @@ from idemstore.loop_thread import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from idemstore.execution import Result, TakeoverPolicy
+    from idemstore.execution import Result
     from idemstore.protocol import IdempotencyStore
+    from idemstore.runner import PolicyOptions
     from idemstore.serializers import Serializer
 
 __all__ = ["Idempotency"]
@@ -61,29 +62,13 @@ class Idempotency(LoopOwner):
         store: str | Callable[[], IdempotencyStore],
         *,
         store_options: Mapping[str, Any] | None = None,
-        lease_ttl: float = 30.0,
-        retention: float = 86400.0,
-        in_flight: Literal["wait", "reject"] = "wait",
-        wait_timeout: float | None = None,
-        on_failure: Literal["release", "hold"] = "release",
-        on_takeover: TakeoverPolicy = "run",
-        max_response_bytes: int | None = None,
         serializer: Serializer | None = None,
+        **policy: Unpack[PolicyOptions],
     ) -> None:
         build = store_factory(store, store_options)
 
         def make(opened: IdempotencyStore) -> runner.Idempotency:
-            return runner.Idempotency(
-                opened,
-                lease_ttl=lease_ttl,
-                retention=retention,
-                in_flight=in_flight,
-                wait_timeout=wait_timeout,
-                on_failure=on_failure,
-                on_takeover=on_takeover,
-                max_response_bytes=max_response_bytes,
-                serializer=serializer,
-            )
+            return runner.Idempotency(opened, serializer=serializer, **policy)
 
         self._loop = loop_over_store(build, make, name="idemstore-sync")
         self._serializer = self._loop.resource.serializer
