@@ -17,13 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 
 from idemstore import runner
 from idemstore.fingerprint_fields import readable_again
-from idemstore.loop_thread import (
-    LoopOwner,
-    LoopThread,
-    in_calling_thread,
-    loop_over_store,
-    store_factory,
-)
+from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -65,12 +59,10 @@ class Idempotency(LoopOwner):
         serializer: Serializer | None = None,
         **policy: Unpack[PolicyOptions],
     ) -> None:
-        build = store_factory(store, store_options)
-
         def make(opened: IdempotencyStore) -> runner.Idempotency:
             return runner.Idempotency(opened, serializer=serializer, **policy)
 
-        self._loop = loop_over_store(build, make, name="idemstore-sync")
+        self._loop = loop_over_store(store, store_options, make, name="idemstore-sync")
         self._serializer = self._loop.resource.serializer
 
     @property
