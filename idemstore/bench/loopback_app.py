@@ -8,6 +8,7 @@ same way (uvicorn, quiet, no access log), so neither's share of the latency diff
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,13 +18,15 @@ __all__ = ["serve_on_loopback"]
 
 
 def serve_on_loopback(
-    argv: list[str] | None, *, module: str, option: str, option_help: str, app: Callable[[str], Any]
+    argv: list[str] | None, app: Callable[[str], Any], option: str, option_help: str
 ) -> int:
     """Parse ``--port`` and the required ``option`` from ``argv``, then serve ``app(value)``
     on 127.0.0.1 at that port until the process is stopped."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    # Under ``python -m`` the module is named __main__; its spec keeps the dotted name.
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    parser = argparse.ArgumentParser(prog=f"python -m {spec.name}" if spec else None)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument(option, required=True, help=option_help)
     args = parser.parse_args(argv)

@@ -58,13 +58,7 @@ def _app(counter_path: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return serve_on_loopback(
-        argv,
-        module="idemstore.bench.mock_http_server",
-        option="--counter",
-        option_help="file that gets a line per execution",
-        app=_app,
-    )
+    return serve_on_loopback(argv, _app, "--counter", "file that gets a line per execution")
 
 
 if __name__ == "__main__":

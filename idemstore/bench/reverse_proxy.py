@@ -72,13 +72,7 @@ def _app(upstream: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return serve_on_loopback(
-        argv,
-        module="idemstore.bench.reverse_proxy",
-        option="--upstream",
-        option_help="e.g. http://127.0.0.1:9000/mcp",
-        app=_app,
-    )
+    return serve_on_loopback(argv, _app, "--upstream", "e.g. http://127.0.0.1:9000/mcp")
 
 
 if __name__ == "__main__":
