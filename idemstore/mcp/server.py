@@ -158,17 +158,22 @@ def _request_caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
 _CALLERS = CallerSources()
 
 
-class ServerOptions(TypedDict, total=False):
-    """The options both adapters take, declared once (``ServerIdempotency`` documents them;
-    the SEP-3182 rules hold their defaults and checks)."""
+class _PolicyOptions(TypedDict, total=False):
+    """The adapters' options ``ExecutionPolicy`` takes as they are, with its defaults."""
 
     retention: float
     lease_ttl: float
+    on_takeover: TakeoverPolicy
+
+
+class ServerOptions(_PolicyOptions, total=False):
+    """The options both adapters take, declared once (``ServerIdempotency`` documents them;
+    the SEP-3182 rules and the execution policy hold their defaults and checks)."""
+
     scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None
     advertise_retention: bool
     max_key_length: int
     max_response_bytes: int | None
-    on_takeover: TakeoverPolicy
 
 
 class _Sep3182:
@@ -180,23 +185,14 @@ class _Sep3182:
         self,
         store: IdempotencyStore,
         *,
-        retention: float = 86400.0,
-        lease_ttl: float = 30.0,
         scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
         advertise_retention: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
-        on_takeover: TakeoverPolicy = "run",
+        **policy: Unpack[_PolicyOptions],
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
-        self._policy = ExecutionPolicy(
-            store,
-            lease_ttl=lease_ttl,
-            retention=retention,
-            in_flight="reject",
-            on_takeover=on_takeover,
-            consumer="mcp_server",
-        )
+        self._policy = ExecutionPolicy(store, in_flight="reject", consumer="mcp_server", **policy)
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError(f"scope must be a str, a callable or None, not {scope!r}")
         if isinstance(scope, str):
