@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from idemstore.fingerprint_fields import FieldSelection
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["Idempotency", "PolicyOptions", "Result"]
+__all__ = ["DecoratorOptions", "Idempotency", "PolicyOptions", "Result"]
 
 logger = logging.getLogger("idemstore.runner")
 
@@ -43,6 +43,17 @@ class PolicyOptions(TypedDict, total=False):
     on_failure: Literal["release", "hold"]
     on_takeover: TakeoverPolicy
     max_response_bytes: int | None
+
+
+class DecoratorOptions(TypedDict, total=False):
+    """The options of ``Idempotency.idempotent`` after ``key``, declared once for it and the
+    doors that forward them (``idemstore.sync``); ``idempotent`` holds their defaults."""
+
+    scope: str | Callable[..., str]
+    require_key: bool
+    serializer: Serializer | None
+    fingerprint_exclude: Iterable[str] | None
+    fingerprint_include: Iterable[str] | None
 
 
 class Idempotency:

@@ -20,11 +20,10 @@ from idemstore.fingerprint_fields import readable_again
 from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Mapping
 
     from idemstore.execution import Result
     from idemstore.protocol import IdempotencyStore
-    from idemstore.runner import PolicyOptions
     from idemstore.serializers import Serializer
 
 __all__ = ["Idempotency"]
@@ -57,7 +56,7 @@ class Idempotency(LoopOwner):
         *,
         store_options: Mapping[str, Any] | None = None,
         serializer: Serializer | None = None,
-        **policy: Unpack[PolicyOptions],
+        **policy: Unpack[runner.PolicyOptions],
     ) -> None:
         def make(opened: IdempotencyStore) -> runner.Idempotency:
             return runner.Idempotency(opened, serializer=serializer, **policy)
@@ -99,14 +98,7 @@ class Idempotency(LoopOwner):
         )
 
     def idempotent(
-        self,
-        key: str | Callable[..., str],
-        *,
-        scope: str | Callable[..., str] = "",
-        require_key: bool = False,
-        serializer: Serializer | None = None,
-        fingerprint_exclude: Iterable[str] | None = None,
-        fingerprint_include: Iterable[str] | None = None,
+        self, key: str | Callable[..., str], **options: Unpack[runner.DecoratorOptions]
     ) -> Callable[[Callable[P, T]], Callable[P, T]]:
         """Decorate a plain function so each key runs it once and retries get its result.
 
@@ -117,23 +109,20 @@ class Idempotency(LoopOwner):
         Decorating an ``async def`` function is a ``TypeError``. ``key`` and ``scope``
         callables run in the calling thread (they may read its thread-locals).
         """
+        unknown = sorted(set(options) - runner.DecoratorOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"idempotent() got unknown options {unknown}")
+        scope = options.get("scope", "")
+        # Read again for the runner of a forked child (a generator reads only once).
+        forwarded: dict[str, Any] = {name: readable_again(value) for name, value in options.items()}
         # The async decorator runs on the loop thread: callables it is given return what the
         # caller's own thread computed, handed over in the (copied) context of the call.
         async_key = _computed_key if callable(key) else key
-        async_scope = _computed_scope if callable(scope) else scope
-        # Read again for the runner of a forked child.
-        fingerprint_exclude = readable_again(fingerprint_exclude)
-        fingerprint_include = readable_again(fingerprint_include)
+        if callable(scope):
+            forwarded["scope"] = _computed_scope
 
         def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
-            return idem.idempotent(
-                async_key,
-                scope=async_scope,
-                require_key=require_key,
-                serializer=serializer,
-                fingerprint_exclude=fingerprint_exclude,
-                fingerprint_include=fingerprint_include,
-            )
+            return idem.idempotent(async_key, **forwarded)
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:
             _refuse_coroutine_function(func)
