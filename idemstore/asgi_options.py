@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import IdempotencyStore
@@ -14,8 +14,10 @@ from idemstore.urls import open_store
 
 if TYPE_CHECKING:
     from idemstore.asgi import RoutePredicate, Scope
+    from idemstore.execution import TakeoverPolicy
 
 __all__ = [
+    "KeyedRequestOptions",
     "check_app",
     "check_size",
     "header_names",
@@ -28,6 +30,23 @@ HEADER_NAME = "idempotency-key"
 
 # RFC 9110's token: what a method name may be made of.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+class KeyedRequestOptions(TypedDict, total=False):
+    """The middleware's options for a keyed request, declared once for the doors that forward
+    them to it (``idemstore.wsgi``); ``IdempotencyMiddleware`` holds their defaults and
+    meaning, and checks them."""
+
+    retention: float
+    lease_ttl: float
+    max_body_bytes: int
+    max_response_bytes: int
+    record_server_errors: bool
+    max_key_length: int
+    on_takeover: TakeoverPolicy
+    fingerprint_exclude: Iterable[str] | None
+    fingerprint_include: Iterable[str] | None
+    fingerprint_headers: Iterable[str] | None
 
 
 def check_app(app: object) -> None:

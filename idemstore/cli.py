@@ -262,6 +262,19 @@ async def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_command(
+    commands: Any,
+    name: str,
+    handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+    **parser: Any,
+) -> argparse.ArgumentParser:
+    """A command over one store: its URL first, and the pointer to the URL options below."""
+    command: argparse.ArgumentParser = commands.add_parser(name, epilog=OPTIONS_POINTER, **parser)
+    command.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
+    command.set_defaults(handler=handler)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="idemstore",
@@ -271,12 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"idemstore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    migrate = commands.add_parser(
+    migrate = _store_command(
+        commands,
         "migrate",
+        _migrate,
         help="bring a store's schema up to date (or print / report it)",
-        epilog=OPTIONS_POINTER,
     )
-    migrate.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
     mode = migrate.add_mutually_exclusive_group()
     mode.add_argument(
         "--dry-run",
@@ -288,28 +301,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report the schema: applied and pending migrations with checksums, or the table",
     )
-    migrate.set_defaults(handler=_migrate)
 
-    inspect = commands.add_parser(
-        "inspect", help="show the live record for a key", epilog=OPTIONS_POINTER
-    )
-    inspect.add_argument("url", metavar="URL", help="store URL, e.g. sqlite:///idem.db")
+    inspect = _store_command(commands, "inspect", _inspect, help="show the live record for a key")
     inspect.add_argument("key", metavar="KEY")
     inspect.add_argument("--scope", default="", help="the key's scope (default: '')")
-    inspect.set_defaults(handler=_inspect)
 
-    sweep = commands.add_parser(
-        "sweep", help="remove records past their retention", epilog=OPTIONS_POINTER
-    )
-    sweep.add_argument("url", metavar="URL")
+    sweep = _store_command(commands, "sweep", _sweep, help="remove records past their retention")
     sweep.add_argument(
         "--every", type=positive_float, metavar="SECONDS", help="repeat until Ctrl-C / SIGTERM"
     )
     sweep.add_argument("--limit", type=positive_int, default=1000, help="batch size (default 1000)")
-    sweep.set_defaults(handler=_sweep)
 
-    stats = commands.add_parser(
+    stats = _store_command(
+        commands,
         "stats",
+        _stats,
         help="count live records by state, expired ones not yet removed, the oldest lease",
         description=(
             "Count the records of a store: in progress, lapsed, completed, past retention and"
@@ -317,9 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
             " in one query; Redis and DynamoDB read at most --limit records (see"
             " docs/observability.md for what each costs)."
         ),
-        epilog=OPTIONS_POINTER,
     )
-    stats.add_argument("url", metavar="URL")
     stats.add_argument(
         "--limit",
         type=positive_int,
@@ -327,7 +331,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="most records a scanning backend reads (default 100000)",
     )
     stats.add_argument("--json", action="store_true", help="print JSON")
-    stats.set_defaults(handler=_stats)
 
     bench = commands.add_parser(
         "bench",

@@ -43,7 +43,7 @@ from idemstore.asgi import HEADER
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import method_set, required_predicate
 from idemstore.http_identity import default_scope
-from idemstore.loop_thread import LoopThread, in_calling_thread, loop_over_store, store_factory
+from idemstore.loop_thread import LoopThread, in_calling_thread, loop_over_store
 from idemstore.wsgi import asgi_scope
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def _door(options: dict[str, Any]) -> LoopThread[ASGIIdempotencyMiddleware]:
     with _DOORS_LOCK:
         door = _DOORS.get(identity)
         if door is None:
-            build = store_factory(options.pop("store"), options.pop("store_options", None))
+            store, store_options = options.pop("store"), options.pop("store_options", None)
 
             def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
                 return ASGIIdempotencyMiddleware(
@@ -128,7 +128,7 @@ def _door(options: dict[str, Any]) -> LoopThread[ASGIIdempotencyMiddleware]:
                 )
 
             try:
-                door = loop_over_store(build, make, name="idemstore-django")
+                door = loop_over_store(store, store_options, make, name="idemstore-django")
             except (ConfigurationError, TypeError) as exc:
                 raise ImproperlyConfigured(f"settings.IDEMSTORE: {exc}") from exc
             _DOORS[identity] = door

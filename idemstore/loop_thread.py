@@ -28,11 +28,10 @@ from idemstore.urls import open_store
 if TYPE_CHECKING:
     import concurrent.futures
     from collections.abc import Awaitable, Callable, Mapping
-    from types import TracebackType
 
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["LoopOwner", "LoopThread", "in_calling_thread", "loop_over_store", "store_factory"]
+__all__ = ["LoopOwner", "LoopThread", "in_calling_thread", "loop_over_store"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -263,12 +262,8 @@ class LoopOwner:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
+        # Closed whatever ended the block; an exception propagates.
         self.close()
 
 
@@ -320,11 +315,10 @@ def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
     thread.join()
 
 
-def store_factory(
+def _store_factory(
     store: str | Callable[[], IdempotencyStore], options: Mapping[str, Any] | None
 ) -> Callable[[], IdempotencyStore]:
-    """How a synchronous door takes its store: a URL (with ``open_store`` options) or a
-    factory, called on the loop so that the driver binds to it, once per process."""
+    """What builds the store ``loop_over_store`` was given (checked here, before the loop)."""
     if isinstance(store, str):
         url, kwargs = store, dict(options or {})
         return lambda: open_store(url, **kwargs)
@@ -339,10 +333,17 @@ def store_factory(
 
 
 def loop_over_store(
-    build: Callable[[], IdempotencyStore], make: Callable[[IdempotencyStore], S], *, name: str
+    store: str | Callable[[], IdempotencyStore],
+    store_options: Mapping[str, Any] | None,
+    make: Callable[[IdempotencyStore], S],
+    *,
+    name: str,
 ) -> LoopThread[S]:
-    """A ``LoopThread`` whose resource is ``make(store)`` over the connected store ``build``
-    returns (closed again if ``make`` refuses its options); ``close()`` closes that store."""
+    """A ``LoopThread`` whose resource is ``make(opened)`` over the connected store a
+    synchronous door was given: a URL (with ``open_store`` options) or a factory, called on
+    the loop so that the driver binds to it, once per process. The store is closed again if
+    ``make`` refuses its options; ``close()`` closes it."""
+    build = _store_factory(store, store_options)
 
     async def open_resource() -> S:
         store = build()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
 from idemstore.execution import ExecutionPolicy, Replay, Result, TakeoverPolicy
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from idemstore.fingerprint_fields import FieldSelection
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["Idempotency", "Result"]
+__all__ = ["DecoratorOptions", "Idempotency", "PolicyOptions", "Result"]
 
 logger = logging.getLogger("idemstore.runner")
 
@@ -32,26 +32,53 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class PolicyOptions(TypedDict, total=False):
+    """The execution options ``Idempotency`` takes, declared once for it and the doors that
+    forward them (``idemstore.sync``); ``ExecutionPolicy`` holds their defaults and checks."""
+
+    lease_ttl: float
+    retention: float
+    in_flight: Literal["wait", "reject"]
+    wait_timeout: float | None
+    on_failure: Literal["release", "hold"]
+    on_takeover: TakeoverPolicy
+    max_response_bytes: int | None
+
+
+class DecoratorOptions(TypedDict, total=False):
+    """The options of ``Idempotency.idempotent`` after ``key``, declared once for it and the
+    doors that forward them (``idemstore.sync``); ``idempotent`` holds their defaults."""
+
+    scope: str | Callable[..., str]
+    require_key: bool
+    serializer: Serializer | None
+    fingerprint_exclude: Iterable[str] | None
+    fingerprint_include: Iterable[str] | None
+
+
 class Idempotency:
     """Execute work at most once per ``(scope, key)``, replaying the stored result to retries.
 
     Args:
         store: any ``IdempotencyStore``.
-        lease_ttl: seconds a caller holds a key without a heartbeat; heartbeats extend it.
-        retention: seconds a completed result is replayed.
-        in_flight: ``"wait"`` for a running original and return its result, or ``"reject"``
-            with ``InProgressError`` at once.
-        wait_timeout: seconds to wait for a running original (``None``: without limit).
-        on_failure: ``"release"`` the key when the work raises (a retry runs it again) or
-            ``"hold"`` it until the lease lapses (never risk a second run in that window).
-            A cancellation of the caller while the work runs is a failure too.
+        lease_ttl: seconds a caller holds a key without a heartbeat; heartbeats extend it
+            (default 30).
+        retention: seconds a completed result is replayed (default 86400).
+        in_flight: ``"wait"`` (default) for a running original and return its result, or
+            ``"reject"`` with ``InProgressError`` at once.
+        wait_timeout: seconds to wait for a running original (``None``, the default: without
+            limit).
+        on_failure: ``"release"`` (default) the key when the work raises (a retry runs it
+            again) or ``"hold"`` it until the lease lapses (never risk a second run in that
+            window). A cancellation of the caller while the work runs is a failure too.
         on_takeover: when a key's holder lost its lease without recording an outcome (it
-            may have done the work and died), ``"run"`` the work again (``Result.takeover``
-            and ``current_execution().takeover`` say so) or ``"refuse"``: raise
-            ``OutcomeUnknownError`` to this caller and every retry, and run nothing.
-        max_response_bytes: the largest result recorded (``None``: the store's limit). A
-            larger one is returned to its caller; the key records its size, and retries get
-            ``OutcomeTooLargeError`` rather than a second run.
+            may have done the work and died), ``"run"`` (default) the work again
+            (``Result.takeover`` and ``current_execution().takeover`` say so) or
+            ``"refuse"``: raise ``OutcomeUnknownError`` to this caller and every retry, and
+            run nothing.
+        max_response_bytes: the largest result recorded (``None``, the default: the store's
+            limit). A larger one is returned to its caller; the key records its size, and
+            retries get ``OutcomeTooLargeError`` rather than a second run.
         serializer: how ``idempotent`` records results and rebuilds them for replays
             (``JSONSerializer()`` by default: JSON values, dataclasses, pydantic models).
     """
@@ -62,27 +89,17 @@ class Idempotency:
         self,
         store: IdempotencyStore,
         *,
-        lease_ttl: float = 30.0,
-        retention: float = 86400.0,
-        in_flight: Literal["wait", "reject"] = "wait",
-        wait_timeout: float | None = None,
-        on_failure: Literal["release", "hold"] = "release",
-        on_takeover: TakeoverPolicy = "run",
-        max_response_bytes: int | None = None,
         serializer: Serializer | None = None,
+        **policy: Unpack[PolicyOptions],
     ) -> None:
+        unknown = sorted(set(policy) - PolicyOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"Idempotency() got unknown options {unknown}")
+        # A callable on_failure is ExecutionPolicy's alone; the policy checks the rest.
+        on_failure = policy.get("on_failure", "release")
         if on_failure not in ("release", "hold"):
             raise ConfigurationError(f"on_failure must be 'release' or 'hold', not {on_failure!r}")
-        self._policy = ExecutionPolicy(
-            store,
-            lease_ttl=lease_ttl,
-            retention=retention,
-            in_flight=in_flight,
-            wait_timeout=wait_timeout,
-            on_failure=on_failure,
-            on_takeover=on_takeover,
-            max_response_bytes=max_response_bytes,
-        )
+        self._policy = ExecutionPolicy(store, **policy)
         self.serializer: Serializer = _checked(serializer)
 
     @property

@@ -13,22 +13,16 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 
 from idemstore import runner
 from idemstore.fingerprint_fields import readable_again
-from idemstore.loop_thread import (
-    LoopOwner,
-    LoopThread,
-    in_calling_thread,
-    loop_over_store,
-    store_factory,
-)
+from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Mapping
 
-    from idemstore.execution import Result, TakeoverPolicy
+    from idemstore.execution import Result
     from idemstore.protocol import IdempotencyStore
     from idemstore.serializers import Serializer
 
@@ -61,31 +55,13 @@ class Idempotency(LoopOwner):
         store: str | Callable[[], IdempotencyStore],
         *,
         store_options: Mapping[str, Any] | None = None,
-        lease_ttl: float = 30.0,
-        retention: float = 86400.0,
-        in_flight: Literal["wait", "reject"] = "wait",
-        wait_timeout: float | None = None,
-        on_failure: Literal["release", "hold"] = "release",
-        on_takeover: TakeoverPolicy = "run",
-        max_response_bytes: int | None = None,
         serializer: Serializer | None = None,
+        **policy: Unpack[runner.PolicyOptions],
     ) -> None:
-        build = store_factory(store, store_options)
-
         def make(opened: IdempotencyStore) -> runner.Idempotency:
-            return runner.Idempotency(
-                opened,
-                lease_ttl=lease_ttl,
-                retention=retention,
-                in_flight=in_flight,
-                wait_timeout=wait_timeout,
-                on_failure=on_failure,
-                on_takeover=on_takeover,
-                max_response_bytes=max_response_bytes,
-                serializer=serializer,
-            )
+            return runner.Idempotency(opened, serializer=serializer, **policy)
 
-        self._loop = loop_over_store(build, make, name="idemstore-sync")
+        self._loop = loop_over_store(store, store_options, make, name="idemstore-sync")
         self._serializer = self._loop.resource.serializer
 
     @property
@@ -122,14 +98,7 @@ class Idempotency(LoopOwner):
         )
 
     def idempotent(
-        self,
-        key: str | Callable[..., str],
-        *,
-        scope: str | Callable[..., str] = "",
-        require_key: bool = False,
-        serializer: Serializer | None = None,
-        fingerprint_exclude: Iterable[str] | None = None,
-        fingerprint_include: Iterable[str] | None = None,
+        self, key: str | Callable[..., str], **options: Unpack[runner.DecoratorOptions]
     ) -> Callable[[Callable[P, T]], Callable[P, T]]:
         """Decorate a plain function so each key runs it once and retries get its result.
 
@@ -140,23 +109,20 @@ class Idempotency(LoopOwner):
         Decorating an ``async def`` function is a ``TypeError``. ``key`` and ``scope``
         callables run in the calling thread (they may read its thread-locals).
         """
+        unknown = sorted(set(options) - runner.DecoratorOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"idempotent() got unknown options {unknown}")
+        scope = options.get("scope", "")
+        # Read again for the runner of a forked child (a generator reads only once).
+        forwarded: dict[str, Any] = {name: readable_again(value) for name, value in options.items()}
         # The async decorator runs on the loop thread: callables it is given return what the
         # caller's own thread computed, handed over in the (copied) context of the call.
         async_key = _computed_key if callable(key) else key
-        async_scope = _computed_scope if callable(scope) else scope
-        # Read again for the runner of a forked child.
-        fingerprint_exclude = readable_again(fingerprint_exclude)
-        fingerprint_include = readable_again(fingerprint_include)
+        if callable(scope):
+            forwarded["scope"] = _computed_scope
 
         def async_decorator(idem: runner.Idempotency) -> Callable[[Any], Any]:
-            return idem.idempotent(
-                async_key,
-                scope=async_scope,
-                require_key=require_key,
-                serializer=serializer,
-                fingerprint_exclude=fingerprint_exclude,
-                fingerprint_include=fingerprint_include,
-            )
+            return idem.idempotent(async_key, **forwarded)
 
         def decorate(func: Callable[P, T]) -> Callable[P, T]:
             _refuse_coroutine_function(func)

@@ -20,27 +20,19 @@ import http
 import io
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from idemstore.asgi import HEADER
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
-from idemstore.asgi_options import check_size, method_set, required_predicate
+from idemstore.asgi_options import KeyedRequestOptions, method_set, required_predicate
 from idemstore.errors import ConfigurationError
 from idemstore.fingerprint_fields import readable_again
 from idemstore.http_identity import default_scope
-from idemstore.loop_thread import (
-    LoopOwner,
-    LoopThread,
-    in_calling_thread,
-    loop_over_store,
-    store_factory,
-)
-from idemstore.records import MAX_KEY_LENGTH
+from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
-    from idemstore.execution import TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
 
 __all__ = ["IdempotencyMiddleware", "environ_scope"]
@@ -213,22 +205,15 @@ class IdempotencyMiddleware(LoopOwner):
         methods: Iterable[str] = ("POST", "PATCH"),
         required: bool | Iterable[str] | EnvironPredicate = False,
         scope: EnvironScope | None = None,
-        retention: float = 86400.0,
-        lease_ttl: float = 30.0,
-        max_body_bytes: int = 1024 * 1024,
-        max_response_bytes: int = 1024 * 1024,
-        record_server_errors: bool = False,
-        max_key_length: int = MAX_KEY_LENGTH,
-        on_takeover: TakeoverPolicy = "run",
-        fingerprint_exclude: Iterable[str] | None = None,
-        fingerprint_include: Iterable[str] | None = None,
-        fingerprint_headers: Iterable[str] | None = None,
+        **options: Unpack[KeyedRequestOptions],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI app (a callable), not {app!r}")
+        unknown = sorted(set(options) - KeyedRequestOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"IdempotencyMiddleware() got unknown options {unknown}")
         self.app = app
         self._methods = method_set(methods)
-        self.max_body_bytes = check_size("max_body_bytes", max_body_bytes)
         if scope is not None and not callable(scope):
             raise ConfigurationError(f"scope must be a callable given the WSGI environ: {scope!r}")
         by_environ = callable(required) and not isinstance(required, bool)
@@ -242,11 +227,8 @@ class IdempotencyMiddleware(LoopOwner):
         def caller_of(asgi: MutableMapping[str, Any]) -> str | None:
             return caller(asgi[_ENVIRON])
 
-        build = store_factory(store, store_options)
-        fingerprint_exclude, fingerprint_include, fingerprint_headers = map(
-            readable_again, (fingerprint_exclude, fingerprint_include, fingerprint_headers)
-        )
-
+        # Read again for the middleware of a forked child (a generator reads only once).
+        kept: dict[str, Any] = {name: readable_again(value) for name, value in options.items()}
         bridge = _asgi_bridge(app)
 
         def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
@@ -256,19 +238,12 @@ class IdempotencyMiddleware(LoopOwner):
                 methods=self._methods,
                 required=self._required,
                 scope=caller_of,
-                retention=retention,
-                lease_ttl=lease_ttl,
-                max_body_bytes=max_body_bytes,
-                max_response_bytes=max_response_bytes,
-                record_server_errors=record_server_errors,
-                max_key_length=max_key_length,
-                on_takeover=on_takeover,
-                fingerprint_exclude=fingerprint_exclude,
-                fingerprint_include=fingerprint_include,
-                fingerprint_headers=fingerprint_headers,
+                **kept,
             )
 
-        self._loop = loop_over_store(build, make, name="idemstore-wsgi")
+        self._loop = loop_over_store(store, store_options, make, name="idemstore-wsgi")
+        # Checked, with its default, by the ASGI middleware.
+        self.max_body_bytes = self._loop.resource.max_body_bytes
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD", "GET")).upper()

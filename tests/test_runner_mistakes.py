@@ -272,3 +272,15 @@ async def test_a_custom_serializer_records_and_replays_results(store: Idempotenc
     assert await refund(other) == await refund(other) == "refunded"
     record = await store.get(other)
     assert record is not None and record.response == b'"refunded"'
+
+
+# -- options the runner does not take ----------------------------------------------------------
+
+
+async def test_a_misspelt_option_is_named_in_a_type_error(store: IdempotencyStore) -> None:
+    # The runner forwards its options to ExecutionPolicy: a misspelt one must still be
+    # reported as the runner's, and an option only the policy takes must not slip through.
+    with pytest.raises(TypeError, match=r"Idempotency\(\) got unknown options \['lease_tll'\]"):
+        Idempotency(store, lease_tll=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"\['consumer'\]"):
+        Idempotency(store, consumer="mine")  # type: ignore[call-arg]

@@ -23,8 +23,10 @@ What a subclass may rely on:
   ``idemstore.recovery_points``' limits before anything else, and calls ``_checkpoint``;
 - ``lost_reserve`` classifies a reserve that found a live record it may not take.
 
-The envelope adds no await, task or lock per operation: ``InlineStoreEnvelope`` calls its
-hooks without awaiting, so the memory store keeps its ``answers_inline`` promise.
+The operations are written once for both envelopes. They add no await, task or lock: an
+operation awaits its hook's answer only when the hook returned an awaitable, so
+``InlineStoreEnvelope``'s plain hooks are called in place and the memory store keeps its
+``answers_inline`` promise.
 """
 
 from __future__ import annotations
@@ -41,15 +43,14 @@ from idemstore.backends.arguments import (
     wait_arguments,
 )
 from idemstore.errors import ConfigurationError
-from idemstore.protocol import AsyncContext, Outcome, Reservation, Status
-from idemstore.records import check_duration, check_limit, check_response
+from idemstore.protocol import AsyncContext, Lease, Outcome, Record, Reservation, Status
+from idemstore.records import check_duration, check_limit
 from idemstore.recovery_points import check_checkpoint
 from idemstore.stats import DEFAULT_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from idemstore.protocol import Lease, Record
     from idemstore.stats import StoreStats
 
 __all__ = ["InlineStoreEnvelope", "StoreEnvelope", "lost_reserve"]
@@ -145,7 +146,120 @@ class _Envelope(AsyncContext):
             raise self._closed_error()
         return await self._stats(limit)
 
+    # -- the contract ---------------------------------------------------------------------
+    #
+    # Written once for both envelopes: a hook answers in place (InlineStoreEnvelope) or with
+    # an awaitable (StoreEnvelope). The answer's type tells which, so an inline store's
+    # operation awaits nothing of the envelope's.
+
+    async def reserve(
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        scope: str = "",
+        lease_ttl: float,
+        retention: float,
+    ) -> Reservation:
+        lease_ttl, retention = reserve_arguments(
+            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
+        )
+        if self._closed:
+            raise self._closed_error()
+        answer = self._reserve(key, fingerprint, scope, lease_ttl, retention)
+        return answer if isinstance(answer, Reservation) else await answer
+
+    async def complete(
+        self, lease: Lease, response: bytes, *, retention: float | None = None
+    ) -> bool:
+        checked = complete_arguments(
+            lease, response, retention, max_key_length=self._max_key_length
+        )
+        if checked is None:
+            return False
+        if self._closed:
+            raise self._closed_error()
+        answer = self._complete(lease, checked[0], checked[1])
+        return answer if isinstance(answer, bool) else await answer
+
+    async def release(self, lease: Lease) -> bool:
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        answer = self._release(lease)
+        return answer if isinstance(answer, bool) else await answer
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        lease_ttl = check_duration("lease_ttl", lease_ttl)
+        if self._owns_nothing(lease):
+            return None
+        if self._closed:
+            raise self._closed_error()
+        answer = self._extend(lease, lease_ttl)
+        return answer if answer is None or isinstance(answer, Lease) else await answer
+
+    async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
+        """Append a recovery point to the record ``lease`` holds (``CheckpointingStore``)."""
+        data = check_checkpoint(name, data)
+        if self._owns_nothing(lease):
+            return False
+        if self._closed:
+            raise self._closed_error()
+        answer = self._checkpoint(lease, name, data)
+        return answer if isinstance(answer, bool) else await answer
+
+    async def get(self, key: str, *, scope: str = "") -> Record | None:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        answer = self._get(key, scope)
+        return answer if answer is None or isinstance(answer, Record) else await answer
+
+    async def delete(self, key: str, *, scope: str = "") -> bool:
+        lookup_arguments(key, scope, max_key_length=self._max_key_length)
+        if self._closed:
+            raise self._closed_error()
+        answer = self._delete(key, scope)
+        return answer if isinstance(answer, bool) else await answer
+
+    async def sweep(self, *, limit: int = 1000) -> int:
+        limit = check_limit(limit)
+        if self._closed:
+            raise self._closed_error()
+        answer = self._sweep(limit)
+        return answer if isinstance(answer, int) else await answer
+
     # -- hooks ----------------------------------------------------------------------------
+    #
+    # The operations' hooks get checked arguments. StoreEnvelope's are coroutines;
+    # InlineStoreEnvelope's are plain functions that never suspend.
+
+    def _reserve(
+        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
+    ) -> Reservation | Awaitable[Reservation]:
+        raise NotImplementedError
+
+    def _complete(self, lease: Lease, response: bytes, retention: float) -> bool | Awaitable[bool]:
+        raise NotImplementedError
+
+    def _release(self, lease: Lease) -> bool | Awaitable[bool]:
+        raise NotImplementedError
+
+    def _extend(self, lease: Lease, lease_ttl: float) -> Lease | Awaitable[Lease | None] | None:
+        raise NotImplementedError
+
+    def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool | Awaitable[bool]:
+        raise self._no_checkpoints()
+
+    def _get(self, key: str, scope: str) -> Record | Awaitable[Record | None] | None:
+        raise NotImplementedError
+
+    def _delete(self, key: str, scope: str) -> bool | Awaitable[bool]:
+        raise NotImplementedError
+
+    def _sweep(self, limit: int) -> int | Awaitable[int]:
+        raise NotImplementedError
 
     async def _shut(self) -> None:
         """Release what the store holds; run once, by the first ``close()``."""
@@ -200,78 +314,6 @@ class StoreEnvelope(_Envelope, Generic[C]):
         connection, self._connection = self._connection, None
         await self._disconnect(connection)
 
-    # -- the contract, hooks awaited --------------------------------------------------------
-
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
-    ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
-        if self._closed:
-            raise self._closed_error()
-        return await self._reserve(key, fingerprint, scope, lease_ttl, retention)
-
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
-        )
-        if checked is None:
-            return False
-        if self._closed:
-            raise self._closed_error()
-        return await self._complete(lease, checked[0], checked[1])
-
-    async def release(self, lease: Lease) -> bool:
-        if self._owns_nothing(lease):
-            return False
-        if self._closed:
-            raise self._closed_error()
-        return await self._release(lease)
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if self._owns_nothing(lease):
-            return None
-        if self._closed:
-            raise self._closed_error()
-        return await self._extend(lease, lease_ttl)
-
-    async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
-        """Append a recovery point to the record ``lease`` holds (``CheckpointingStore``)."""
-        data = check_checkpoint(name, data)
-        if self._owns_nothing(lease):
-            return False
-        if self._closed:
-            raise self._closed_error()
-        return await self._checkpoint(lease, name, data)
-
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        if self._closed:
-            raise self._closed_error()
-        return await self._get(key, scope)
-
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        if self._closed:
-            raise self._closed_error()
-        return await self._delete(key, scope)
-
-    async def sweep(self, *, limit: int = 1000) -> int:
-        limit = check_limit(limit)
-        if self._closed:
-            raise self._closed_error()
-        return await self._sweep(limit)
-
     # -- hooks ------------------------------------------------------------------------------
 
     async def _open(self) -> C:
@@ -287,32 +329,6 @@ class StoreEnvelope(_Envelope, Generic[C]):
         holds; run once, by the first ``close()``."""
         raise NotImplementedError
 
-    async def _reserve(
-        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
-    ) -> Reservation:
-        raise NotImplementedError
-
-    async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
-        raise NotImplementedError
-
-    async def _release(self, lease: Lease) -> bool:
-        raise NotImplementedError
-
-    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
-        raise NotImplementedError
-
-    async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
-        raise self._no_checkpoints()
-
-    async def _get(self, key: str, scope: str) -> Record | None:
-        raise NotImplementedError
-
-    async def _delete(self, key: str, scope: str) -> bool:
-        raise NotImplementedError
-
-    async def _sweep(self, limit: int) -> int:
-        raise NotImplementedError
-
 
 class InlineStoreEnvelope(_Envelope):
     """The envelope of a store that answers without suspending (no I/O): its hooks are plain
@@ -320,100 +336,3 @@ class InlineStoreEnvelope(_Envelope):
     (see ``idemstore.protocol.answers_inline``, which the subclass itself must declare)."""
 
     __slots__ = ()
-
-    async def reserve(
-        self,
-        key: str,
-        fingerprint: str,
-        *,
-        scope: str = "",
-        lease_ttl: float,
-        retention: float,
-    ) -> Reservation:
-        lease_ttl, retention = reserve_arguments(
-            key, fingerprint, scope, lease_ttl, retention, max_key_length=self._max_key_length
-        )
-        if self._closed:
-            raise self._closed_error()
-        return self._reserve(key, fingerprint, scope, lease_ttl, retention)
-
-    async def complete(
-        self, lease: Lease, response: bytes, *, retention: float | None = None
-    ) -> bool:
-        body = check_response(response)
-        keep = None if retention is None else check_duration("retention", retention)
-        if self._owns_nothing(lease):
-            return False
-        if self._closed:
-            raise self._closed_error()
-        return self._complete(lease, body, lease.retention if keep is None else keep)
-
-    async def release(self, lease: Lease) -> bool:
-        if self._owns_nothing(lease):
-            return False
-        if self._closed:
-            raise self._closed_error()
-        return self._release(lease)
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        lease_ttl = check_duration("lease_ttl", lease_ttl)
-        if self._owns_nothing(lease):
-            return None
-        if self._closed:
-            raise self._closed_error()
-        return self._extend(lease, lease_ttl)
-
-    async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
-        """Append a recovery point to the record ``lease`` holds (``CheckpointingStore``)."""
-        data = check_checkpoint(name, data)
-        if self._owns_nothing(lease):
-            return False
-        if self._closed:
-            raise self._closed_error()
-        return self._checkpoint(lease, name, data)
-
-    async def get(self, key: str, *, scope: str = "") -> Record | None:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        if self._closed:
-            raise self._closed_error()
-        return self._get(key, scope)
-
-    async def delete(self, key: str, *, scope: str = "") -> bool:
-        lookup_arguments(key, scope, max_key_length=self._max_key_length)
-        if self._closed:
-            raise self._closed_error()
-        return self._delete(key, scope)
-
-    async def sweep(self, *, limit: int = 1000) -> int:
-        limit = check_limit(limit)
-        if self._closed:
-            raise self._closed_error()
-        return self._sweep(limit)
-
-    # -- hooks: plain functions, never suspending ---------------------------------------------
-
-    def _reserve(
-        self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
-    ) -> Reservation:
-        raise NotImplementedError
-
-    def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
-        raise NotImplementedError
-
-    def _release(self, lease: Lease) -> bool:
-        raise NotImplementedError
-
-    def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
-        raise NotImplementedError
-
-    def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
-        raise self._no_checkpoints()
-
-    def _get(self, key: str, scope: str) -> Record | None:
-        raise NotImplementedError
-
-    def _delete(self, key: str, scope: str) -> bool:
-        raise NotImplementedError
-
-    def _sweep(self, limit: int) -> int:
-        raise NotImplementedError

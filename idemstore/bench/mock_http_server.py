@@ -9,9 +9,10 @@ the gateway's share of the latency is what shows). Every ``tools/call`` appends 
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import TYPE_CHECKING, Any
+
+from idemstore.bench.loopback_app import serve_on_loopback
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -57,17 +58,7 @@ def _app(counter_path: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
-    parser = argparse.ArgumentParser(prog="python -m idemstore.bench.mock_http_server")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--counter", required=True, help="file that gets a line per execution")
-    args = parser.parse_args(argv)
-    config = uvicorn.Config(
-        _app(args.counter), host="127.0.0.1", port=args.port, log_level="warning", access_log=False
-    )
-    uvicorn.Server(config).run()
-    return 0
+    return serve_on_loopback(argv, _app, "--counter", "file that gets a line per execution")
 
 
 if __name__ == "__main__":

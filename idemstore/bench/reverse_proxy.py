@@ -11,9 +11,10 @@ scenario times it beside the gateway and the upstream called directly.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from typing import TYPE_CHECKING, Any
+
+from idemstore.bench.loopback_app import serve_on_loopback
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -71,22 +72,7 @@ def _app(upstream: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
-    parser = argparse.ArgumentParser(prog="python -m idemstore.bench.reverse_proxy")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:9000/mcp")
-    args = parser.parse_args(argv)
-    config = uvicorn.Config(
-        _app(args.upstream),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        lifespan="on",
-        access_log=False,
-    )
-    uvicorn.Server(config).run()
-    return 0
+    return serve_on_loopback(argv, _app, "--upstream", "e.g. http://127.0.0.1:9000/mcp")
 
 
 if __name__ == "__main__":

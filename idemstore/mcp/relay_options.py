@@ -77,7 +77,7 @@ class RelayOptions:
         return cls(
             run_id=args.run_id,
             lease_ttl=args.lease,
-            retention=args.retention if args.retention is not None else 600.0,
+            retention=args.retention if args.retention is not None else _DEFAULTS.retention,
             sep_retention=args.sep_retention,
             in_flight=args.in_flight,
             implicit=not args.no_implicit,
@@ -97,26 +97,18 @@ def add_arguments(parser: argparse.ArgumentParser | Any) -> None:
         help="scope of derived keys (default: one per process); relays that share it "
         "deduplicate key-less calls together",
     )
-    parser.add_argument(
+    # No default given: the proxy's --ttl-ms may set it instead (from_args fills it in).
+    _add_seconds(
+        parser,
         "--retention",
-        type=positive_float,
-        metavar="SECONDS",
-        help="how long a derived or _meta key's result is replayed (default 600)",
+        "retention",
+        "how long a derived or _meta key's result is replayed",
+        given=False,
     )
-    parser.add_argument(
-        "--sep-retention",
-        type=positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="how long a SEP-3182 key's outcome is replayed (default 86400)",
+    _add_seconds(
+        parser, "--sep-retention", "sep_retention", "how long a SEP-3182 key's outcome is replayed"
     )
-    parser.add_argument(
-        "--lease",
-        type=positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease of a running call, heartbeated every third (default 30)",
-    )
+    _add_seconds(parser, "--lease", "lease_ttl", "lease of a running call, heartbeated every third")
     parser.add_argument(
         "--in-flight",
         choices=("wait", "reject"),
@@ -140,12 +132,11 @@ def add_arguments(parser: argparse.ArgumentParser | Any) -> None:
         action="store_true",
         help="derive keys for tools annotated readOnlyHint too (default: they always run)",
     )
-    parser.add_argument(
+    _add_seconds(
+        parser,
         "--cancel-grace",
-        type=positive_float,
-        default=60.0,
-        metavar="SECONDS",
-        help="a cancelled SEP-3182 call keeps its key this long without an answer (default 60)",
+        "cancel_grace",
+        "a cancelled SEP-3182 call keeps its key this long without an answer",
     )
     parser.add_argument(
         "--on-takeover",
@@ -159,4 +150,22 @@ def add_arguments(parser: argparse.ArgumentParser | Any) -> None:
         choices=("debug", "info", "warning", "error"),
         default="warning",
         help="logs go to stderr (default warning)",
+    )
+
+
+# The defaults the duration flags show (and give), read from the dataclass: declared once.
+_DEFAULTS = RelayOptions()
+
+
+def _add_seconds(
+    parser: argparse.ArgumentParser | Any, flag: str, field: str, what: str, *, given: bool = True
+) -> None:
+    """The flag of a ``RelayOptions`` duration: positive seconds, its default the field's."""
+    default = getattr(_DEFAULTS, field)
+    parser.add_argument(
+        flag,
+        type=positive_float,
+        default=default if given else None,
+        metavar="SECONDS",
+        help=f"{what} (default {default:g})",
     )

@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from idemstore.callers import CallerSources, asgi_headers, caller_scope, fit_scope
 from idemstore.errors import (
@@ -77,6 +77,7 @@ __all__ = [
     "FastMCPIdempotency",
     "ReplayedToolError",
     "ServerIdempotency",
+    "ServerOptions",
 ]
 
 logger = logging.getLogger("idemstore.mcp.server")
@@ -157,6 +158,24 @@ def _request_caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
 _CALLERS = CallerSources()
 
 
+class _PolicyOptions(TypedDict, total=False):
+    """The adapters' options ``ExecutionPolicy`` takes as they are, with its defaults."""
+
+    retention: float
+    lease_ttl: float
+    on_takeover: TakeoverPolicy
+
+
+class ServerOptions(_PolicyOptions, total=False):
+    """The options both adapters take, declared once (``ServerIdempotency`` documents them;
+    the SEP-3182 rules and the execution policy hold their defaults and checks)."""
+
+    scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None
+    advertise_retention: bool
+    max_key_length: int
+    max_response_bytes: int | None
+
+
 class _Sep3182:
     """The SEP-3182 rules over any store; the adapters supply execution and delivery."""
 
@@ -166,23 +185,14 @@ class _Sep3182:
         self,
         store: IdempotencyStore,
         *,
-        retention: float,
-        lease_ttl: float,
-        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None,
-        advertise_retention: bool,
-        max_key_length: int,
-        max_response_bytes: int | None,
-        on_takeover: TakeoverPolicy,
+        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
+        advertise_retention: bool = False,
+        max_key_length: int = MAX_KEY_LENGTH,
+        max_response_bytes: int | None = None,
+        **policy: Unpack[_PolicyOptions],
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
-        self._policy = ExecutionPolicy(
-            store,
-            lease_ttl=lease_ttl,
-            retention=retention,
-            in_flight="reject",
-            on_takeover=on_takeover,
-            consumer="mcp_server",
-        )
+        self._policy = ExecutionPolicy(store, in_flight="reject", consumer="mcp_server", **policy)
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError(f"scope must be a str, a callable or None, not {scope!r}")
         if isinstance(scope, str):
@@ -328,28 +338,11 @@ class _Adapter:
 
     __slots__ = ("_sep",)
 
-    def __init__(
-        self,
-        store: IdempotencyStore,
-        *,
-        retention: float = 86400.0,
-        lease_ttl: float = 30.0,
-        scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
-        advertise_retention: bool = False,
-        max_key_length: int = MAX_KEY_LENGTH,
-        max_response_bytes: int | None = None,
-        on_takeover: TakeoverPolicy = "run",
-    ) -> None:
-        self._sep = _Sep3182(
-            store,
-            retention=retention,
-            lease_ttl=lease_ttl,
-            scope=scope,
-            advertise_retention=advertise_retention,
-            max_key_length=max_key_length,
-            max_response_bytes=max_response_bytes,
-            on_takeover=on_takeover,
-        )
+    def __init__(self, store: IdempotencyStore, **options: Unpack[ServerOptions]) -> None:
+        unknown = sorted(set(options) - ServerOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unknown options {unknown}")
+        self._sep = _Sep3182(store, **options)
         self._adapt()
 
     @property
@@ -372,16 +365,20 @@ class ServerIdempotency(_Adapter):
             behind a load balancer) need one every process shares (SQLite file, Postgres,
             Redis, DynamoDB), not ``memory://``.
         retention: seconds an outcome is replayed (default 24 hours). State it in your docs.
-        lease_ttl: seconds a call holds its key without a heartbeat (heartbeats extend it
-            while the tool runs); after a crash, a retry takes the key over once it lapses.
+        lease_ttl: seconds a call holds its key without a heartbeat (default 30; heartbeats
+            extend it while the tool runs); after a crash, a retry takes the key over once it
+            lapses.
         scope: records are scoped to the authenticated principal (the SDK's auth context)
             when there is one. Otherwise to ``scope``: a string, or a callable given the
             ``ServerRequestContext`` that returns the caller's authorization boundary (or
             ``None`` for the default). Default: ``DEFAULT_SCOPE``, the same in every
             replica and restart (see docs/mcp-server.md).
-        advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability.
-        max_key_length: longest key accepted (longer ones are invalid params).
-        max_response_bytes: outcomes larger than this (encoded) are returned but not recorded.
+        advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability
+            (default off).
+        max_key_length: longest key accepted (longer ones are invalid params; default
+            ``MAX_KEY_LENGTH``).
+        max_response_bytes: outcomes larger than this (encoded) are returned but not recorded
+            (default ``None``: no limit of its own).
         on_takeover: a call whose key was held by a call that died (lease lapsed) without an
             outcome: ``"run"`` the tool again (default), or ``"refuse"`` it, and every retry,
             with ``data.type = "idempotency_outcome_unknown"`` (docs/refusals.md).

@@ -349,3 +349,10 @@ async def test_unreachable_store_fails_the_call_without_running(adapter: str, er
         # Calls without a key do not touch the store.
         assert isinstance(await call(client, "charge", {"amount": 5}), dict)
     assert tools.count("charge") == 1
+
+
+def test_a_misspelt_option_is_named_and_a_bad_one_refused_at_construction() -> None:
+    with pytest.raises(TypeError, match=r"ServerIdempotency\(\) got unknown options \['lease'\]"):
+        ServerIdempotency(MemoryStore(), lease=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="scope must be"):
+        ServerIdempotency(MemoryStore(), scope=42)  # type: ignore[arg-type]

@@ -360,6 +360,15 @@ def test_async_decorator_refuses_a_plain_function_and_points_to_sync() -> None:
         asyncio.run(build())
 
 
+def test_misspelt_options_are_named_by_the_constructor_and_the_decorator(
+    runner: idem_sync.Idempotency,
+) -> None:
+    with pytest.raises(TypeError, match=r"Idempotency\(\) got unknown options \['lease'\]"):
+        idem_sync.Idempotency("memory://", lease=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"idempotent\(\) got unknown options \['scpoe'\]"):
+        runner.idempotent("order", scpoe="tenant")  # type: ignore[call-arg]
+
+
 def test_a_bad_url_fails_in_the_constructor() -> None:
     with pytest.raises(ConfigurationError, match="unknown store scheme"):
         idem_sync.Idempotency("nosuch://here")

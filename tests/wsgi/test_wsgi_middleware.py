@@ -235,6 +235,15 @@ def test_a_bad_option_fails_in_the_constructor() -> None:
         IdempotencyMiddleware(orders_app().wsgi_app, store="nosuch://x")
 
 
+def test_the_forwarded_options_are_checked_by_the_asgi_middleware_and_misspelt_ones_named() -> None:
+    with pytest.raises(ConfigurationError, match="max_body_bytes"):
+        IdempotencyMiddleware(orders_app().wsgi_app, store="memory://", max_body_bytes=-1)
+    with pytest.raises(TypeError, match=r"unknown options \['retension'\]"):
+        IdempotencyMiddleware(orders_app().wsgi_app, store="memory://", retension=5)  # type: ignore[call-arg]
+    with IdempotencyMiddleware(orders_app().wsgi_app, store="memory://") as wrapped:
+        assert wrapped.max_body_bytes == 1024 * 1024
+
+
 def test_an_asgi_deployment_replays_what_the_wsgi_one_recorded(redis_store_url: str) -> None:
     flask_app = orders_app()
     headers = keyed()
