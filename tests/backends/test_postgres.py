@@ -392,32 +392,6 @@ async def test_sweep_removes_up_to_the_limit_across_batches(postgres_store_url: 
         assert await store.get(live.key) is not None
 
 
-async def test_a_sweep_stopped_by_its_limit_resumes_where_it_stopped(
-    postgres_store_url: str, admin: Any
-) -> None:
-    """Sweeps walk the table in physical order: the next one starts where a sweep that reached
-    its limit stopped (rows further on do not wait behind the first ones), and wraps round to
-    the first page, so a sweep that returns less than its limit has seen every row."""
-    table = f'"{schema_of(postgres_store_url)}".idemstore_records'
-    keys = [f"k{n}" for n in range(6)]
-    async with open_pg(postgres_store_url, sweep_batch_size=2) as store:
-        for key in keys:
-            await acquire(store, key)
-        # One UPDATE, in table order: the rows' new versions keep the order of the keys.
-        await admin.execute(
-            f"UPDATE {table} SET expires_at = clock_timestamp() - interval '1 second'"
-        )
-        async with admin.transaction():
-            # Locked rows are skipped (SKIP LOCKED): the first sweep passes k0 and k1 by.
-            await admin.execute(f"SELECT 1 FROM {table} WHERE key IN ('k0', 'k1') FOR UPDATE")
-            assert await store.sweep(limit=2) == 2
-        assert await store.sweep(limit=1) == 1
-        left = await admin.fetch(f"SELECT key FROM {table} ORDER BY key")
-        assert [row[0] for row in left] == ["k0", "k1", "k5"]
-        assert await store.sweep(limit=1000) == 3
-        assert await store.sweep(limit=1000) == 0
-
-
 async def test_complete_is_a_heap_only_update(postgres_store_url: str, admin: Any) -> None:
     """complete restarts retention (it rewrites expires_at); with no index on that column
     (migration 0006) the row's new version is heap-only: no index entry is written. The store's

@@ -18,6 +18,7 @@ __all__ = [
     "DELETE",
     "EXTEND",
     "GET",
+    "HEAP_PAGES",
     "MAX_SECONDS",
     "RELEASE",
     "RESERVE",
@@ -156,11 +157,10 @@ WATCH = "SELECT * FROM {s}.idemstore_watch($1, $2)"
 
 # sweep, one bounded batch per statement (so one short transaction each), over the TID range
 # [$2, $3) of the table: there is no index on expires_at (it would make every complete a
-# non-HOT update), so batches walk the heap in physical order (idemstore.backends.postgres.
-# sweeping) and a sweep reads the table once. SKIP LOCKED: a batch never waits for a row that
-# a reserve is taking over or another sweeper is deleting. The deadline is checked again on
-# the row actually deleted. Returns how many went and the last TID deleted, where the next
-# batch starts.
+# non-HOT update), so batches walk the heap in physical order, one chunk of pages at a time
+# (idemstore.backends.postgres.sweeping). SKIP LOCKED: a batch never waits for a row that a
+# reserve is taking over or another sweeper is deleting. The deadline is checked again on the
+# row actually deleted. Returns how many went.
 SWEEP_BATCH = """
 WITH gone AS (
     DELETE FROM {s}.idemstore_records
@@ -171,8 +171,14 @@ WITH gone AS (
               LIMIT $1
                 FOR UPDATE SKIP LOCKED))
        AND expires_at <= clock_timestamp()
-    RETURNING ctid)
-SELECT count(*), (SELECT ctid FROM gone ORDER BY ctid DESC LIMIT 1) FROM gone"""
+    RETURNING 1)
+SELECT count(*) FROM gone"""
+
+# How many pages the records table has now, for the sweep's chunks: read through a row's
+# tableoid, so no name goes into a string literal. No row (an empty table): nothing to sweep.
+HEAP_PAGES = """
+SELECT pg_relation_size(tableoid) / current_setting('block_size')::bigint
+  FROM {s}.idemstore_records LIMIT 1"""
 
 APPLIED_MIGRATIONS = """
 SELECT name, checksum, extract(epoch FROM applied_at)::float8

@@ -46,6 +46,7 @@ from idemstore.backends.postgres.statements import (
     DELETE,
     EXTEND,
     GET,
+    HEAP_PAGES,
     RELEASE,
     RESERVE,
     SWEEP_BATCH,
@@ -87,6 +88,7 @@ _TEMPLATES = {
     "get": GET,
     "watch": WATCH,
     "sweep": SWEEP_BATCH,
+    "heap_pages": HEAP_PAGES,
     "applied": APPLIED_MIGRATIONS,
     "versions": CREATE_VERSIONS_TABLE,
     "stats": STATS,
@@ -498,7 +500,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         return existed
 
     async def _sweep(self, limit: int) -> int:
-        return await self._sweeping.sweep(limit, partial(self._fetchrow, "sweep"))
+        return await self._sweeping.sweep(limit, self._heap_pages, partial(self._fetchrow, "sweep"))
+
+    async def _heap_pages(self) -> int:
+        return int(await self._fetchval("heap_pages") or 0)
 
     async def _ping(self) -> None:
         pool = await self._ensure_ready()
