@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypedDict, TypeVar, U
 from idemstore.errors import ConfigurationError, InvalidKeyError
 from idemstore.execution import ExecutionPolicy, Replay, Result, TakeoverPolicy
 from idemstore.fingerprint_fields import field_selection
+from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint as canonical_fingerprint
 from idemstore.running_work import running
 from idemstore.serializers import JSONSerializer, Serializer, return_type
@@ -92,9 +93,7 @@ class Idempotency:
         serializer: Serializer | None = None,
         **policy: Unpack[PolicyOptions],
     ) -> None:
-        unknown = sorted(set(policy) - PolicyOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"Idempotency() got unknown options {unknown}")
+        reject_unknown(policy, PolicyOptions, "Idempotency()")
         # A callable on_failure is ExecutionPolicy's alone; the policy checks the rest.
         on_failure = policy.get("on_failure", "release")
         if on_failure not in ("release", "hold"):

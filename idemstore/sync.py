@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 
 from idemstore import runner
 from idemstore.fingerprint_fields import readable_again
+from idemstore.forwarded_options import reject_unknown
 from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
@@ -109,9 +110,7 @@ class Idempotency(LoopOwner):
         Decorating an ``async def`` function is a ``TypeError``. ``key`` and ``scope``
         callables run in the calling thread (they may read its thread-locals).
         """
-        unknown = sorted(set(options) - runner.DecoratorOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"idempotent() got unknown options {unknown}")
+        reject_unknown(options, runner.DecoratorOptions, "idempotent()")
         scope = options.get("scope", "")
         # Read again for the runner of a forked child (a generator reads only once).
         forwarded: dict[str, Any] = {name: readable_again(value) for name, value in options.items()}

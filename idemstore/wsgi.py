@@ -27,6 +27,7 @@ from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import KeyedRequestOptions, method_set, required_predicate
 from idemstore.errors import ConfigurationError
 from idemstore.fingerprint_fields import readable_again
+from idemstore.forwarded_options import reject_unknown
 from idemstore.http_identity import default_scope
 from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
@@ -209,9 +210,7 @@ class IdempotencyMiddleware(LoopOwner):
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI app (a callable), not {app!r}")
-        unknown = sorted(set(options) - KeyedRequestOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"IdempotencyMiddleware() got unknown options {unknown}")
+        reject_unknown(options, KeyedRequestOptions, "IdempotencyMiddleware()")
         self.app = app
         self._methods = method_set(methods)
         if scope is not None and not callable(scope):

@@ -32,6 +32,7 @@ from idemstore.errors import (
     MissingDependencyError,
 )
 from idemstore.execution import ExecutionPolicy, TakeoverPolicy
+from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
 from idemstore.mcp import outcomes, sep3182
 from idemstore.mcp.outcome_policy import decide
@@ -339,9 +340,7 @@ class _Adapter:
     __slots__ = ("_sep",)
 
     def __init__(self, store: IdempotencyStore, **options: Unpack[ServerOptions]) -> None:
-        unknown = sorted(set(options) - ServerOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got unknown options {unknown}")
+        reject_unknown(options, ServerOptions, f"{type(self).__name__}()")
         self._sep = _Sep3182(store, **options)
         self._adapt()
 
