@@ -9,23 +9,26 @@ A backend author composes a ``DriverErrors`` from:
 - ``otherwise``: the error for anything no rule matched (normally a
   ``StoreUnavailableError`` naming the engine, never a password).
 
-Then ``with errors.translated(): ...`` around driver calls, or ``raise errors.translate(exc)
-from exc``. What callers may rely on: no exception in ``catches`` escapes unwrapped, the
-driver's exception is always the ``__cause__``, and idemstore's own errors pass untouched.
+Then ``with errors.translated(): ...`` around driver calls, ``await errors.awaited(call)``
+for one awaited call, or ``raise errors.translate(exc) from exc``. What callers may rely on:
+no exception in ``catches`` escapes unwrapped, the driver's exception is always the
+``__cause__``, and idemstore's own errors pass untouched.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from idemstore.errors import IdemstoreError, StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 __all__ = ["DriverErrors", "Rule", "message_has", "of_type", "unavailable"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,16 @@ class DriverErrors:
             if rule.matches(exc):
                 return rule.error(exc)
         return self.otherwise(exc)
+
+    async def awaited(self, pending: Awaitable[T]) -> T:
+        """``await pending`` with its driver errors translated: what ``translated`` does, at
+        a fraction of a context manager's cost, for the statements every operation runs."""
+        try:
+            return await pending
+        except IdemstoreError:
+            raise
+        except self.catches as exc:
+            raise self.translate(exc) from exc
 
     @contextlib.contextmanager
     def translated(self) -> Iterator[None]:

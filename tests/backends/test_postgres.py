@@ -34,6 +34,7 @@ from idemstore.backends.postgres import PostgresStore  # noqa: E402
 from idemstore.backends.postgres.statements import (  # noqa: E402
     COMPLETE,
     hash64,
+    lock_keys,
     quote_ident,
     record_id,
 )
@@ -123,6 +124,15 @@ def test_lock_keys_keep_scope_and_key_apart() -> None:
     assert hash64("public", "a:b", "c") != hash64("public", "a", "b:c")
     assert hash64("public", "", "k") != hash64("other", "", "k")
     assert -(2**63) <= hash64("public", "", "k") < 2**63
+
+
+def test_a_stores_seeded_lock_keys_are_hash64_of_its_schema() -> None:
+    # Every client of a schema must derive the same advisory lock key and NOTIFY payload for a
+    # key, whichever way it computes them.
+    for schema in ("public", "tenant ä", ""):
+        lock_key = lock_keys(schema)
+        for scope, key in (("", "k"), ("a:b", "c"), ("a", "b:c"), ("zoë", "🔑" * 40)):
+            assert lock_key(scope, key) == hash64(schema, scope, key)
 
 
 # -- migrations ------------------------------------------------------------------------------

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "APPLIED_MIGRATIONS",
@@ -26,6 +30,7 @@ __all__ = [
     "SWEEP_BATCH",
     "WATCH",
     "hash64",
+    "lock_keys",
     "quote_ident",
     "record_id",
     "seconds",
@@ -82,7 +87,9 @@ RECORD_COLUMNS = """
 # otherwise), and it decides from the committed row as before: replays, mismatches, takeovers
 # and re-claims keep their one code path. One clock reading serves the whole row, so the
 # lease never ends after the retention (reserve's retention is at least the lease). $8 is
-# record_id(scope, key): the digest the function computes, so both find the same row.
+# record_id(scope, key): the digest the function computes, so both find the same row. A claim
+# returns only what a lease holds (fence, lease deadline): the rest of its row is NULL, which
+# spares the server the conversions and the client the decoding of columns it would drop.
 RESERVE = """
 WITH clock AS (SELECT clock_timestamp() AS now),
 claimed AS (
@@ -93,11 +100,10 @@ claimed AS (
            now, now + make_interval(secs => $7), now + make_interval(secs => $6)
       FROM clock
     ON CONFLICT (id) DO NOTHING
-    RETURNING fingerprint, status, token, fence, created_at, expires_at, lease_expires_at)
-SELECT 'acquired'::text AS outcome, false AS takeover, fingerprint::text, status, token, fence,
-       NULL::bytea AS response,
-       extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM expires_at)::float8 AS expires_at,
+    RETURNING fence, lease_expires_at)
+SELECT 'acquired'::text AS outcome, false AS takeover, NULL::text AS fingerprint,
+       NULL::text AS status, NULL::text AS token, fence, NULL::bytea AS response,
+       NULL::float8 AS created_at, NULL::float8 AS expires_at,
        extract(epoch FROM lease_expires_at)::float8 AS lease_expires_at,
        NULL::bytea AS checkpoints
   FROM claimed
@@ -204,6 +210,28 @@ def hash64(*parts: str) -> int:
         digest.update(len(data).to_bytes(4, "big"))
         digest.update(data)
     return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def lock_keys(first: str) -> Callable[[str, str], int]:
+    """``hash64(first, scope, key)`` as a function of ``(scope, key)``: the hash of ``first``
+    is taken once and copied per call, which roughly halves the cost of the lock key every
+    reserve and complete computes."""
+    seeded = hashlib.blake2b(digest_size=8, person=b"idemstore")
+    data = first.encode("utf-8")
+    seeded.update(len(data).to_bytes(4, "big") + data)
+
+    def lock_key(scope: str, key: str) -> int:
+        digest = seeded.copy()
+        scope_data, key_data = scope.encode("utf-8"), key.encode("utf-8")
+        digest.update(
+            len(scope_data).to_bytes(4, "big")
+            + scope_data
+            + len(key_data).to_bytes(4, "big")
+            + key_data
+        )
+        return int.from_bytes(digest.digest(), "big", signed=True)
+
+    return lock_key
 
 
 def record_id(scope: str, key: str) -> bytes:

@@ -52,6 +52,7 @@ from idemstore.backends.postgres.statements import (
     SWEEP_BATCH,
     WATCH,
     hash64,
+    lock_keys,
     quote_ident,
     record_id,
     seconds,
@@ -124,6 +125,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_listener",
         "_listener_lock",
         "_listener_retry_at",
+        "_lock_key",
         "_max_inactive_lifetime",
         "_migrate_hint",
         "_migration_lock",
@@ -185,6 +187,8 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         # One NOTIFY channel per schema; the payload names the key by its lock hash.
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
         self._migration_lock = hash64("idemstore migrate", schema)
+        # hash64(schema, scope, key): the advisory lock key and the NOTIFY payload of a key.
+        self._lock_key = lock_keys(schema)
         self._ready = False
         self._identity: Identity | None = None
         self._listener: asyncpg.Connection | None = None
@@ -264,17 +268,16 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         )
 
     async def _fetchrow(self, name: str, *args: Any) -> Any:
-        pool = await self._ensure_ready()
-        with self._errors.translated():
-            return await pool.fetchrow(self._sql[name], *args)
+        pool = self._connection if self._ready else None
+        if pool is None:  # not yet connected and checked (or closed): the slow path
+            pool = await self._ensure_ready()
+        return await self._errors.awaited(pool.fetchrow(self._sql[name], *args))
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
-        pool = await self._ensure_ready()
-        with self._errors.translated():
-            return await pool.fetchval(self._sql[name], *args)
-
-    def _lock_key(self, scope: str, key: str) -> int:
-        return hash64(self._schema, scope, key)
+        pool = self._connection if self._ready else None
+        if pool is None:  # not yet connected and checked (or closed): the slow path
+            pool = await self._ensure_ready()
+        return await self._errors.awaited(pool.fetchval(self._sql[name], *args))
 
     # -- migrations (SupportsMigrations) ------------------------------------------------------
 
