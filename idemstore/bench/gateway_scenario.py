@@ -6,7 +6,8 @@ proxy on the gateway's own stack (``idemstore.bench.reverse_proxy``: uvicorn, St
 bytes forwarded unread), all on loopback. It times the same ``tools/call`` requests (fresh
 arguments each: through the gateway every one reserves, runs and completes a derived key) sent
 directly, through the bare proxy and through the gateway, over one pooled httpx connection
-each, one at a time, the three interleaved. The added latency is the difference of the
+each, one at a time, the three interleaved (in duration mode each side makes at least
+``MIN_SAMPLES`` calls, so its p99 rests on 20 of them). The added latency is the difference of the
 percentiles; the gateway's p50 and p99 added are compared with the bare proxy's. Then
 ``IDENTICAL_CALLS`` identical calls go through the gateway and the upstream's executions are
 counted: 1 is right.
@@ -36,6 +37,10 @@ GATEWAY_STORE = "memory://"
 IDENTICAL_CALLS = 5
 # Rounds of direct, bare proxy, gateway: drift on a shared machine spreads over all three.
 ROUNDS = 4
+# In duration mode, calls each side makes at the least: the p99 compared with the bare proxy's
+# must rest on more than its few slowest calls (a second at 3 ms a call gives ~300, whose p99
+# is the third slowest, and moved the ratio from 1.46 to 1.65 between two runs).
+MIN_SAMPLES = 2000
 START_TIMEOUT = 30.0
 RPC_TIMEOUT = 30.0
 # One caller, as the gateway tells them apart: a request with no credentials is not deduplicated.
@@ -71,14 +76,19 @@ async def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 async def _time_calls(
-    client: Any, url: str, ops: int | None, duration: float | None, pad: str
+    client: Any, url: str, ops: int | None, duration: float | None, pad: str, at_least: int = 0
 ) -> Timing:
+    """Time ``ops`` calls, or calls for ``duration`` seconds and at least ``at_least`` of them."""
     timing = Timing()
     clock = time.perf_counter_ns
     deadline = None if duration is None else time.monotonic() + duration
     j = 0
     started = time.perf_counter()
-    while (j < ops) if ops is not None else (deadline is not None and time.monotonic() < deadline):
+    while (
+        (j < ops)
+        if ops is not None
+        else (j < at_least or (deadline is not None and time.monotonic() < deadline))
+    ):
         body = {
             "jsonrpc": "2.0",
             "id": j + 1,
@@ -145,11 +155,12 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, Timing, int]:
             # Interleave rounds so that drift on a shared machine lands on every side.
             part = None if load.ops is None else max(1, load.ops // ROUNDS)
             span = None if load.duration is None else load.duration / (2 * ROUNDS)
+            at_least = MIN_SAMPLES // ROUNDS
             direct, relayed, through = Timing(), Timing(), Timing()
             sides = ((direct, upstream_url), (relayed, relay_url), (through, gateway_url))
             for _ in range(ROUNDS):
                 for timing, url in sides:
-                    done = await _time_calls(client, url, part, span, pad)
+                    done = await _time_calls(client, url, part, span, pad, at_least)
                     timing.latencies_ns += done.latencies_ns
                     timing.seconds += done.seconds
                     for name, count in done.errors.items():

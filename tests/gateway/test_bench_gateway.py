@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from idemstore.bench.gateway_scenario import run_gateway
+from idemstore.bench.gateway_scenario import _time_calls, run_gateway
 from idemstore.bench.results import Measurement
 from idemstore.bench.scenarios import Load
 
@@ -28,3 +28,31 @@ async def test_gateway_scenario_measures_a_bare_reverse_proxy_as_its_floor() -> 
         assert (
             times is None or times == notes[f"added_{label}_ms"] / notes[f"relay_added_{label}_ms"]
         )
+
+
+class _Answer:
+    status_code = 200
+
+    def json(self) -> dict[str, object]:
+        return {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def post(self, url: str, **kwargs: object) -> _Answer:
+        self.calls += 1
+        return _Answer()
+
+
+async def test_a_timed_side_makes_its_minimum_of_calls_however_short_its_time() -> None:
+    # A p99 over a few hundred calls is their third slowest: duration mode keeps going until
+    # each side has made enough calls for its tail to mean something.
+    client = _Client()
+    timing = await _time_calls(client, "http://127.0.0.1:1/mcp", None, 0.0, "x", at_least=50)
+    assert client.calls == len(timing.latencies_ns) == 50
+    # --ops is exact: the minimum does not apply.
+    client = _Client()
+    timing = await _time_calls(client, "http://127.0.0.1:1/mcp", 7, None, "x", at_least=50)
+    assert client.calls == 7
