@@ -392,22 +392,29 @@ class ToolCalls:
                     if answer.buffered:
                         refuse(answer.whole_response())
 
+        def finished(task: asyncio.Task[bytes | None]) -> None:
+            self._running.discard(task)
+            if live.done():
+                return
+            if task.cancelled():  # the gateway is stopping: so is this request
+                live.cancel()
+                return
+            try:
+                data = task.result()
+            except Exception:
+                logger.exception("tools/call failed in the gateway")
+                data = None
+            if data is None:
+                live.set_result(error_response(500, "the gateway failed while handling tools/call"))
+            else:
+                live.set_result(rendered(headers, data))
+
         task = loop.create_task(drive(), name="mcp-gateway:tools/call")
         self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        # Waiting does not cancel the task: a client that goes away leaves it to finish.
-        pending: set[asyncio.Future[Any]] = {live, task}
-        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if live.done():
-            return live.result()
-        try:
-            data = task.result()
-        except Exception:
-            logger.exception("tools/call failed in the gateway")
-            data = None
-        if data is None:
-            return error_response(500, "the gateway failed while handling tools/call")
-        return rendered(headers, data)
+        task.add_done_callback(finished)
+        # The answer is whichever comes first: a response decided while the call runs, or the
+        # call's end. A client that goes away cancels only this wait: the task runs on.
+        return await live
 
     async def drain(self) -> None:
         """Wait for every call already forwarded to be read to its end (and recorded)."""
