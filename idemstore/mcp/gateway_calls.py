@@ -15,6 +15,7 @@ the core the stdio proxy runs too; this module only does what HTTP adds:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
@@ -67,6 +68,27 @@ def _accepts(headers: Mapping[str, str], media: str) -> bool:
     accept = headers.get("accept", "")
     types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
     return not accept or media in types or "*/*" in types
+
+
+def _answer_at_end(
+    live: asyncio.Future[Response], headers: Mapping[str, str], task: asyncio.Task[bytes | None]
+) -> None:
+    """Settle ``live`` from the ended call ``task``, unless an answer was decided while it ran
+    (``ToolCalls.answer`` awaits ``live`` alone: one future, no ``asyncio.wait``)."""
+    if live.done():
+        return
+    if task.cancelled():  # the gateway is stopping: so is this request
+        live.cancel()
+        return
+    try:
+        data = task.result()
+    except Exception:
+        logger.exception("tools/call failed in the gateway")
+        data = None
+    if data is None:
+        live.set_result(error_response(500, "the gateway failed while handling tools/call"))
+    else:
+        live.set_result(rendered(headers, data))
 
 
 def rendered(headers: Mapping[str, str], data: bytes) -> Response:
@@ -392,26 +414,10 @@ class ToolCalls:
                     if answer.buffered:
                         refuse(answer.whole_response())
 
-        def finished(task: asyncio.Task[bytes | None]) -> None:
-            self._running.discard(task)
-            if live.done():
-                return
-            if task.cancelled():  # the gateway is stopping: so is this request
-                live.cancel()
-                return
-            try:
-                data = task.result()
-            except Exception:
-                logger.exception("tools/call failed in the gateway")
-                data = None
-            if data is None:
-                live.set_result(error_response(500, "the gateway failed while handling tools/call"))
-            else:
-                live.set_result(rendered(headers, data))
-
         task = loop.create_task(drive(), name="mcp-gateway:tools/call")
         self._running.add(task)
-        task.add_done_callback(finished)
+        task.add_done_callback(self._running.discard)
+        task.add_done_callback(functools.partial(_answer_at_end, live, headers))
         # The answer is whichever comes first: a response decided while the call runs, or the
         # call's end. A client that goes away cancels only this wait: the task runs on.
         return await live
