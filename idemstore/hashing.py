@@ -38,6 +38,7 @@ _MAX_DEPTH = 1000
 # Every integer of at most this magnitude is exactly a double whose JCS form is its plain
 # decimal digits, so it needs neither a float round trip nor the exponent rules.
 _EXACT_INT = 2**53
+_LEAST_EXACT_INT = -_EXACT_INT  # a constant: negating the name would build an int per test
 
 _TOO_DEEP = (
     f"value is nested too deeply (over {_MAX_DEPTH} levels, or past the interpreter's"
@@ -98,6 +99,7 @@ _SURROGATE_MARK = "\udfff"
 # Each mark as the encoder writes it.
 _WRITTEN = {_MARK: "\\u001f", _SURROGATE_MARK: _SURROGATE_MARK}
 _utf16_units = operator.methodcaller("encode", "utf-16-be")
+_sha256 = hashlib.sha256
 
 _NON_BMP = re.compile("[\U00010000-\U0010ffff]")
 _LATE_BMP = re.compile("[\ue000-\uffff]")
@@ -288,7 +290,7 @@ def _value(value: object, run: _Run, depth: int) -> object:
     if isinstance(value, int):
         # int(), not the value: an IntEnum's repr is not its number.
         number = int(value)
-        return number if -_EXACT_INT <= number <= _EXACT_INT else _int_for_encoder(number, run)
+        return number if _LEAST_EXACT_INT <= number <= _EXACT_INT else _int_for_encoder(number, run)
     if isinstance(value, float):
         return _float_for_encoder(float(value), run)
     if isinstance(value, dict):
@@ -331,7 +333,7 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                     if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
                     new = _odd_float(item, run)
-                elif -_EXACT_INT <= item <= _EXACT_INT:
+                elif _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
                 elif item >= 1e21 or item <= -1e21:
                     # Both write these with a two- or three-digit exponent (infinities took
@@ -340,7 +342,7 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                 else:
                     new = _odd_float(item, run)
             elif kind is int:
-                if -_EXACT_INT <= item <= _EXACT_INT:
+                if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
                 new = _int_for_encoder(item, run)
             elif kind is dict:
@@ -396,14 +398,14 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                     if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
                         continue
                     new = _odd_float(item, run)
-                elif -_EXACT_INT <= item <= _EXACT_INT:
+                elif _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)
                 elif item >= 1e21 or item <= -1e21:
                     continue
                 else:
                     new = _odd_float(item, run)
             elif kind is int:
-                if -_EXACT_INT <= item <= _EXACT_INT:
+                if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
                 new = _int_for_encoder(item, run)
             elif kind is dict:
@@ -494,8 +496,20 @@ def canonical_json(value: object, *, default: Callable[[Any], object] | None = N
     and infinities, non-str keys, strings with lone surrogates, non-JSON objects without
     ``default``, and nesting deeper than 1000 levels (which includes reference cycles).
     """
+    return _canonical(value, default)
+
+
+def fingerprint(value: object, *, default: Callable[[Any], object] | None = None) -> str:
+    """The SHA-256 of ``canonical_json(value)``, as 64 lowercase hex digits."""
+    return _sha256(_canonical(value, default)).hexdigest()
+
+
+def _canonical(value: object, default: Callable[[Any], object] | None) -> bytes:
+    """``canonical_json``, called positionally by both public functions (a keyword call
+    costs a small value's fingerprint a few percent)."""
     text = _text(value, default, _MARK)
     if text is None:
+        # A string of the caller's holds the mark: again, with the mark no string can hold.
         text = _text(value, default, _SURROGATE_MARK)
         if text is None:
             raise _not_unicode(value, default)
@@ -528,8 +542,3 @@ def _text(value: object, default: Callable[[Any], object] | None, mark: str) -> 
     if text.count(written) != 2 * run.marks:
         return None
     return text.replace('"' + written, "").replace(written + '"', "")
-
-
-def fingerprint(value: object, *, default: Callable[[Any], object] | None = None) -> str:
-    """The SHA-256 of ``canonical_json(value)``, as 64 lowercase hex digits."""
-    return hashlib.sha256(canonical_json(value, default=default)).hexdigest()
