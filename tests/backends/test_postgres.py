@@ -273,6 +273,48 @@ async def test_a_replay_writes_nothing(postgres_store_url: str, admin: Any) -> N
     assert after_write == (before[0] + 1, before[1], before[2])
 
 
+async def test_a_reserve_that_waited_on_a_first_claim_answers_in_progress(
+    postgres_store_url: str, admin: Any
+) -> None:
+    # The claim commits after the reserve's statement took its snapshot: the statement's
+    # INSERT waits for it and then inserts nothing, and its read cannot see the row, so the
+    # answer must come from the function's fresh look, not from an empty result.
+    schema = schema_of(postgres_store_url)
+    key = new_key()
+    async with open_pg(postgres_store_url) as store:
+        claim = admin.transaction()
+        await claim.start()
+        row = await admin.fetchrow(
+            f"SELECT * FROM {quote_ident(schema)}.idemstore_reserve($1, '', $2, $3, $4, $5, $6)",
+            hash64(schema, "", key),
+            key,
+            FP,
+            "first-claim-token",
+            LONG,
+            LONG,
+        )
+        assert row["outcome"] == "acquired"
+        waiting = asyncio.create_task(store.reserve(key, FP, lease_ttl=LONG, retention=LONG))
+        await _until_one_waits_on_a_lock(admin)
+        assert not waiting.done()
+        await claim.commit()
+        reservation = await asyncio.wait_for(waiting, LONG)
+    assert reservation.outcome is Outcome.IN_PROGRESS
+    assert reservation.record is not None
+    assert reservation.record.token == "first-claim-token"
+
+
+async def _until_one_waits_on_a_lock(admin: Any) -> None:
+    for _ in range(200):
+        waiting = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no session waited on the uncommitted first claim")
+
+
 async def test_no_advisory_lock_outlives_an_operation(postgres_store_url: str, admin: Any) -> None:
     async with open_pg(postgres_store_url) as store:
         keys = [new_key() for _ in range(10)]

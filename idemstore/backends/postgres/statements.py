@@ -26,6 +26,7 @@ __all__ = [
     "MAX_SECONDS",
     "RELEASE",
     "RESERVE",
+    "RESERVE_TAKEOVER",
     "SCHEMA_NAME",
     "SWEEP_BATCH",
     "WATCH",
@@ -83,24 +84,29 @@ RECORD_COLUMNS = """
 # reserve: the first claim of an absent key (the common case) is a plain INSERT in the
 # statement itself, which costs the server less than the same INSERT inside idemstore_reserve
 # (a PL/pgSQL call). The primary key arbitrates racing first claims exactly as in the
-# function. Only when the key exists does the function run (its one-time filter is false
-# otherwise), and it decides from the committed row as before: replays, mismatches, takeovers
-# and re-claims keep their one code path. One clock reading serves the whole row, so the
-# lease never ends after the retention (reserve's retention is at least the lease). $8 is
-# record_id(scope, key): the digest the function computes, so both find the same row. A claim
-# returns only what a lease holds (fence, lease deadline): the rest of its row is NULL, which
-# spares the server the conversions and the client the decoding of columns it would drop.
-# The fallback calls the function as an expression (once: OFFSET 0 keeps the subquery whole,
-# so ``(r).*`` reads one result), not as a function scan in FROM, whose set-up on every
-# execution, needed or not, cost a fresh claim about 5% of its throughput at 32 workers.
+# function. When the key exists, the statement's second branch reads the row and answers what
+# a live record this request may not take answers (a replay, a duplicate of running work, a
+# mismatch), with the function's own conditions: a replay stays one round trip and writes
+# nothing. Neither branch answers when the row may be taken (lapsed lease, released, past
+# retention) or when the claim lost to a first claim that committed after this statement's
+# snapshot (the INSERT waited for it; the read cannot see it): then the client calls
+# idemstore_reserve (RESERVE_TAKEOVER), which decides from the newest committed row under the
+# key's advisory lock. The function is not named here: its call in the plan, even never
+# evaluated, cost each fresh claim more server CPU under concurrency than this read branch
+# does (docs/benchmarks.md, PostgreSQL), and a replay no longer runs PL/pgSQL at all.
+# One clock reading serves the whole row, so the lease never ends after the retention
+# (reserve's retention is at least the lease). $7 is record_id(scope, key), the digest the
+# function computes, so both find the same row. A claim returns only what a lease holds (fence,
+# lease deadline): the rest of its row is NULL, which spares the server the conversions and
+# the client the decoding of columns it would drop.
 RESERVE = """
 WITH clock AS (SELECT clock_timestamp() AS now),
 claimed AS (
     INSERT INTO {s}.idemstore_records
            (id, scope, key, fingerprint, status, released, token, fence, response,
             created_at, expires_at, lease_expires_at)
-    SELECT $8::bytea, $2, $3, $4, 'in_progress', false, $5, 1, NULL,
-           now, now + make_interval(secs => $7), now + make_interval(secs => $6)
+    SELECT $7::bytea, $1, $2, $3, 'in_progress', false, $4, 1, NULL,
+           now, now + make_interval(secs => $6), now + make_interval(secs => $5)
       FROM clock
     ON CONFLICT (id) DO NOTHING
     RETURNING fence, lease_expires_at)
@@ -111,9 +117,23 @@ SELECT 'acquired'::text AS outcome, false AS takeover, NULL::text AS fingerprint
        NULL::bytea AS checkpoints
   FROM claimed
 UNION ALL
-SELECT (r).*
-  FROM (SELECT {s}.idemstore_reserve($1::bigint, $2, $3, $4, $5, $6, $7) AS r
-         WHERE NOT EXISTS (SELECT FROM claimed) OFFSET 0) AS fallback"""
+SELECT CASE WHEN r.fingerprint <> $3 THEN 'mismatch'
+            WHEN r.status = 'completed' THEN 'completed'
+            ELSE 'in_progress' END,
+       false, r.fingerprint, r.status, r.token, r.fence, r.response,
+       extract(epoch FROM r.created_at)::float8,
+       extract(epoch FROM r.expires_at)::float8,
+       CASE WHEN r.status = 'in_progress'
+            THEN extract(epoch FROM r.lease_expires_at)::float8 END,
+       r.checkpoints
+  FROM {s}.idemstore_records AS r, clock
+ WHERE r.id = $7::bytea
+   AND NOT EXISTS (SELECT FROM claimed)
+   AND NOT r.released AND r.expires_at > clock.now
+   AND (r.fingerprint <> $3 OR r.status = 'completed' OR r.lease_expires_at > clock.now)"""
+# reserve's second round trip, only when RESERVE answered nothing (see there). In FROM, so the
+# function runs once for all its columns.
+RESERVE_TAKEOVER = "SELECT * FROM {s}.idemstore_reserve($1::bigint, $2, $3, $4, $5, $6, $7)"
 
 # complete: the UPDATE of idemstore_complete as one plain statement (no PL/pgSQL call, no CTE:
 # a bare UPDATE costs the server less), with its conditions unchanged: the holder's token and

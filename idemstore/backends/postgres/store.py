@@ -1,8 +1,9 @@
 """``postgresql://`` (also ``postgres://``): records in a PostgreSQL table, through asyncpg.
 
-Every operation is one round trip: ``release`` and ``delete`` call server-side functions
-installed by ``migrations/postgres``, ``reserve`` calls one only when its key already exists
-(``statements.RESERVE``); the rest are single statements. The
+Every operation is one round trip but a takeover: ``release`` and ``delete`` call server-side
+functions installed by ``migrations/postgres``; ``reserve`` claims or answers from the row in
+one statement and calls one (a second round trip) only when the key may be taken over or a
+racing first claim just won (``statements.RESERVE``); the rest are single statements. The
 database clock decides leases and retention. Acquisitions of a key are serialised by a
 *transaction-level* advisory lock on a 64-bit hash of (schema, scope, key), so nothing outlives
 a transaction and the store works behind PgBouncer in transaction pooling mode. ``wait`` listens
@@ -49,6 +50,7 @@ from idemstore.backends.postgres.statements import (
     HEAP_PAGES,
     RELEASE,
     RESERVE,
+    RESERVE_TAKEOVER,
     SWEEP_BATCH,
     WATCH,
     hash64,
@@ -81,6 +83,7 @@ _LISTENER_RETRY = 1.0
 # The store's statements by name, each with ``{s}`` where its quoted schema goes.
 _TEMPLATES = {
     "reserve": RESERVE,
+    "reserve_takeover": RESERVE_TAKEOVER,
     "complete": COMPLETE,
     "checkpoint": CHECKPOINT,
     "release": RELEASE,
@@ -325,18 +328,12 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
         token = new_token()
-        row = await self._fetchrow(
-            "reserve",
-            self._lock_key(scope, key),
-            scope,
-            key,
-            fingerprint,
-            token,
-            seconds(lease_ttl),
-            # The function's retention is the row's: never shorter than the lease.
-            seconds(retention_while_held(lease_ttl, retention)),
-            record_id(scope, key),
-        )
+        # The row's retention while held is never shorter than the lease.
+        held = seconds(retention_while_held(lease_ttl, retention))
+        args = (scope, key, fingerprint, token, seconds(lease_ttl), held)
+        row = await self._fetchrow("reserve", *args, record_id(scope, key))
+        if row is None:  # the key may be taken over, or a racing first claim just won
+            row = await self._fetchrow("reserve_takeover", self._lock_key(scope, key), *args)
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
             lease = Lease(scope, key, token, row["fence"], row["lease_expires_at"], retention)
