@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -180,6 +181,12 @@ HASHERS: dict[str, Callable[[Any], str]] = {
 HASHER_FLOOR = "sorted json"
 
 
+# Calls timed per clock reading. Timing calls one by one put a timer read (~0.1 us) in every
+# sample and left the pooled samples bimodal on a shared VM: the p50 ratio of one committed
+# run moved by 30% while its ops/s ratio stayed put. A sample is its batch's mean per call.
+_BATCH = 16
+
+
 def _time_sync(call: Callable[[], object], load: Load) -> Timing:
     timing = Timing()
     clock = time.perf_counter_ns
@@ -189,14 +196,16 @@ def _time_sync(call: Callable[[], object], load: Load) -> Timing:
     started = time.perf_counter()
     j = 0
     while keep_going(j, count, deadline):
+        batch = _BATCH if count is None else min(_BATCH, count - j)
         begun = clock()
         try:
-            call()
+            for _ in range(batch):
+                call()
         except Exception as exc:
             timing.record_error(exc)
         else:
-            latencies.append(clock() - begun)
-        j += 1
+            latencies.extend(itertools.repeat((clock() - begun) // batch, batch))
+        j += batch
     timing.seconds = time.perf_counter() - started
     return timing
 
