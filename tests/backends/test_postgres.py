@@ -31,6 +31,7 @@ from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, wit
 asyncpg = pytest.importorskip("asyncpg")
 
 from idemstore.backends.postgres import PostgresStore  # noqa: E402
+from idemstore.backends.postgres.reserving import KnownKeys  # noqa: E402
 from idemstore.backends.postgres.statements import (  # noqa: E402
     COMPLETE,
     hash64,
@@ -249,12 +250,24 @@ async def _write_counters(admin: Any, schema: str) -> tuple[int, int, int]:
     return (row[0], row[1], row[2])
 
 
-async def test_a_replay_writes_nothing(postgres_store_url: str, admin: Any) -> None:
+# A key the store saw exist takes the one-statement reserve (RESERVE_KNOWN); any other key the
+# plain INSERT and then the read (RESERVE, RESERVE_READ). Tests of the reserve path run both.
+SEEN_BY = ["this store", "another store"]
+
+
+@pytest.mark.parametrize("claimed_by", SEEN_BY)
+async def test_a_replay_writes_nothing(
+    postgres_store_url: str, admin: Any, claimed_by: str
+) -> None:
     schema = schema_of(postgres_store_url)
     # One pooled connection: the backend whose statistics we flush is the one that replays.
     async with open_pg(postgres_store_url, pool_min_size=1, pool_max_size=1) as store:
         key = new_key()
-        await store.complete(await acquire(store, key), b"result")
+        if claimed_by == "this store":
+            await store.complete(await acquire(store, key), b"result")
+        else:
+            async with open_pg(postgres_store_url) as other:
+                await other.complete(await acquire(other, key), b"result")
 
         async def flushed_counters() -> tuple[int, int, int]:
             assert store._connection is not None
@@ -265,6 +278,7 @@ async def test_a_replay_writes_nothing(postgres_store_url: str, admin: Any) -> N
         for _ in range(20):
             replay = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
             assert replay.outcome is Outcome.COMPLETED
+            assert replay.record is not None and replay.record.response == b"result"
         after_replays = await flushed_counters()
         # The same measurement sees a write when there is one.
         await acquire(store, new_key())
@@ -273,15 +287,20 @@ async def test_a_replay_writes_nothing(postgres_store_url: str, admin: Any) -> N
     assert after_write == (before[0] + 1, before[1], before[2])
 
 
+@pytest.mark.parametrize("seen_before", [False, True])
 async def test_a_reserve_that_waited_on_a_first_claim_answers_in_progress(
-    postgres_store_url: str, admin: Any
+    postgres_store_url: str, admin: Any, seen_before: bool
 ) -> None:
-    # The claim commits after the reserve's statement took its snapshot: the statement's
-    # INSERT waits for it and then inserts nothing, and its read cannot see the row, so the
-    # answer must come from the function's fresh look, not from an empty result.
+    # The claim commits while the reserve's INSERT waits for it: the INSERT then inserts
+    # nothing, and the answer must come from a look at the committed row (the plain INSERT's
+    # read, or, on the one-statement path whose read cannot see it, the function's), not from
+    # an empty result.
     schema = schema_of(postgres_store_url)
     key = new_key()
     async with open_pg(postgres_store_url) as store:
+        if seen_before:  # the store claimed the key once; it was deleted since
+            await acquire(store, key)
+            assert await store.delete(key)
         claim = admin.transaction()
         await claim.start()
         row = await admin.fetchrow(
@@ -302,6 +321,56 @@ async def test_a_reserve_that_waited_on_a_first_claim_answers_in_progress(
     assert reservation.outcome is Outcome.IN_PROGRESS
     assert reservation.record is not None
     assert reservation.record.token == "first-claim-token"
+
+
+def test_known_keys_forget_the_oldest_past_their_limit() -> None:
+    known = KnownKeys(limit=3)
+    for row_id in (b"a", b"b", b"c", b"a", b"d"):  # a second add of b"a" does not refresh it
+        known.add(row_id)
+    assert [row_id in known for row_id in (b"a", b"b", b"c", b"d")] == [False, True, True, True]
+
+
+async def test_a_key_seen_by_one_store_is_answered_alike_by_another(
+    postgres_store_url: str,
+) -> None:
+    # Each state of a row, answered through both reserve paths: the store that made it (its
+    # one-statement path) and a store that never saw the key (INSERT, then the read).
+    async with open_pg(postgres_store_url) as maker:
+        completed, running, released, lapsed = (new_key() for _ in range(4))
+        await maker.complete(await acquire(maker, completed), b"done")
+        running_lease = await acquire(maker, running)
+        assert await maker.release(await acquire(maker, released))
+        await acquire(maker, lapsed, lease_ttl=SHORT)
+        await asyncio.sleep(SHORT + SLACK)
+
+        async def answers(store: PostgresStore) -> list[tuple[Outcome, int | None, bool]]:
+            seen = []
+            for key, fingerprint in [
+                (completed, FP),
+                (completed, "other-fp"),
+                (running, FP),
+                (running, "other-fp"),
+            ]:
+                found = await store.reserve(key, fingerprint, lease_ttl=LONG, retention=LONG)
+                assert found.record is not None
+                seen.append((found.outcome, found.record.fence, found.takeover))
+            return seen
+
+        async with open_pg(postgres_store_url) as stranger:
+            assert await answers(stranger) == await answers(maker)
+            assert await answers(maker) == [
+                (Outcome.COMPLETED, 1, False),
+                (Outcome.MISMATCH, 1, False),
+                (Outcome.IN_PROGRESS, running_lease.fence, False),
+                (Outcome.MISMATCH, running_lease.fence, False),
+            ]
+            # A released key and a lapsed lease are taken, by either path, with the next fence.
+            again = await stranger.reserve(released, FP, lease_ttl=LONG, retention=LONG)
+            assert again.outcome is Outcome.ACQUIRED and again.lease is not None
+            assert again.lease.fence == 2 and not again.takeover
+            taken = await maker.reserve(lapsed, FP, lease_ttl=LONG, retention=LONG)
+            assert taken.outcome is Outcome.ACQUIRED and taken.lease is not None
+            assert taken.lease.fence == 2 and taken.takeover
 
 
 async def _until_one_waits_on_a_lock(admin: Any) -> None:

@@ -26,6 +26,8 @@ __all__ = [
     "MAX_SECONDS",
     "RELEASE",
     "RESERVE",
+    "RESERVE_KNOWN",
+    "RESERVE_READ",
     "RESERVE_TAKEOVER",
     "SCHEMA_NAME",
     "SWEEP_BATCH",
@@ -81,25 +83,62 @@ RECORD_COLUMNS = """
 
 # {s} is the quoted schema.
 
-# reserve: the first claim of an absent key (the common case) is a plain INSERT in the
-# statement itself, which costs the server less than the same INSERT inside idemstore_reserve
-# (a PL/pgSQL call). The primary key arbitrates racing first claims exactly as in the
-# function. When the key exists, the statement's second branch reads the row and answers what
-# a live record this request may not take answers (a replay, a duplicate of running work, a
-# mismatch), with the function's own conditions: a replay stays one round trip and writes
-# nothing. Neither branch answers when the row may be taken (lapsed lease, released, past
-# retention) or when the claim lost to a first claim that committed after this statement's
-# snapshot (the INSERT waited for it; the read cannot see it): then the client calls
-# idemstore_reserve (RESERVE_TAKEOVER), which decides from the newest committed row under the
-# key's advisory lock. The function is not named here: its call in the plan, even never
-# evaluated, cost each fresh claim more server CPU under concurrency than this read branch
-# does (docs/benchmarks.md, PostgreSQL), and a replay no longer runs PL/pgSQL at all.
-# One clock reading serves the whole row, so the lease never ends after the retention
-# (reserve's retention is at least the lease). $7 is record_id(scope, key), the digest the
-# function computes, so both find the same row. A claim returns only what a lease holds (fence,
-# lease deadline): the rest of its row is NULL, which spares the server the conversions and
-# the client the decoding of columns it would drop.
+# reserve sends one of two first statements (reserving.KnownKeys picks): RESERVE for a key
+# this store has not seen exist, RESERVE_KNOWN for one it has.
+#
+# RESERVE: the first claim of an absent key (the common case) as a plain INSERT, the same work
+# a hand-written "insert if absent" does: the primary key arbitrates racing first claims (a
+# loser waits for the winner's commit and inserts nothing), and a conflict writes nothing. One
+# clock reading serves the whole row, so the lease never ends after the retention (reserve's
+# retention is at least the lease). $7 is record_id(scope, key), the digest the function
+# computes, so both find the same row. A claim returns only what a lease holds (fence, lease
+# deadline). When it returns no row, RESERVE_READ reads the row it found.
 RESERVE = """
+INSERT INTO {s}.idemstore_records
+       (id, scope, key, fingerprint, status, released, token, fence, response,
+        created_at, expires_at, lease_expires_at)
+SELECT $7::bytea, $1, $2, $3, 'in_progress', false, $4, 1, NULL,
+       now, now + make_interval(secs => $6), now + make_interval(secs => $5)
+  FROM (SELECT clock_timestamp() AS now) AS clock
+ON CONFLICT (id) DO NOTHING
+RETURNING fence, extract(epoch FROM lease_expires_at)::float8 AS lease_expires_at"""
+
+# The answer to a reserve from a live record it may not take (a replay, a duplicate of running
+# work, a mismatch), with idemstore_reserve's own conditions, from a plain read: a replay
+# writes nothing and runs no PL/pgSQL. A row that may be taken (lapsed lease, released, past
+# retention) or is gone gives no answer: then RESERVE_TAKEOVER decides under the key's advisory
+# lock. $FP is the request's fingerprint, $ID the row id.
+_ANSWER_COLUMNS = (
+    """CASE WHEN fingerprint <> $FP THEN 'mismatch'
+            WHEN status = 'completed' THEN 'completed'
+            ELSE 'in_progress' END AS outcome,"""
+    + RECORD_COLUMNS
+)
+_ANSWERED = """id = $ID::bytea AND NOT released AND expires_at > clock.now
+   AND (fingerprint <> $FP OR status = 'completed' OR lease_expires_at > clock.now)"""
+
+# RESERVE_READ: reserve's second statement after RESERVE found the key. A claim that waited on a
+# racing first claim reads that row here, committed.
+RESERVE_READ = (
+    (
+        "\nSELECT "
+        + _ANSWER_COLUMNS
+        + "\n  FROM {s}.idemstore_records, (SELECT clock_timestamp() AS now) AS clock\n WHERE "
+        + _ANSWERED
+    )
+    .replace("$FP", "$2")
+    .replace("$ID", "$1")
+)
+
+# RESERVE_KNOWN: RESERVE's INSERT and, when the key exists, RESERVE_READ's read in one
+# statement, so a replay is one round trip. Not the default: under concurrency the read beside
+# the INSERT cost every fresh claim about 30 us of server CPU, though a fresh claim never runs
+# it (docs/benchmarks.md, PostgreSQL). The read sees the statement's snapshot: when the INSERT
+# lost to a first claim that committed while it waited, it answers nothing, and
+# RESERVE_TAKEOVER looks again. Same parameters as RESERVE.
+RESERVE_KNOWN = (
+    (
+        """
 WITH clock AS (SELECT clock_timestamp() AS now),
 claimed AS (
     INSERT INTO {s}.idemstore_records
@@ -110,29 +149,28 @@ claimed AS (
       FROM clock
     ON CONFLICT (id) DO NOTHING
     RETURNING fence, lease_expires_at)
-SELECT 'acquired'::text AS outcome, false AS takeover, NULL::text AS fingerprint,
-       NULL::text AS status, NULL::text AS token, fence, NULL::bytea AS response,
+SELECT 'acquired'::text AS outcome, NULL::text AS fingerprint, NULL::text AS status,
+       NULL::text AS token, fence, NULL::bytea AS response,
        NULL::float8 AS created_at, NULL::float8 AS expires_at,
        extract(epoch FROM lease_expires_at)::float8 AS lease_expires_at,
        NULL::bytea AS checkpoints
   FROM claimed
 UNION ALL
-SELECT CASE WHEN r.fingerprint <> $3 THEN 'mismatch'
-            WHEN r.status = 'completed' THEN 'completed'
-            ELSE 'in_progress' END,
-       false, r.fingerprint, r.status, r.token, r.fence, r.response,
-       extract(epoch FROM r.created_at)::float8,
-       extract(epoch FROM r.expires_at)::float8,
-       CASE WHEN r.status = 'in_progress'
-            THEN extract(epoch FROM r.lease_expires_at)::float8 END,
-       r.checkpoints
-  FROM {s}.idemstore_records AS r, clock
- WHERE r.id = $7::bytea
-   AND NOT EXISTS (SELECT FROM claimed)
-   AND NOT r.released AND r.expires_at > clock.now
-   AND (r.fingerprint <> $3 OR r.status = 'completed' OR r.lease_expires_at > clock.now)"""
-# reserve's second round trip, only when RESERVE answered nothing (see there). In FROM, so the
-# function runs once for all its columns.
+SELECT """
+        + _ANSWER_COLUMNS
+        + """
+  FROM {s}.idemstore_records, clock
+ WHERE NOT EXISTS (SELECT FROM claimed)
+   AND """
+        + _ANSWERED
+    )
+    .replace("$FP", "$3")
+    .replace("$ID", "$7")
+)
+
+# reserve's last statement, when RESERVE_READ or RESERVE_KNOWN answered nothing:
+# idemstore_reserve takes the key over, claims it again if it is gone, or answers the row a
+# racing takeover left. In FROM, so the function runs once for all its columns.
 RESERVE_TAKEOVER = "SELECT * FROM {s}.idemstore_reserve($1::bigint, $2, $3, $4, $5, $6, $7)"
 
 # complete: the UPDATE of idemstore_complete as one plain statement (no PL/pgSQL call, no CTE:

@@ -1,14 +1,13 @@
 """``postgresql://`` (also ``postgres://``): records in a PostgreSQL table, through asyncpg.
 
-Every operation is one round trip but a takeover: ``release`` and ``delete`` call server-side
-functions installed by ``migrations/postgres``; ``reserve`` claims or answers from the row in
-one statement and calls one (a second round trip) only when the key may be taken over or a
-racing first claim just won (``statements.RESERVE``); the rest are single statements. The
-database clock decides leases and retention. Acquisitions of a key are serialised by a
-*transaction-level* advisory lock on a 64-bit hash of (schema, scope, key), so nothing outlives
-a transaction and the store works behind PgBouncer in transaction pooling mode. ``wait`` listens
-for the ``NOTIFY`` sent by ``complete``/``release``/``delete`` on one dedicated connection per
-store, and polls when that connection is down.
+Every operation is one round trip but a takeover and some retries (``reserving``): ``release``
+and ``delete`` call functions installed by ``migrations/postgres``; ``reserve`` is a plain
+``INSERT``, a read when the key exists, and ``idemstore_reserve`` when it may be taken over;
+the rest are single statements. The database clock decides leases and retention. Acquisitions
+of a key are serialised by a *transaction-level* advisory lock on a 64-bit hash of (schema,
+scope, key), so nothing outlives a transaction and the store works behind PgBouncer in
+transaction pooling mode. ``wait`` listens for the ``NOTIFY`` sent by ``complete``/``release``/
+``delete`` on one dedicated connection per store, and polls when that connection is down.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Subscription
 from idemstore.backends.postgres.migrating import applied_migrations, apply_pending, migration_sql
 from idemstore.backends.postgres.options import OPTIONS
+from idemstore.backends.postgres.reserving import KnownKeys, record_from_row
 from idemstore.backends.postgres.statements import (
     APPLIED_MIGRATIONS,
     CHECKPOINT,
@@ -50,6 +50,8 @@ from idemstore.backends.postgres.statements import (
     HEAP_PAGES,
     RELEASE,
     RESERVE,
+    RESERVE_KNOWN,
+    RESERVE_READ,
     RESERVE_TAKEOVER,
     SWEEP_BATCH,
     WATCH,
@@ -64,7 +66,7 @@ from idemstore.backends.postgres.sweeping import HeapSweep
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations
-from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
+from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
 from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 from idemstore.urls import parse_store_url, redact_url
@@ -83,6 +85,8 @@ _LISTENER_RETRY = 1.0
 # The store's statements by name, each with ``{s}`` where its quoted schema goes.
 _TEMPLATES = {
     "reserve": RESERVE,
+    "reserve_known": RESERVE_KNOWN,
+    "reserve_read": RESERVE_READ,
     "reserve_takeover": RESERVE_TAKEOVER,
     "complete": COMPLETE,
     "checkpoint": CHECKPOINT,
@@ -123,6 +127,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_dsn",
         "_errors",
         "_identity",
+        "_known",
         "_listen",
         "_listen_dsn",
         "_listener",
@@ -198,6 +203,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         self._listener_lock: asyncio.Lock | None = None
         self._listener_retry_at = 0.0
         self._waiters: dict[int, set[asyncio.Event]] = {}
+        self._known = KnownKeys()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -308,22 +314,6 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
     # -- the contract -----------------------------------------------------------------------
 
-    @staticmethod
-    def _record(scope: str, key: str, row: Any) -> Record:
-        return Record(
-            scope=scope,
-            key=key,
-            fingerprint=row["fingerprint"],
-            status=Status(row["status"]),
-            token=row["token"],
-            fence=row["fence"],
-            response=row["response"],
-            created_at=row["created_at"],
-            expires_at=row["expires_at"],
-            lease_expires_at=row["lease_expires_at"],
-            checkpoints=decode_checkpoints(row["checkpoints"]),
-        )
-
     async def _reserve(
         self, key: str, fingerprint: str, scope: str, lease_ttl: float, retention: float
     ) -> Reservation:
@@ -331,8 +321,21 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         # The row's retention while held is never shorter than the lease.
         held = seconds(retention_while_held(lease_ttl, retention))
         args = (scope, key, fingerprint, token, seconds(lease_ttl), held)
-        row = await self._fetchrow("reserve", *args, record_id(scope, key))
-        if row is None:  # the key may be taken over, or a racing first claim just won
+        row_id = record_id(scope, key)
+        known = self._known
+        if row_id in known:  # seen to exist (a retry?): insert or read in one statement
+            row = await self._fetchrow("reserve_known", *args, row_id)
+            fresh = row is not None and row["outcome"] == "acquired"
+        else:  # the common case, a new key: a plain INSERT, and a read if the key exists
+            known.add(row_id)
+            row = await self._fetchrow("reserve", *args, row_id)
+            fresh = row is not None
+            if not fresh:
+                row = await self._fetchrow("reserve_read", row_id, fingerprint)
+        if fresh:
+            lease = Lease(scope, key, token, row["fence"], row["lease_expires_at"], retention)
+            return Reservation(Outcome.ACQUIRED, lease=lease)
+        if row is None:  # the key may be taken over, or is gone again
             row = await self._fetchrow("reserve_takeover", self._lock_key(scope, key), *args)
         outcome = Outcome(row["outcome"])
         if outcome is Outcome.ACQUIRED:
@@ -343,7 +346,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
                 takeover=row["takeover"],
                 checkpoints=decode_checkpoints(row["checkpoints"]),
             )
-        return Reservation(outcome, record=self._record(scope, key, row))
+        return Reservation(outcome, record=record_from_row(scope, key, row))
 
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         # No row: not the holder.
@@ -464,7 +467,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
     async def _get(self, key: str, scope: str) -> Record | None:
         row = await self._fetchrow("get", scope, key)
-        return None if row is None else self._record(scope, key, row)
+        return None if row is None else record_from_row(scope, key, row)
 
     async def _wait(self, key: str, scope: str, timeout: float) -> Record | None:
         """Woken by NOTIFY through the store's listener connection; polls while it is down.
@@ -476,7 +479,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             row = await self._fetchrow("watch", scope, key)
             if row is None:
                 return Sighting(None, 0.0)
-            return Sighting(self._record(scope, key, row), row["now"])
+            return Sighting(record_from_row(scope, key, row), row["now"])
 
         async def subscribe() -> Subscription:
             # Registered before the listener may connect: a NOTIFY meanwhile is not lost.
