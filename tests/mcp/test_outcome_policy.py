@@ -102,7 +102,43 @@ def test_a_record_in_the_old_format_replays_the_same_way() -> None:
     )
 
 
-@pytest.mark.parametrize("text", [b"", b"[]", b'{"a":1', b'{"a":1}x', b'{"a" 1}', b"{1:2}"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"",
+        b"[]",
+        b'{"a":1',
+        b'{"a":1}x',
+        b'{"a" 1}',
+        b"{1:2}",
+        # The usual envelope, broken where a reader of only its first members would miss it.
+        b'{"jsonrpc":"2.0","id":1,"result":{}}x',
+        b'{"jsonrpc":"2.0","id":1,"result":{},}',
+        b'{"jsonrpc":"2.0","id":1,"result":{"a":}}',
+        b'{"jsonrpc":"2.0","id":01,"result":{}}',
+        b'{"jsonrpc":"2.0","id":"\x01","result":{}}',
+        b'{"jsonrpc":"2.0",\xc2\xa0"id":1,"result":{}}',  # a no-break space is not JSON's
+    ],
+)
 def test_bytes_that_are_not_one_object_are_refused(text: bytes) -> None:
     with pytest.raises(ValueError):
         json_splice.recorded(text)
+
+
+@pytest.mark.parametrize(
+    ("line", "stored"),
+    [
+        (b'{"jsonrpc":"2.0","id":1,"result":{"a":1}}\n', b'{"result":{"a":1}}'),
+        (b' { "jsonrpc" : "2.0" , "id" : "x" , "error" : 1 } \r\n', b'{"error" : 1}'),
+        # Members after the result: every one is looked at, the envelope's repeats dropped.
+        (b'{"jsonrpc":"2.0","id":1,"result":1,"id":2,"jsonrpc":"2.0"}', b'{"result":1}'),
+        (b'{"jsonrpc":"2.0","id":1,"result":1,"result":2}', b'{"result":1,"result":2}'),
+        (b'{"jsonrpc":"2.0","id":1,"result":1,"_meta":{}}', b'{"result":1,"_meta":{}}'),
+        # Ids the short reading does not take (escapes, fractions) are read member by member.
+        (b'{"jsonrpc":"2.0","id":"a\\"b","result":[]}', b'{"result":[]}'),
+        (b'{"jsonrpc":"2.0","id":1.5,"result":[]}', b'{"result":[]}'),
+        (b'{"id":1,"jsonrpc":"2.0","result":[]}', b'{"result":[]}'),
+    ],
+)
+def test_a_record_is_every_member_but_the_envelope(line: bytes, stored: bytes) -> None:
+    assert json_splice.recorded(line) == stored
