@@ -12,10 +12,12 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from idemstore.backends.memory import MemoryStore
 from idemstore.eager_tasks import EAGER
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
-from idemstore.mcp.tool_calls import ServerResponse, ToolCall, ToolCallCore
+from idemstore.mcp.tool_calls import ServerResponse, ToolCall, ToolCallCore, decoded
 
 
 def tools_call(request_id: int, **arguments: Any) -> tuple[dict[str, Any], bytes]:
@@ -123,3 +125,29 @@ async def test_a_takeover_is_refused_as_outcome_unknown_when_the_relay_says_so()
         answer = json.loads(await core.start(prepared(core, request_id), server.exchange))
         assert answer["error"]["data"]["type"] == "idempotency_outcome_unknown"
     assert server.forwarded == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"a":1}\n',
+        b'{"a":1}\r\n',
+        b'  {"a":1}',
+        b"[1]",
+        b'{"a":1} x',
+        b'{"a":1}{"b":2}',
+        b'{"a":1}\x0b',  # a vertical tab is not JSON's whitespace
+        b'{"a":',
+        b'{"a":NaN, "b": 1e400}',
+        b'{"a":"\xed\xa0\x80"}',  # a lone surrogate, as json.loads lets it pass
+        b"{\x00",
+        '{"é":1}'.encode("utf-16"),
+        b"{" * 100_000,
+    ],
+)
+def test_a_message_is_read_as_json_loads_reads_it(line: bytes) -> None:
+    try:
+        expected = json.loads(line)
+    except (ValueError, RecursionError):
+        expected = None
+    assert repr(decoded(line)) == repr(expected)

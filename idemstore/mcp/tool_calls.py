@@ -75,6 +75,7 @@ from idemstore.mcp.tool_call_runs import (
     ServerResponse,
     server_exited,
 )
+from idemstore.protocol import answers_inline
 from idemstore.records import check_identity
 
 if TYPE_CHECKING:
@@ -100,13 +101,29 @@ __all__ = [
 ]
 
 
+# json's own C scanner, called directly: json.loads adds a pure-Python encoding sniff and
+# a regex for trailing whitespace, a third of its cost on a message of a few hundred bytes.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
 def decoded(message: bytes) -> Any:
     """The JSON value of one client or server message; ``None`` when it is not JSON (or nests
-    deeper than the decoder goes), which every relay then treats as not its business."""
+    deeper than the decoder goes), which every relay then treats as not its business.
+
+    Reads what ``json.loads`` reads: a message that opens with ``{`` and no NUL after it is
+    UTF-8 to ``json.detect_encoding``, and is scanned at once; any other goes through
+    ``json.loads``.
+    """
     try:
-        return json.loads(message)
-    except (ValueError, RecursionError):
+        if message[:1] != b"{" or message[1:2] == b"\x00":
+            return json.loads(message)
+        text = message.decode("utf-8", "surrogatepass")
+        value, end = _scan(text, 0)
+    except (ValueError, RecursionError, StopIteration):
         return None
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        return None  # more after the value: not one JSON text
+    return value
 
 
 def advertised(message: dict[str, Any], line: bytes) -> bytes:
@@ -146,6 +163,7 @@ class ToolCallCore:
         "_runner",
         "_tasks",
         "_watch",
+        "relays_first",
         "run_id",
     )
 
@@ -172,6 +190,14 @@ class ToolCallCore:
             raise ConfigurationError(f"bad run id or key scope: {exc}") from None
         self._keys = KeyDeriver(options)
         self._runner = CallRunner(store, options, consumer)
+        self.relays_first = answers_inline(store)
+        """Whether a relay may send the server's answer to a call before the core records it
+        (``ServerResponse(..., relayed=True)``). Only with a store that answers inline: the
+        record is then written in the call's next step, which runs before the relay reads
+        anything the client sends once it has the answer, so a retry still finds it; and no
+        crash can come between the two that would not take the store along. With any other
+        store the outcome is recorded first: a retry may come back before a round trip ends.
+        """
         self._watch: dict[str, str] = {}
         self._pending: dict[str, PendingCall] = {}
         # Call tasks until their very end (answering included); kept here rather than by a
@@ -183,6 +209,12 @@ class ToolCallCore:
     def busy(self) -> bool:
         """Whether any response may need the core (else a relay may pass it unparsed)."""
         return bool(self._pending or self._watch)
+
+    @property
+    def watching(self) -> bool:
+        """Whether a response may be rewritten (``on_response``): a relay that could send the
+        server's bytes first (``relays_first``) must read it before relaying it."""
+        return bool(self._watch)
 
     @property
     def tasks(self) -> set[asyncio.Task[bytes | None]]:
