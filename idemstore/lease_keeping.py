@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemstore.eager_tasks import start_task
@@ -23,7 +25,7 @@ from idemstore.execution_hooks import current_observer
 from idemstore.protocol import answers_inline
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Callable, Coroutine
 
     from idemstore.execution_hooks import HeartbeatFailure
     from idemstore.protocol import IdempotencyStore, Lease, Reservation
@@ -53,7 +55,19 @@ class LeaseKeeper:
     try them; ``lapsed`` is only for logging.
     """
 
-    __slots__ = ("_loop", "_stopping", "_store", "_task", "_timer", "_ttl", "lapsed", "lease")
+    __slots__ = (
+        "__weakref__",
+        "_clock",
+        "_loop",
+        "_ref",
+        "_stopping",
+        "_store",
+        "_task",
+        "_timer",
+        "_ttl",
+        "lapsed",
+        "lease",
+    )
 
     def __init__(
         self,
@@ -68,14 +82,22 @@ class LeaseKeeper:
         self.lease = lease
         self.lapsed = False
         self._stopping = False
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         # A timer, not a sleeping task: most work ends before the first beat is due, and
         # then stopping costs no task at all (this runs once per execution, on the hot path).
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         # first_beat: sooner than a third of the lease when part of it is already gone (the
         # reserve's reply was slow to come).
         delay = lease_ttl / 3 if first_beat is None else min(first_beat, lease_ttl / 3)
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(delay, self._due)
+        # The first beat waits on the loop's one clock (_FirstBeats), not on a timer of its
+        # own: most keepers are stopped long before it is due.
+        self._clock = _first_beats(loop)
+        self._ref = weakref.ref(self)
+        if self._clock is None:
+            self._timer = loop.call_later(delay, self._due)
+        else:
+            self._clock.add(loop, self._ref, loop.time() + delay)
 
     @property
     def idle(self) -> bool:
@@ -85,9 +107,15 @@ class LeaseKeeper:
     @property
     def running(self) -> bool:
         """Whether the heartbeat still runs (not stopped, and the lease not found lost)."""
-        return self._timer is not None or self._task is not None
+        return self._clock is not None or self._timer is not None or self._task is not None
+
+    def _wait_until(self, when: float) -> None:
+        """Leave the loop's clock for a timer of its own: this keeper outlived a tick."""
+        self._clock = None
+        self._timer = self._loop.call_at(when, self._due)
 
     def _due(self) -> None:
+        self._clock = None
         self._timer = None
         if not self._stopping:
             self._task = self._loop.create_task(
@@ -124,6 +152,9 @@ class LeaseKeeper:
     async def stop(self) -> Lease:
         """Stop extending; return the latest lease (the one to complete or release)."""
         self._stopping = True
+        if self._clock is not None:
+            self._clock.remove(self._ref)
+            self._clock = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -134,6 +165,83 @@ class LeaseKeeper:
             # confused with (and swallow) a cancellation of the caller arriving meanwhile.
             await asyncio.wait([task])
         return self.lease
+
+
+class _FirstBeats:
+    """One timer per event loop for the first beat of every ``LeaseKeeper`` started on it.
+
+    A timer per keeper would be made, pushed on the loop's heap and cancelled on nearly every
+    execution, since most work ends well before a third of its lease. Here a keeper costs a
+    dict entry; the one timer fires at the earliest first beat among those waiting. Then the
+    keepers that are due beat, and those still waiting (they have run a while: few, and long)
+    get timers of their own, so that one firing never scans a keeper twice.
+
+    The clock holds its keepers weakly and no loop at all (the loop holds it, through its
+    timer): a loop closed with keepers waiting leaves nothing behind here.
+    """
+
+    __slots__ = ("__weakref__", "_waiting", "_when")
+
+    def __init__(self) -> None:
+        self._waiting: dict[weakref.ref[LeaseKeeper], float] = {}
+        self._when = math.inf  # when the pending timer fires; inf: none pending
+
+    def add(
+        self, loop: asyncio.AbstractEventLoop, keeper: weakref.ref[LeaseKeeper], when: float
+    ) -> None:
+        self._waiting[keeper] = when
+        if when < self._when:
+            # A timer armed for later stays and, firing, sees it is not the one (_fire).
+            self._when = when
+            loop.call_at(when, self._fire, when)
+
+    def remove(self, keeper: weakref.ref[LeaseKeeper]) -> None:
+        # The timer stays: firing with nobody waiting costs less than a cancel per keeper.
+        self._waiting.pop(keeper, None)
+
+    def _fire(self, when: float) -> None:
+        if when != self._when:
+            return  # superseded by a timer for an earlier beat
+        self._when = math.inf
+        now = asyncio.get_running_loop().time()
+        waiting, self._waiting = self._waiting, {}
+        for ref, due in waiting.items():
+            keeper = ref()
+            if keeper is None:
+                continue
+            if due <= now:
+                keeper._due()
+            else:
+                keeper._wait_until(due)
+
+
+_CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _FirstBeats] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _first_beats(loop: asyncio.AbstractEventLoop) -> _FirstBeats | None:
+    """The loop's clock; ``None`` for a loop that cannot be weakly referenced."""
+    global _last
+    last_loop, clock = _last
+    if last_loop() is loop:
+        return clock  # the usual case: one loop, asked once per execution
+    try:
+        clock = _CLOCKS.get(loop)
+        if clock is None:
+            clock = _CLOCKS[loop] = _FirstBeats()
+        _last = (weakref.ref(loop), clock)
+    except TypeError:
+        return None
+    return clock
+
+
+def _no_loop() -> None:
+    return None
+
+
+# The loop asked last and its clock (weakly: a closed loop may go).
+_last: tuple[Callable[[], object], _FirstBeats | None] = (_no_loop, None)
 
 
 _SHIELDED: set[asyncio.Task[Any]] = set()
