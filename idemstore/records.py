@@ -15,6 +15,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_SCOPE_LENGTH",
     "check_duration",
+    "check_fingerprint",
     "check_identity",
     "check_key",
     "check_limit",
@@ -67,12 +68,17 @@ def check_identity(
     _check_text("key", key, max_key_length, allow_empty=False)
     _check_text("scope", scope, MAX_SCOPE_LENGTH, allow_empty=True)
     if fingerprint is not _NO_FINGERPRINT:
-        _check_text("fingerprint", fingerprint, MAX_FINGERPRINT_LENGTH, allow_empty=False)
+        check_fingerprint(fingerprint)
 
 
 def check_key(key: object, *, max_key_length: int = MAX_KEY_LENGTH) -> None:
     """Raise ``InvalidKeyError`` unless ``key`` is a valid key (``check_identity``'s rule)."""
     _check_text("key", key, max_key_length, allow_empty=False)
+
+
+def check_fingerprint(fingerprint: object) -> None:
+    """Raise ``InvalidKeyError`` unless ``fingerprint`` is valid (``check_identity``'s rule)."""
+    _check_text("fingerprint", fingerprint, MAX_FINGERPRINT_LENGTH, allow_empty=False)
 
 
 def check_duration(name: str, seconds: object) -> float:

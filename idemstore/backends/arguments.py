@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from idemstore.records import (
     check_duration,
+    check_fingerprint,
     check_identity,
     check_key,
     check_response,
@@ -54,19 +55,20 @@ def reserve_arguments(
     max_key_length: int,
 ) -> tuple[float, float]:
     """``(lease_ttl, retention)`` as floats, once key, scope and fingerprint are valid."""
-    # A caller repeats its scope, fingerprint and durations far more often than its keys:
-    # their verdicts are remembered (str and float are immutable, so a verdict cannot go
-    # stale). Only exact str, float and int take the cache: a subclass could compare equal
-    # to a valid value yet be one the engines cannot store.
+    # A caller repeats its scope and durations far more often than its keys: their verdicts
+    # are remembered (str and float are immutable, so a verdict cannot go stale). Only exact
+    # str, float and int take the cache: a subclass could compare equal to a valid value yet
+    # be one the engines cannot store. Fingerprints are checked each time: most differ from
+    # call to call, and would only churn the cache.
     check_key(key, max_key_length=max_key_length)
+    check_fingerprint(fingerprint)
     if (
         type(scope) is str
-        and type(fingerprint) is str
         and type(lease_ttl) in _PLAIN_NUMBERS
         and type(retention) in _PLAIN_NUMBERS
     ):
-        return _valid_settings(scope, fingerprint, lease_ttl, retention)
-    check_identity(key, scope, fingerprint, max_key_length=max_key_length)
+        return _valid_settings(scope, lease_ttl, retention)
+    check_identity(key, scope, max_key_length=max_key_length)
     return check_duration("lease_ttl", lease_ttl), check_duration("retention", retention)
 
 
@@ -74,11 +76,9 @@ _PLAIN_NUMBERS = (float, int)
 
 
 @functools.lru_cache(maxsize=256)
-def _valid_settings(
-    scope: str, fingerprint: str, lease_ttl: float, retention: float
-) -> tuple[float, float]:
+def _valid_settings(scope: str, lease_ttl: float, retention: float) -> tuple[float, float]:
     # Invalid settings raise, and lru_cache remembers only settings that passed.
-    check_identity("k", scope, fingerprint)
+    check_identity("k", scope)
     return check_duration("lease_ttl", lease_ttl), check_duration("retention", retention)
 
 
@@ -94,17 +94,23 @@ def wait_arguments(key: str, scope: str, timeout: float, *, max_key_length: int)
 
 
 def complete_arguments(
-    lease: Lease, response: bytes, retention: float | None, *, max_key_length: int
+    lease: Lease,
+    response: bytes,
+    retention: float | None,
+    *,
+    max_key_length: int,
+    issued: bool = False,
 ) -> tuple[bytes, float] | None:
     """``(response, retention)`` for ``complete``, or None when ``lease`` owns nothing.
 
     A response that is not bytes-like and an explicit retention that is not a duration are
     errors whatever the lease; the lease's own retention is part of the lease (checked by the
-    owner rule), so a corrupted one makes the lease own nothing.
+    owner rule), so a corrupted one makes the lease own nothing. ``issued``: the store knows
+    it handed out this very lease object, which then needs no owner checks.
     """
     body = check_response(response)
     keep = None if retention is None else check_duration("retention", retention)
-    if lease_owns_nothing(lease, max_key_length=max_key_length):
+    if not issued and lease_owns_nothing(lease, max_key_length=max_key_length):
         return None
     return body, keep if keep is not None else float(lease.retention)
 

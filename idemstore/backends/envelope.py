@@ -120,8 +120,15 @@ class _Envelope(AsyncContext):
             " writes no `_checkpoint` hook"
         )
 
+    def _issued(self, lease: Lease) -> bool:
+        """Whether this store is known to have handed out this very ``lease`` object (then
+        it needs none of ``lease_owns_nothing``'s checks). The default knows none."""
+        return False
+
     def _owns_nothing(self, lease: Lease) -> bool:
         """Whether no store could have issued ``lease`` (see ``lease_owns_nothing``)."""
+        if self._issued(lease):
+            return False
         return not lease_arguments(lease, max_key_length=self._max_key_length)
 
     # -- operations whose hooks await on every store ------------------------------------
@@ -173,7 +180,11 @@ class _Envelope(AsyncContext):
         self, lease: Lease, response: bytes, *, retention: float | None = None
     ) -> bool:
         checked = complete_arguments(
-            lease, response, retention, max_key_length=self._max_key_length
+            lease,
+            response,
+            retention,
+            max_key_length=self._max_key_length,
+            issued=self._issued(lease),
         )
         if checked is None:
             return False

@@ -131,19 +131,16 @@ class MemoryStore(InlineStoreEnvelope):
             checkpoints=entry.checkpoints,
         )
 
-    def _issued(self, lease: Lease) -> _Entry | None:
-        """The entry whose acquisition handed out this very ``lease`` object, if any."""
+    def _issued(self, lease: Lease) -> bool:
+        """Whether the entry of ``lease``'s key was acquired with this very object (Lease is
+        frozen, so it is the lease this store handed out, unchanged)."""
         if type(lease) is not Lease:
-            return None
+            return False
         try:
             entry = self._entries.get((lease.scope, lease.key))
         except TypeError:  # a forged lease with an unhashable scope or key
-            return None
-        return entry if entry is not None and entry.lease is lease else None
-
-    def _owns_nothing(self, lease: Lease) -> bool:
-        # A lease this store handed out (the very object: Lease is frozen) needs no checks.
-        return self._issued(lease) is None and super()._owns_nothing(lease)
+            return False
+        return entry is not None and entry.lease is lease
 
     def _holder(self, lease: Lease) -> _Entry | None:
         """The entry iff ``lease`` (a lease that could be real) still owns it: same token
