@@ -344,18 +344,26 @@ class IdempotentProxy:
         logger.error("dropped a server message over %d bytes", self._max_line)
 
     async def _on_server_line(self, line: bytes) -> None:
-        if not self._responses and not self._core.busy:
+        core = self._core
+        if not self._responses and not core.busy:
             await self._send_client(line)  # nothing to match: do not even parse
             return
+        # A call's answer is the server's own bytes: with a store in this process they go to
+        # the client before the core records them (ToolCallCore.relays_first).
+        relayed = core.relays_first and not core.watching
+        if relayed:
+            await self._send_client(line)
         message = decoded(line)
         if isinstance(message, dict) and "method" not in message and "id" in message:
             future = self._responses.pop(id_key(message["id"]), None)
             if future is not None and not future.done():
-                # The core answers the client (with these very bytes, or a replay line).
-                future.set_result(ServerResponse(message, line))
+                # The core records the outcome, and answers the client unless relayed.
+                future.set_result(ServerResponse(message, line, relayed))
                 return
-            line = self._core.on_response(message, line)
-        await self._send_client(line)
+            if not relayed:
+                line = core.on_response(message, line)
+        if not relayed:
+            await self._send_client(line)
 
     async def _send_client(self, data: bytes) -> None:
         if await _written(self._client_writer, self._client_lock, data) is not None:

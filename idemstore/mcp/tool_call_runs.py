@@ -47,10 +47,15 @@ class ServerGone(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ServerResponse:
-    """The server's final response to a forwarded call: parsed, and its own bytes."""
+    """The server's final response to a forwarded call: parsed, and its own bytes.
+
+    ``relayed``: the relay has sent ``line`` to the client already (it may, when the store
+    answers inline: ``ToolCallCore.relays_first``), so the call sends nothing more.
+    """
 
     message: dict[str, Any]
     line: bytes
+    relayed: bool = False
 
 
 @dataclass(slots=True)
@@ -166,7 +171,9 @@ class CallRunner:
         finally:
             pending.mark_sent()
 
-    async def _drive(self, call: ToolCall, execution: Execution, exchange: Exchange) -> bytes:
+    async def _drive(
+        self, call: ToolCall, execution: Execution, exchange: Exchange
+    ) -> bytes | None:
         try:
             response = await exchange(call.forward)
         except ServerGone:
@@ -191,7 +198,7 @@ class CallRunner:
                     logger.warning(
                         "could not record the outcome of key %r", call.key, exc_info=True
                     )
-        return response.line
+        return None if response.relayed else response.line
 
     def cancel_forwarded(self, pending: PendingCall) -> None:
         """A client cancelled ``pending``, which the server has: release a derived or

@@ -11,6 +11,7 @@ import pytest
 from idemstore import ConfigurationError, StoreUnavailableError, fingerprint
 from idemstore.backends.memory import MemoryStore
 from idemstore.mcp.proxy import IdempotentProxy
+from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.mcp.raw import ENV, executions, mock_command, unmarked, until_executed
 
 if TYPE_CHECKING:
@@ -122,6 +123,35 @@ async def test_a_call_longer_than_its_lease_keeps_its_key_by_heartbeat(
     assert len(executions(counter)) == 1
     for harness in (first, second):
         harness.to_proxy.close()
+
+
+class AwaitedMemoryStore(MemoryStore):
+    """A memory store that does not declare ``answers_inline`` (a subclass never inherits
+    it): the proxy then records each outcome before it relays the answer."""
+
+
+@pytest.mark.parametrize(
+    "store_type",
+    [MemoryStore, AwaitedMemoryStore],
+    ids=["relayed-then-recorded", "recorded-then-relayed"],
+)
+@pytest.mark.parametrize("sep_key", [True, False], ids=["sep-key", "derived-key"])
+async def test_a_retry_sent_the_moment_the_answer_arrives_is_a_replay(
+    start: Any, counter: Path, store_type: type[MemoryStore], sep_key: bool
+) -> None:
+    harness = await start(IdempotentProxy(store_type()))
+    params: dict[str, Any] = {"name": "charge", "arguments": {"amount": 3}}
+    if sep_key:
+        params["idempotencyKey"] = "order-3"  # a duplicate in flight would be refused
+    for request_id in (1, 2, 3):
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        harness.to_proxy.write(json.dumps(message).encode() + b"\n")
+        answer = await harness.next_message()  # the retry goes out as soon as this is read
+        assert answer["id"] == request_id and "result" in answer, answer
+        replayed = REPLAYED_META_KEY in answer["result"].get("_meta", {})
+        assert replayed == (request_id > 1)
+    assert len(executions(counter)) == 1
+    harness.to_proxy.close()
 
 
 async def test_the_client_closing_lets_the_server_finish_and_the_relay_end(
