@@ -25,6 +25,12 @@ async def _copy(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> N
 
 
 async def _relay(command: list[str]) -> int:
+    # What idemstore proxy does first (_keep_pipe_reads_on_the_heap): free one block larger
+    # than a pipe read, so that glibc serves the 256 KiB of each read from the heap rather
+    # than mapping and unmapping it per line. A floor without it would pay costs the proxy
+    # does not.
+    block = bytearray(4 * 256 * 1024)
+    del block
     loop = asyncio.get_running_loop()
     # The server writes into a pipe read straight into a StreamReader, as idemstore proxy
     # reads it: asyncio's subprocess stdout would add a call_soon per read to the floor.
