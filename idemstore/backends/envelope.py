@@ -74,14 +74,35 @@ def lost_reserve(record: Record, fingerprint: str) -> Reservation:
     return Reservation(_IN_PROGRESS, None, record, False)
 
 
+# Leases remembered as handed out, at most (past it the memory starts over: a lease it
+# forgot is checked in full, as any other).
+_MAX_HANDED = 1 << 16
+
+
 class _Envelope(AsyncContext):
     """Lifecycle, the closed check, and the operations whose hooks always await."""
 
-    __slots__ = ("_closed", "_max_key_length")
+    __slots__ = ("_closed", "_handed", "_max_key_length")
 
     def __init__(self, *, max_key_length: int) -> None:
         self._max_key_length = max_key_length
         self._closed = False
+        # The leases this store handed out and nobody has given back yet, by id(): the very
+        # objects (Lease is frozen), so complete, release and extend skip the owner checks of
+        # lease_owns_nothing for them. None: the subclass knows its leases itself (_issued).
+        self._handed: dict[int, Lease] | None = {}
+
+    def _hand_out(self, lease: Lease) -> None:
+        handed = self._handed
+        if handed is not None:
+            if len(handed) >= _MAX_HANDED:
+                handed.clear()  # leases never given back (abandoned): start over
+            handed[id(lease)] = lease
+
+    def _take_back(self, lease: Lease) -> None:
+        handed = self._handed
+        if handed is not None and handed.get(id(lease)) is lease:
+            del handed[id(lease)]
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -122,8 +143,9 @@ class _Envelope(AsyncContext):
 
     def _issued(self, lease: Lease) -> bool:
         """Whether this store is known to have handed out this very ``lease`` object (then
-        it needs none of ``lease_owns_nothing``'s checks). The default knows none."""
-        return False
+        it needs none of ``lease_owns_nothing``'s checks)."""
+        handed = self._handed
+        return handed is not None and handed.get(id(lease)) is lease
 
     def _owns_nothing(self, lease: Lease) -> bool:
         """Whether no store could have issued ``lease`` (see ``lease_owns_nothing``)."""
@@ -174,7 +196,10 @@ class _Envelope(AsyncContext):
         if self._closed:
             raise self._closed_error()
         answer = self._reserve(key, fingerprint, scope, lease_ttl, retention)
-        return answer if isinstance(answer, Reservation) else await answer
+        reservation = answer if isinstance(answer, Reservation) else await answer
+        if reservation.lease is not None:
+            self._hand_out(reservation.lease)
+        return reservation
 
     async def complete(
         self, lease: Lease, response: bytes, *, retention: float | None = None
@@ -191,7 +216,9 @@ class _Envelope(AsyncContext):
         if self._closed:
             raise self._closed_error()
         answer = self._complete(lease, checked[0], checked[1])
-        return answer if isinstance(answer, bool) else await answer
+        done = answer if isinstance(answer, bool) else await answer
+        self._take_back(lease)
+        return done
 
     async def release(self, lease: Lease) -> bool:
         if self._owns_nothing(lease):
@@ -199,7 +226,9 @@ class _Envelope(AsyncContext):
         if self._closed:
             raise self._closed_error()
         answer = self._release(lease)
-        return answer if isinstance(answer, bool) else await answer
+        done = answer if isinstance(answer, bool) else await answer
+        self._take_back(lease)
+        return done
 
     async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
         lease_ttl = check_duration("lease_ttl", lease_ttl)
@@ -208,7 +237,12 @@ class _Envelope(AsyncContext):
         if self._closed:
             raise self._closed_error()
         answer = self._extend(lease, lease_ttl)
-        return answer if answer is None or isinstance(answer, Lease) else await answer
+        extended = answer if answer is None or isinstance(answer, Lease) else await answer
+        if extended is not None:
+            # The old lease still owns the key; given again, it is checked as any other.
+            self._take_back(lease)
+            self._hand_out(extended)
+        return extended
 
     async def checkpoint(self, lease: Lease, name: str, data: bytes = b"") -> bool:
         """Append a recovery point to the record ``lease`` holds (``CheckpointingStore``)."""

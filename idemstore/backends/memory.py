@@ -95,6 +95,7 @@ class MemoryStore(InlineStoreEnvelope):
     ) -> None:
         given = OPTIONS.check(locals())
         super().__init__(max_key_length=given["max_key_length"])
+        self._handed = None  # _issued knows this store's leases by its entries
         self._clock = clock
         self._entries: dict[tuple[str, str], _Entry] = {}
         # Events of the waits on each key; the sets outlive entries (a reserve replaces one).
