@@ -40,7 +40,7 @@ from idemstore.mcp.tool_calls import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Generator, Sequence
 
     from idemstore.protocol import IdempotencyStore
 
@@ -145,6 +145,31 @@ async def _written(
         except (ConnectionError, RuntimeError, ValueError) as exc:
             return exc
     return None
+
+
+class _Answer:
+    """A forwarded call's answer to await; its entry among the awaited responses goes once
+    it is awaited (answered, or given up on). Not a coroutine: an answer never awaited (the
+    relay stopped first) warns of nothing."""
+
+    __slots__ = ("_future", "_key", "_responses")
+
+    def __init__(
+        self,
+        future: asyncio.Future[ServerResponse],
+        key: str,
+        responses: dict[str, asyncio.Future[ServerResponse]],
+    ) -> None:
+        self._future = future
+        self._key = key
+        self._responses = responses
+
+    def __await__(self) -> Generator[Any, None, ServerResponse]:
+        try:
+            return (yield from self._future.__await__())
+        finally:
+            if self._responses.get(self._key) is self._future:
+                del self._responses[self._key]
 
 
 class IdempotentProxy:
@@ -300,7 +325,11 @@ class IdempotentProxy:
             if method == "tools/call" and has_id:
                 verdict = self._core.prepare(message, line)
                 if isinstance(verdict, ToolCall):
-                    self._start(verdict)
+                    if self._core.runs_at_once:
+                        post, exchange = self._exchanges(verdict)
+                        await self._core.start_at_once(verdict, post, exchange, self._send_client)
+                    else:
+                        self._start(verdict)
                     return
                 if isinstance(verdict, Answer):
                     await self._send_client(verdict.line)
@@ -316,19 +345,36 @@ class IdempotentProxy:
         await self._send_server(line)
 
     def _start(self, call: ToolCall) -> None:
-        async def exchange(forward: bytes) -> ServerResponse:
+        self._core.start(call, self._exchanges(call)[1], self._send_client)
+
+    def _exchanges(
+        self, call: ToolCall
+    ) -> tuple[
+        Callable[[bytes], Awaitable[Awaitable[ServerResponse]]],
+        Callable[[bytes], Awaitable[ServerResponse]],
+    ]:
+        """``call``'s two ways to the server: ``post`` (send now, the answer later) and
+        ``exchange`` (send, and wait for the answer)."""
+        key = call.id_key
+        responses = self._responses
+
+        async def post(forward: bytes) -> Awaitable[ServerResponse]:
             if self._server_closed:
                 raise ServerGone
             future: asyncio.Future[ServerResponse] = asyncio.get_running_loop().create_future()
-            self._responses[call.id_key] = future
+            responses[key] = future
             try:
                 await self._send_server(forward)
-                return await future
-            finally:
-                if self._responses.get(call.id_key) is future:
-                    del self._responses[call.id_key]
+            except BaseException:
+                if responses.get(key) is future:
+                    del responses[key]
+                raise
+            return _Answer(future, key, responses)
 
-        self._core.start(call, exchange, self._send_client)
+        async def exchange(forward: bytes) -> ServerResponse:
+            return await (await post(forward))
+
+        return post, exchange
 
     async def _send_server(self, data: bytes) -> None:
         failure = await _written(self._server_writer, self._server_lock, data)

@@ -18,7 +18,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from idemstore.execution import ExecutionPolicy, Replay
+from idemstore.errors import InProgressError
+from idemstore.execution import Execution, ExecutionPolicy, Replay
 from idemstore.mcp import json_splice, sep3182
 from idemstore.mcp.outcome_policy import KeyKind, decide
 from idemstore.mcp.refusal_errors import refusal_error
@@ -28,7 +29,6 @@ from idemstore.refusals import Refusal, refusal_of
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
-    from idemstore.execution import Execution
     from idemstore.mcp.relay_options import RelayOptions
     from idemstore.mcp.tool_call_keys import ToolCall
     from idemstore.protocol import IdempotencyStore
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     Exchange = Callable[[bytes], Awaitable["ServerResponse"]]
     AdmitReplay = Callable[[], Awaitable[bool]]
 
-__all__ = ["CallRunner", "PendingCall", "ServerGone", "ServerResponse", "server_exited"]
+__all__ = ["HELD", "CallRunner", "PendingCall", "ServerGone", "ServerResponse", "server_exited"]
 
 logger = logging.getLogger("idemstore.mcp.tool_calls")
 
@@ -84,6 +84,16 @@ class PendingCall:
         return self.sent_event.wait()
 
 
+class _Held:
+    """``CallRunner.claim_at_once``'s answer for a key held by a call in flight that this
+    call's policy waits for."""
+
+    __slots__ = ()
+
+
+HELD = _Held()
+
+
 def server_exited(request_id: object) -> bytes:
     """The answer to a call whose server went away before answering."""
     why = "the MCP server exited before answering; the call may or may not have run"
@@ -115,7 +125,7 @@ class CallRunner:
     """The execution of keyed calls over ``store`` under ``options`` (``consumer`` names the
     relay in telemetry)."""
 
-    __slots__ = ("_cancel_grace", "_policy", "_sep_policy")
+    __slots__ = ("_at_once", "_cancel_grace", "_policy", "_sep_policy")
 
     def __init__(self, store: IdempotencyStore, options: RelayOptions, consumer: str) -> None:
         self._policy = ExecutionPolicy(
@@ -135,6 +145,18 @@ class CallRunner:
             consumer=consumer,
         )
         self._cancel_grace = options.cancel_grace
+        # The same policy, refusing a key in flight instead of waiting for it: a relay's
+        # first try at a call in its own step (claim_at_once), where it must not wait.
+        self._at_once = self._policy
+        if options.in_flight != "reject":
+            self._at_once = ExecutionPolicy(
+                store,
+                lease_ttl=options.lease_ttl,
+                retention=options.retention,
+                in_flight="reject",
+                on_takeover=options.on_takeover,
+                consumer=consumer,
+            )
 
     async def answer(
         self, pending: PendingCall, exchange: Exchange, admit_replay: AdmitReplay | None = None
@@ -142,40 +164,77 @@ class CallRunner:
         """What to send the client for ``pending`` (``None``: nothing; ``admit_replay`` said
         no and the relay answered itself)."""
         call = pending.call
-        policy = self._sep_policy if call.kind == "sep" else self._policy
         try:
-            try:
-                claim = await policy.begin(call.key, call.fingerprint, scope=call.scope)
-            except Exception as exc:
-                # Fail closed: what is no refusal of the table is a store that cannot answer,
-                # and without it the relay cannot tell a retry from a first call.
-                refusal = refusal_of(exc) or Refusal.STORE_UNAVAILABLE
-                if refusal.retryable or refusal is Refusal.SCHEMA_MISSING:
-                    logger.error(
-                        "idempotency store refused %s key %r: %s", call.kind, call.key, exc
-                    )
-                return error_line(call.request_id, refusal_error(refusal, call.key, str(exc)))
-            if isinstance(claim, Replay):
-                if admit_replay is not None and not await admit_replay():
-                    logger.info("replay of %s key %r refused by the relay", call.kind, call.key)
-                    return None
-                logger.info("replayed %s key %r (fence %d)", call.kind, call.key, claim.fence)
-                return _replay_line(call.request_id, claim.response)
-            # From here on a client's cancellation never cancels this task (see
-            # cancel_forwarded): the execution stays owned, its lease kept alive, while the
-            # server works.
-            pending.execution = claim
-            pending.forwarded = True
-            pending.mark_sent()
-            return await self._drive(call, claim, exchange)
+            policy = self._sep_policy if call.kind == "sep" else self._policy
+            claim = await self._claim(pending, policy, admit_replay, waits=False)
+            if isinstance(claim, Execution):
+                return await self.finish(call, claim, exchange(call.forward))
+            assert not isinstance(claim, _Held)  # a policy that waits never answers HELD
+            return claim
         finally:
             pending.mark_sent()
 
-    async def _drive(
-        self, call: ToolCall, execution: Execution, exchange: Exchange
-    ) -> bytes | None:
+    async def claim_at_once(self, pending: PendingCall) -> bytes | Execution | _Held:
+        """``answer``'s first step without ever waiting for a call in flight: the line to
+        answer with (a replay, a refusal), the ``Execution`` to forward under (``pending`` is
+        then marked forwarded), or ``HELD`` when the key is held by a call this call's policy
+        waits for (run it with ``answer`` then, in a task of its own)."""
+        call = pending.call
+        if call.kind == "sep":  # SEP-3182 refuses a duplicate in flight: nothing to wait for
+            claim = await self._claim(pending, self._sep_policy, None, waits=False)
+        else:
+            waits = self._at_once is not self._policy
+            claim = await self._claim(pending, self._at_once, None, waits=waits)
+        assert claim is not None  # only a refused replay answers nothing
+        return claim
+
+    async def _claim(
+        self,
+        pending: PendingCall,
+        policy: ExecutionPolicy,
+        admit_replay: AdmitReplay | None,
+        *,
+        waits: bool,
+    ) -> bytes | Execution | _Held | None:
+        call = pending.call
         try:
-            response = await exchange(call.forward)
+            claim = await policy.begin(call.key, call.fingerprint, scope=call.scope)
+        except InProgressError as exc:
+            if waits:
+                return HELD
+            return self._refused(call, exc)
+        except Exception as exc:
+            return self._refused(call, exc)
+        if isinstance(claim, Replay):
+            if admit_replay is not None and not await admit_replay():
+                logger.info("replay of %s key %r refused by the relay", call.kind, call.key)
+                return None
+            logger.info("replayed %s key %r (fence %d)", call.kind, call.key, claim.fence)
+            return _replay_line(call.request_id, claim.response)
+        # From here on a client's cancellation never cancels this call's task (see
+        # cancel_forwarded): the execution stays owned, its lease kept alive, while the
+        # server works.
+        pending.execution = claim
+        pending.forwarded = True
+        pending.mark_sent()
+        return claim
+
+    @staticmethod
+    def _refused(call: ToolCall, exc: Exception) -> bytes:
+        # Fail closed: what is no refusal of the table is a store that cannot answer, and
+        # without it the relay cannot tell a retry from a first call.
+        refusal = refusal_of(exc) or Refusal.STORE_UNAVAILABLE
+        if refusal.retryable or refusal is Refusal.SCHEMA_MISSING:
+            logger.error("idempotency store refused %s key %r: %s", call.kind, call.key, exc)
+        return error_line(call.request_id, refusal_error(refusal, call.key, str(exc)))
+
+    async def finish(
+        self, call: ToolCall, execution: Execution, answer: Awaitable[ServerResponse]
+    ) -> bytes | None:
+        """Await the server's ``answer`` to the forwarded call and record (or release) its
+        outcome: the line to send the client (``None`` when the relay sent it already)."""
+        try:
+            response = await answer
         except ServerGone:
             if not execution.finished:
                 await execution.release()

@@ -15,6 +15,10 @@ requests. Everything about ``tools/call`` idempotency is here, so every relay be
    the server gets: the SEP key stripped) and return the server's final response as a
    ``ServerResponse``, or raise ``ServerGone``. With ``reply``, the task sends the answer
    itself. ``core.close()`` ends every pending call when the relay stops (keys released).
+   Where ``core.runs_at_once`` (a store that answers inline, nobody observing), a relay may
+   ``await core.start_at_once(call, post, exchange, reply)`` instead: the key is reserved and
+   the call forwarded (``post``) in the relay's own step, and only the wait for the answer
+   is left to a task.
 4. ``core.cancel(request_id)`` for a client's ``notifications/cancelled``: ``True`` when the
    server saw the request and must get the notification too.
 5. ``core.on_response(message, line)`` for every server response: the bytes to relay (the
@@ -49,12 +53,15 @@ mcp-idempotent. A late answer to a cancelled call is relayed as the server wrote
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from idemstore.eager_tasks import start_task
 from idemstore.errors import ConfigurationError, IdemstoreError
+from idemstore.execution import Execution
+from idemstore.execution_hooks import current_observer
 from idemstore.mcp import sep3182
 from idemstore.mcp.outcome_policy import KeyKind
 from idemstore.mcp.relay_options import RelayOptions
@@ -69,6 +76,7 @@ from idemstore.mcp.tool_call_keys import (
     id_key,
 )
 from idemstore.mcp.tool_call_runs import (
+    HELD,
     CallRunner,
     PendingCall,
     ServerGone,
@@ -264,12 +272,69 @@ class ToolCallCore:
         # Eager where Python allows: a call whose store answers inline is then forwarded
         # (or answered) before this returns, without waiting for the next turn of the loop.
         task = start_task(
-            self._reply(pending, exchange, reply), name=f"mcp-relay:call:{call.id_key}"
+            self._reply(pending, functools.partial(self._runner.answer, pending, exchange), reply),
+            name=f"mcp-relay:call:{call.id_key}",
         )
         if not task.done():
             pending.task = task
             self._tasks.add(task)
         return task
+
+    @property
+    def runs_at_once(self) -> bool:
+        """Whether ``start_at_once`` may run a call's first step in the relay's own step: the
+        store answers inline (``relays_first``) and no observer counts the calls (a key held
+        by a call in flight would be tried twice, and counted twice)."""
+        return self.relays_first and current_observer() is None
+
+    async def start_at_once(
+        self,
+        call: ToolCall,
+        post: Callable[[bytes], Awaitable[Awaitable[ServerResponse]]],
+        exchange: Callable[[bytes], Awaitable[ServerResponse]],
+        reply: Callable[[bytes], Awaitable[None]],
+    ) -> None:
+        """``start`` for a relay where ``runs_at_once``: reserve the key and forward the call
+        in the caller's own step, leaving only the wait for the server's answer to a task.
+
+        ``post(forward)`` sends the bytes now and returns the awaitable of the server's final
+        response (or raises ``ServerGone``). A replay or a refusal is answered with ``reply``
+        before this returns; a key held by a call in flight goes to ``start(call, exchange,
+        reply)``, which waits for it in a task. Without this, a call's reserve and forward
+        wait for the next turn of the event loop where tasks do not start eagerly (3.11).
+        """
+        pending = PendingCall(call)
+        self._pending[call.id_key] = pending
+        try:
+            claim = await self._runner.claim_at_once(pending)
+            if isinstance(claim, bytes):
+                self._forget(pending)
+                await reply(claim)
+                return
+            if claim is HELD:
+                self._forget(pending)
+                self.start(call, exchange, reply)
+                return
+            assert isinstance(claim, Execution)
+            try:
+                answer = await post(call.forward)
+            except ServerGone:
+                self._forget(pending)
+                await claim.release()
+                await reply(server_exited(call.request_id))
+                return
+        except BaseException:
+            # Cancelled (the relay is stopping) or failed before the call reached a task:
+            # nothing may keep its key.
+            self._forget(pending)
+            if pending.execution is not None and not pending.execution.finished:
+                await pending.execution.release()
+            raise
+        finish = functools.partial(self._runner.finish, call, claim, answer)
+        task = start_task(self._reply(pending, finish, reply), name=f"mcp-relay:call:{call.id_key}")
+        if not task.done():
+            pending.task = task
+            self._tasks.add(task)
 
     def cancel(self, request_id: object) -> bool:
         """Apply a client's cancellation; ``True`` when the server must get it too."""
@@ -310,12 +375,14 @@ class ToolCallCore:
     async def _reply(
         self,
         pending: PendingCall,
-        exchange: Callable[[bytes], Awaitable[ServerResponse]],
+        run: Callable[[], Awaitable[bytes | None]],
         reply: Callable[[bytes], Awaitable[None]] | None,
     ) -> bytes | None:
+        """The call's task: ``run()`` (the runner's answer, or its finish once forwarded),
+        then the answer to the client; its bookkeeping whatever happens."""
         try:
             try:
-                line = await self._runner.answer(pending, exchange)
+                line = await run()
             except asyncio.CancelledError:
                 if reply is None or not self._closing:
                     raise  # cancelled by the client before it reached the server: no answer

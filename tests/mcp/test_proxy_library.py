@@ -154,6 +154,22 @@ async def test_a_retry_sent_the_moment_the_answer_arrives_is_a_replay(
     harness.to_proxy.close()
 
 
+async def test_a_duplicate_waiting_for_its_original_holds_up_no_other_call(
+    start: Any, counter: Path
+) -> None:
+    harness = await start(IdempotentProxy(MemoryStore()))
+    harness.call(1, "charge", {"amount": 1, "seconds": 0.5})
+    await until_executed(counter)
+    harness.call(2, "charge", {"amount": 1, "seconds": 0.5})  # waits for call 1
+    harness.call(3, "charge", {"amount": 2})
+    answers = [await harness.next_message() for _ in range(3)]
+    assert [answer["id"] for answer in answers] == [3, 1, 2]
+    original, duplicate = answers[1]["result"], answers[2]["result"]
+    assert REPLAYED_META_KEY in duplicate["_meta"] and unmarked(duplicate) == original
+    assert [call["arguments"]["amount"] for call in executions(counter)] == [1, 2]
+    harness.to_proxy.close()
+
+
 async def test_the_client_closing_lets_the_server_finish_and_the_relay_end(
     start: Any, counter: Path
 ) -> None:
