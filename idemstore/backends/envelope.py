@@ -74,9 +74,11 @@ def lost_reserve(record: Record, fingerprint: str) -> Reservation:
     return Reservation(_IN_PROGRESS, None, record, False)
 
 
-# Leases remembered as handed out, at most (past it the memory starts over: a lease it
-# forgot is checked in full, as any other).
-_MAX_HANDED = 1 << 16
+# Leases remembered as handed out, at most: far more than are in flight at once. Leases
+# never given back through complete or release (held after a failure, lapsed, completed
+# within the caller's transaction) fill it; past it the memory starts over, and a lease it
+# forgot is checked in full, as any other.
+_MAX_HANDED = 4096
 
 
 class _Envelope(AsyncContext):
