@@ -53,6 +53,10 @@ class LeaseKeeper:
     A lapsed lease is not necessarily lost: if nobody took the key over, ``complete`` still
     succeeds, and if someone did, ``complete`` and ``release`` are fenced out. So callers always
     try them; ``lapsed`` is only for logging.
+
+    Keep a reference to the keeper for as long as it should beat: until its first beat the
+    event loop holds it only weakly, so a keeper nobody refers to is collected and beats no
+    more (its lease then lapses, as its owner's would).
     """
 
     __slots__ = (
