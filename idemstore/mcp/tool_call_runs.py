@@ -3,7 +3,10 @@
 ``CallRunner.answer(pending, exchange)`` reserves the call's key (``idemstore.execution``) and
 either answers without the server (a replay, or a refusal from the one refusal table,
 ``idemstore.mcp.refusal_errors``) or forwards the call once through ``exchange`` and records
-what ``idemstore.mcp.outcome_policy`` says to record. ``CallRunner.cancel_forwarded`` applies a
+what ``idemstore.mcp.outcome_policy`` says to record. The same in two steps, for a relay that
+forwards in its own step: ``claim_at_once(pending)`` (never waits for a call in flight: it
+answers ``HELD`` instead), then ``finish(call, execution, answer)`` once the call is sent.
+``CallRunner.cancel_forwarded`` applies a
 client's cancellation to a call the server already has: a derived or ``_meta`` key is released
 at once, a SEP key is held until the server answers or ``cancel_grace`` passes.
 
