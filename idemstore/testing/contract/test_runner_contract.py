@@ -158,14 +158,16 @@ async def test_cancellation_releases_the_key(store: IdempotencyStore) -> None:
 
 
 async def test_heartbeat_keeps_a_long_run_owned(store: IdempotencyStore) -> None:
-    idem = Idempotency(store, lease_ttl=0.4)
+    # Three leases long. A lease of 1 s: with 0.4 s, one extend held up 0.27 s by a loaded
+    # machine (three CI lanes on two cores, through pgbouncer) let the lease lapse.
+    idem = Idempotency(store, lease_ttl=1.0)
     key = new_key()
     probes: list[Outcome] = []
 
     async def long_work() -> bytes:
         for _ in range(4):
-            await asyncio.sleep(0.3)
-            probe = await store.reserve(key, "fp", lease_ttl=0.4, retention=60)
+            await asyncio.sleep(0.75)
+            probe = await store.reserve(key, "fp", lease_ttl=1.0, retention=60)
             probes.append(probe.outcome)
         return b"finished"
 
