@@ -123,10 +123,10 @@ class LeaseKeeper:
         self._timer = None
         if not self._stopping:
             self._task = self._loop.create_task(
-                self._beat(), name=f"idemstore-heartbeat:{self.lease.key}"
+                self._beat(self._loop.time()), name=f"idemstore-heartbeat:{self.lease.key}"
             )
 
-    async def _beat(self) -> None:
+    async def _beat(self, sent: float) -> None:
         try:
             extended = await self._store.extend(self.lease, lease_ttl=self._ttl)
         except Exception as exc:
@@ -145,8 +145,11 @@ class LeaseKeeper:
         # The flag, not only cancel(), ends the beats: a driver may swallow a cancellation
         # that lands as its call completes (redis-py through asyncio.wait_for on Python 3.11,
         # CPython gh-86296), and no beat may follow that call.
+        # The next beat counts from when this one was sent, not from its reply: a slow extend
+        # must not push every later one back by its own latency (a reply that took longer
+        # than a third of the lease sends the next at once).
         if not self._stopping:
-            self._timer = self._loop.call_later(self._ttl / 3, self._due)
+            self._timer = self._loop.call_at(sent + self._ttl / 3, self._due)
 
     def _report(self, failure: HeartbeatFailure, error: Exception | None) -> None:
         observer = current_observer()

@@ -65,6 +65,40 @@ async def test_a_keeper_still_waiting_when_the_clock_fires_beats_at_its_own_time
         await second.stop()
 
 
+class _SlowExtends:
+    """A memory store whose ``extend`` takes ``delay`` seconds each way to and from the store."""
+
+    def __init__(self, store: IdempotencyStore, delay: float) -> None:
+        self.store = store
+        self.delay = delay
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        await asyncio.sleep(self.delay)
+        extended = await self.store.extend(lease, lease_ttl=lease_ttl)
+        await asyncio.sleep(self.delay)
+        return extended
+
+
+async def test_slow_extends_do_not_push_the_next_beat_past_the_lease() -> None:
+    """Each beat counts from when the last was sent: counted from its reply, the 1.1 s round
+    trip plus a third of the 1.5-s lease would leave the lease lapsed for 0.1 s a beat, and a
+    caller asking all along would take the key over."""
+    ttl, way = 1.5, 0.55
+    async with open_store("memory://") as inner:
+        keeper = LeaseKeeper(_SlowExtends(inner, way), await _lease(inner, "slow", ttl), ttl)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 3.2
+        while loop.time() < until:
+            other = await inner.reserve("slow", "fp", lease_ttl=ttl, retention=60)
+            assert other.outcome is Outcome.IN_PROGRESS, "the key was taken over between beats"
+            await asyncio.sleep(0.02)
+        assert keeper.running and not keeper.lapsed
+        assert await inner.complete(await keeper.stop(), b"done")
+
+
 def test_a_loop_closed_with_keepers_waiting_is_not_kept_alive() -> None:
     loop = asyncio.new_event_loop()
 
