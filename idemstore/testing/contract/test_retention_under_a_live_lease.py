@@ -94,15 +94,18 @@ async def test_completion_restarts_retention_from_the_completion(store: Idempote
 async def test_heartbeated_work_past_retention_runs_exactly_once_among_racing_callers(
     store: IdempotencyStore,
 ) -> None:
-    """Lease 1 s, retention 1.5 s, 3 s of work kept alive by the runner's heartbeats, while
+    """Lease 2 s, retention 1 s, 3.5 s of work kept alive by the runner's heartbeats, while
     other callers keep asking for the same key: the work runs once and everyone gets it."""
+    # A beat every 0.67 s leaves 1.3 s for an extend to land. With a 1-s lease (0.67 s of
+    # slack) the beats were late once in a few CI runs on DynamoDB (moto serving one request
+    # at a time; three test lanes on two cores), and a waiter took the lapsed lease over.
     key = new_key()
-    runner = Idempotency(store, lease_ttl=1.0, retention=1.5, in_flight="wait")
+    runner = Idempotency(store, lease_ttl=2.0, retention=1.0, in_flight="wait")
     executions: list[int] = []
 
     async def work() -> bytes:
         executions.append(1)
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(3.5)
         return b"the one result"
 
     async def caller(delay: float) -> bytes:
