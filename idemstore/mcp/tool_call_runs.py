@@ -131,35 +131,25 @@ class CallRunner:
     __slots__ = ("_at_once", "_cancel_grace", "_policy", "_sep_policy")
 
     def __init__(self, store: IdempotencyStore, options: RelayOptions, consumer: str) -> None:
-        self._policy = ExecutionPolicy(
-            store,
-            lease_ttl=options.lease_ttl,
-            retention=options.retention,
-            in_flight=options.in_flight,
-            on_takeover=options.on_takeover,
-            consumer=consumer,
-        )
-        self._sep_policy = ExecutionPolicy(
-            store,
-            lease_ttl=options.lease_ttl,
-            retention=options.sep_retention,
-            in_flight="reject",  # SEP-3182: a duplicate while the original runs is refused
-            on_takeover=options.on_takeover,
-            consumer=consumer,
-        )
+        def policy(retention: float, in_flight: Literal["wait", "reject"]) -> ExecutionPolicy:
+            return ExecutionPolicy(
+                store,
+                lease_ttl=options.lease_ttl,
+                retention=retention,
+                in_flight=in_flight,
+                on_takeover=options.on_takeover,
+                consumer=consumer,
+            )
+
+        self._policy = policy(options.retention, options.in_flight)
+        # SEP-3182: a duplicate while the original runs is refused.
+        self._sep_policy = policy(options.sep_retention, "reject")
         self._cancel_grace = options.cancel_grace
         # The same policy, refusing a key in flight instead of waiting for it: a relay's
         # first try at a call in its own step (claim_at_once), where it must not wait.
         self._at_once = self._policy
         if options.in_flight != "reject":
-            self._at_once = ExecutionPolicy(
-                store,
-                lease_ttl=options.lease_ttl,
-                retention=options.retention,
-                in_flight="reject",
-                on_takeover=options.on_takeover,
-                consumer=consumer,
-            )
+            self._at_once = policy(options.retention, "reject")
 
     async def answer(
         self, pending: PendingCall, exchange: Exchange, admit_replay: AdmitReplay | None = None
@@ -239,9 +229,7 @@ class CallRunner:
         try:
             response = await answer
         except ServerGone:
-            if not execution.finished:
-                await execution.release()
-            return server_exited(call.request_id)
+            return await self.gone(call, execution)
         except BaseException:
             if not execution.finished:
                 await execution.release()
@@ -261,6 +249,14 @@ class CallRunner:
                         "could not record the outcome of key %r", call.key, exc_info=True
                     )
         return None if response.relayed else response.line
+
+    @staticmethod
+    async def gone(call: ToolCall, execution: Execution) -> bytes:
+        """The server went away before answering the forwarded call: its key is released;
+        the line to send the client."""
+        if not execution.finished:
+            await execution.release()
+        return server_exited(call.request_id)
 
     def cancel_forwarded(self, pending: PendingCall) -> None:
         """A client cancelled ``pending``, which the server has: release a derived or

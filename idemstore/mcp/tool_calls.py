@@ -320,8 +320,7 @@ class ToolCallCore:
                 answer = await post(call.forward)
             except ServerGone:
                 self._forget(pending)
-                await claim.release()
-                await reply(server_exited(call.request_id))
+                await reply(await self._runner.gone(call, claim))
                 return
         except BaseException:
             # Cancelled (the relay is stopping) or failed before the call reached a task:
