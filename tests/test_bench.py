@@ -24,7 +24,12 @@ from idemstore.bench.local import Launcher, start_local_servers, stop_local_serv
 from idemstore.bench.probes import WAKE_TIMEOUT, run_middleware
 from idemstore.bench.report import COLUMNS, note_lines, print_table, to_markdown
 from idemstore.bench.results import BenchResult, Measurement, Timing, Unavailable, percentile
-from idemstore.bench.runner import DEFAULT_CONCURRENCY, DEFAULT_OPS, DEFAULT_PAYLOAD_BYTES
+from idemstore.bench.runner import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_OPS,
+    DEFAULT_PAYLOAD_BYTES,
+    cpu_idle,
+)
 from idemstore.bench.scenarios import (
     IDENTICAL_CALLS,
     PROXY_MODULE,
@@ -107,7 +112,9 @@ def test_embedded_run_writes_json_markdown_and_charts(tmp_path: Path) -> None:
     written = json.loads((out / "results.json").read_text())
     assert printed["config"] == written["config"]
     assert written["config"]["ops"] == 24 and written["config"]["concurrency"] == [1, 4]
-    assert {"idemstore", "python", "machine", "cpus", "versions"} <= set(written["meta"])
+    assert {"idemstore", "python", "machine", "cpus", "cpu_idle", "versions"} <= set(
+        written["meta"]
+    )
 
     stores = {"memory", "sqlite"} if sqlite_backend_present() else {"memory"}
     results = written["results"]
@@ -537,6 +544,23 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile(samples, 0.999) == 999
     assert percentile([7], 0.999) == 7
     assert percentile(list(range(1, 11)), 0.9) == 9
+
+
+def test_a_run_states_how_idle_cpus_wait_where_linux_exposes_it(tmp_path: Path) -> None:
+    assert cpu_idle(tmp_path) is None  # no cpuidle in sysfs: nothing to state
+    cpuidle = tmp_path / "devices/system/cpu/cpuidle"
+    cpuidle.mkdir(parents=True)
+    (cpuidle / "current_driver").write_text("acpi_idle\n")
+    assert cpu_idle(tmp_path) == "cpuidle acpi_idle"
+    (cpuidle / "current_driver").write_text("haltpoll\n")
+    poll = tmp_path / "module/haltpoll/parameters/guest_halt_poll_ns"
+    poll.parent.mkdir(parents=True)
+    poll.write_text("0\n")
+    assert cpu_idle(tmp_path) == "cpuidle haltpoll, guest_halt_poll_ns 0"
+    result = BenchResult(meta={"machine": "AMD EPYC", "cpus": 2, "cpu_idle": cpu_idle(tmp_path)})
+    assert "- machine: AMD EPYC, 2 CPUs, cpuidle haltpoll, guest_halt_poll_ns 0" in to_markdown(
+        result
+    )
 
 
 def test_the_proxy_note_appears_in_the_proxy_section_only() -> None:

@@ -379,7 +379,8 @@ def to_markdown(result: BenchResult, charts: list[str] | None = None) -> str:
     out = ["# idemstore bench results", ""]
     if meta:
         out.append(f"- idemstore {meta.get('idemstore', '?')}, Python {meta.get('python', '?')}")
-        out.append(f"- machine: {meta.get('machine', '?')}, {meta.get('cpus', '?')} CPUs")
+        idle = f", {meta['cpu_idle']}" if meta.get("cpu_idle") else ""
+        out.append(f"- machine: {meta.get('machine', '?')}, {meta.get('cpus', '?')} CPUs{idle}")
         if meta.get("started_at"):
             out.append(f"- run at {meta['started_at']} for {meta.get('seconds', 0):.0f} s")
         versions = meta.get("versions") or {}

@@ -216,6 +216,25 @@ def _machine() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_idle(sys_root: Path = Path("/sys")) -> str | None:
+    """How this machine's idle CPUs wait (Linux cpuidle), or None where it is not exposed.
+
+    Latency through a relay is mostly wake-ups of idle CPUs; in a virtual machine whose
+    guest halts at once (haltpoll with ``guest_halt_poll_ns`` 0) each costs tens of
+    microseconds more than on one that polls first, so a run records which it was.
+    """
+    cpuidle = sys_root / "devices/system/cpu/cpuidle"
+    try:
+        driver = (cpuidle / "current_driver").read_text().strip()
+    except OSError:
+        return None
+    facts = [f"cpuidle {driver}"]
+    with contextlib.suppress(OSError):
+        poll = (sys_root / "module/haltpoll/parameters/guest_halt_poll_ns").read_text().strip()
+        facts.append(f"guest_halt_poll_ns {poll}")
+    return ", ".join(facts)
+
+
 def _meta() -> dict[str, Any]:
     versions = {}
     for name in _reported_packages():
@@ -227,6 +246,7 @@ def _meta() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": _machine(),
         "cpus": os.cpu_count(),
+        "cpu_idle": cpu_idle(),
         "versions": versions,
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
