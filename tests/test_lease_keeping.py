@@ -8,21 +8,19 @@ import weakref
 
 from idemstore import LeaseKeeper, open_store
 from idemstore.protocol import IdempotencyStore, Lease, Outcome
+from idemstore.testing.stores import WrappedStore
 
 
-class _CountingExtends:
+class _CountingExtends(WrappedStore):
     """A memory store whose ``extend`` calls are written down, by key."""
 
     def __init__(self, store: IdempotencyStore) -> None:
-        self.store = store
+        super().__init__(store)
         self.extended: list[str] = []
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.store, name)
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         self.extended.append(lease.key)
-        return await self.store.extend(lease, lease_ttl=lease_ttl)
+        return await super()._extend(lease, lease_ttl)
 
 
 async def _lease(store: IdempotencyStore, key: str, lease_ttl: float) -> Lease:
@@ -36,9 +34,9 @@ async def test_keepers_started_together_each_beat_on_their_own_schedule() -> Non
         store = _CountingExtends(inner)
         # Started latest-first: the last keeper's first beat is due sooner than the one the
         # clock waits for, and one keeper never gets there (stopped first).
-        late = LeaseKeeper(store, await _lease(inner, "late", 1.2), 1.2)  # type: ignore[arg-type]
-        stopped = LeaseKeeper(store, await _lease(inner, "stopped", 0.6), 0.6)  # type: ignore[arg-type]
-        soon = LeaseKeeper(store, await _lease(inner, "soon", 3), 3, first_beat=0.05)  # type: ignore[arg-type]
+        late = LeaseKeeper(store, await _lease(inner, "late", 1.2), 1.2)
+        stopped = LeaseKeeper(store, await _lease(inner, "stopped", 0.6), 0.6)
+        soon = LeaseKeeper(store, await _lease(inner, "soon", 3), 3, first_beat=0.05)
         await stopped.stop()
         await asyncio.sleep(0.2)  # soon's first beat was due at 0.05 s; late's is at 0.4 s
         assert store.extended == ["soon"]
@@ -54,9 +52,9 @@ async def test_keepers_started_together_each_beat_on_their_own_schedule() -> Non
 async def test_a_keeper_still_waiting_when_the_clock_fires_beats_at_its_own_time() -> None:
     async with open_store("memory://") as inner:
         store = _CountingExtends(inner)
-        first = LeaseKeeper(store, await _lease(inner, "first", 1.5), 1.5)  # type: ignore[arg-type]
+        first = LeaseKeeper(store, await _lease(inner, "first", 1.5), 1.5)
         await asyncio.sleep(0.2)
-        second = LeaseKeeper(store, await _lease(inner, "second", 1.5), 1.5)  # type: ignore[arg-type]
+        second = LeaseKeeper(store, await _lease(inner, "second", 1.5), 1.5)
         await asyncio.sleep(0.4)  # the clock fired for first (0.5 s); second is due at 0.7 s
         assert store.extended == ["first"]
         await asyncio.sleep(0.25)
@@ -65,19 +63,16 @@ async def test_a_keeper_still_waiting_when_the_clock_fires_beats_at_its_own_time
         await second.stop()
 
 
-class _SlowExtends:
+class _SlowExtends(WrappedStore):
     """A memory store whose ``extend`` takes ``delay`` seconds each way to and from the store."""
 
     def __init__(self, store: IdempotencyStore, delay: float) -> None:
-        self.store = store
+        super().__init__(store)
         self.delay = delay
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.store, name)
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
         await asyncio.sleep(self.delay)
-        extended = await self.store.extend(lease, lease_ttl=lease_ttl)
+        extended = await super()._extend(lease, lease_ttl)
         await asyncio.sleep(self.delay)
         return extended
 
@@ -88,7 +83,7 @@ async def test_slow_extends_do_not_push_the_next_beat_past_the_lease() -> None:
     caller asking all along would take the key over."""
     ttl, way = 1.5, 0.55
     async with open_store("memory://") as inner:
-        keeper = LeaseKeeper(_SlowExtends(inner, way), await _lease(inner, "slow", ttl), ttl)  # type: ignore[arg-type]
+        keeper = LeaseKeeper(_SlowExtends(inner, way), await _lease(inner, "slow", ttl), ttl)
         loop = asyncio.get_running_loop()
         until = loop.time() + 3.2
         while loop.time() < until:
