@@ -30,7 +30,7 @@ from email.utils import collapse_rfc2231_value
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from idemstore.callers import HTTP_API_SOURCES, CallerSources, asgi_headers
+from idemstore.callers import CallerSources, asgi_headers
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import fingerprint
 
@@ -109,7 +109,7 @@ def scope_by(sources: CallerSources) -> Callable[[Scope], str | None]:
     return caller_of
 
 
-default_scope = scope_by(CallerSources(HTTP_API_SOURCES))
+default_scope = scope_by(CallerSources())
 """The default caller boundary (``scope_by``): the authenticated user, else the
 ``Authorization`` header and the cookies, so a record is only ever matched by a request
 bearing the same credentials."""

@@ -7,10 +7,13 @@ import pytest
 from idemstore.callers import (
     DEFAULT_SOURCES,
     CallerSources,
+    Principal,
     Source,
     caller_scope,
+    describe_caller_rule,
     fit_scope,
     normalize_field,
+    scope_of_caller,
 )
 from idemstore.errors import ConfigurationError
 from idemstore.records import MAX_SCOPE_LENGTH, check_identity
@@ -30,11 +33,76 @@ def test_credentials_stay_case_sensitive() -> None:
     )
 
 
-def test_cookies_and_query_parameters_compare_as_sorted_pairs() -> None:
-    a = DEFAULT.caller([("cookie", "session=s1; theme=dark")], "api_key=k&x=1")
-    b = DEFAULT.caller([("cookie", "theme=dark;session=s1")], "x=1&api_key=k")
-    assert a == b
-    assert a != DEFAULT.caller([("cookie", "session=s2; theme=dark")], "api_key=k&x=1")
+def test_named_cookies_and_parameters_ignore_the_others() -> None:
+    named = CallerSources(["cookie:session", "query:api_key"])
+    a = named.caller([("cookie", "session=s1; _ga=GA1.1.111")], "api_key=k&x=1")
+    b = named.caller([("cookie", "_ga=GA1.1.222;session=s1")], "x=2&api_key=k")
+    assert a == b is not None
+    assert a != named.caller([("cookie", "session=s2; _ga=GA1.1.111")], "api_key=k&x=1")
+
+
+def test_by_default_only_credentials_by_definition_name_a_caller() -> None:
+    assert DEFAULT.caller([("cookie", "session=s1; consent=yes")], "client=vscode") is None
+    bearer = DEFAULT.caller([("authorization", "Bearer t")])
+    assert bearer is not None
+    assert DEFAULT.caller([("authorization", "Bearer t"), ("cookie", "_ga=GA1.1.2")]) == bearer
+    assert DEFAULT.caller([("proxy-authorization", "Basic dTpw")]) is not None
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        ("authorization", "Bearer"),
+        ("authorization", "Basic "),
+        ("authorization", "Bearer undefined"),
+        ("authorization", "Bearer null"),
+        ("authorization", "bearer  NULL "),
+        ("authorization", ""),
+        ("proxy-authorization", "Bearer"),
+    ],
+)
+def test_a_credential_that_names_nobody_is_absent(header: tuple[str, str]) -> None:
+    assert DEFAULT.caller([header]) is None
+
+
+@pytest.mark.parametrize("cookie", ["session=", "session=undefined", "session=null"])
+def test_an_empty_named_cookie_is_absent(cookie: str) -> None:
+    assert CallerSources(["cookie:session"]).caller([("cookie", cookie)]) is None
+
+
+@pytest.mark.parametrize("text", ["cookie:*", "query:*"])
+def test_every_cookie_or_parameter_is_refused_as_an_identity(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="name the one that carries the credential"):
+        Source.parse(text)
+
+
+def test_a_principal_is_the_caller_whatever_credentials_it_sent() -> None:
+    alice = Principal("user", "alice")
+    one = scope_of_caller("http", alice, DEFAULT, [("authorization", "Bearer token-v1")])
+    refreshed = scope_of_caller("http", alice, DEFAULT, [("authorization", "Bearer token-v2")])
+    assert one == refreshed == "http/principal:user:alice"
+
+
+def test_one_subject_in_two_realms_is_two_callers() -> None:
+    django_user = scope_of_caller("http", Principal("django-user", "1"), None)
+    remote_user = scope_of_caller("http", Principal("remote-user", "1"), None)
+    assert django_user != remote_user
+
+
+@pytest.mark.parametrize("subject", ["", "   ", None, True, object()])
+def test_a_subject_that_names_nobody_is_no_principal(subject: object) -> None:
+    assert Principal.of("user", subject) is None
+
+
+def test_without_principal_or_credential_nobody_can_tell() -> None:
+    assert scope_of_caller("http", None, DEFAULT, [("cookie", "consent=yes")]) is None
+    assert scope_of_caller("http", None, None, [("authorization", "Bearer t")]) is None
+
+
+def test_the_startup_line_says_a_refreshed_credential_is_a_new_caller() -> None:
+    line = describe_caller_rule("scope['user'].identity", DEFAULT)
+    assert "refreshed credential is a new caller" in line
+    assert "header:authorization" in line
 
 
 def test_a_request_without_any_source_has_no_caller() -> None:

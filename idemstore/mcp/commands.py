@@ -121,8 +121,8 @@ def add_gateway_parser(commands: Any) -> None:
         action="append",
         metavar="SOURCE",
         help="a request part that names the caller, records being kept per caller: "
-        "header:NAME, cookie:NAME, cookie:*, query:NAME or query:* (repeat it; default: "
-        "header:authorization cookie:* query:*)",
+        "header:NAME, cookie:NAME or query:NAME (repeat it; default: "
+        "header:authorization header:proxy-authorization)",
     )
     gateway.add_argument(
         "--scope-header", metavar="NAME", help="the same as --caller header:NAME alone"
