@@ -7,18 +7,21 @@ the recorded response plus ``Idempotent-Replayed: true``; other outcomes, as the
 
 - key missing where required: 400; key reused with a different request: 422;
 - a request with the same key still in progress: 409 (with ``Retry-After``);
+- a keyed request whose caller nobody can tell (no principal, no credential): 400;
 
 each as ``application/problem+json`` with a ``detail`` that says what to do. Every refusal of
 the execution path is answered from one table (``idemstore.http_problems``, docs/refusals.md).
+
+Who the caller is comes from ``idemstore.http_callers``. A route whose principal is only
+known after the app authenticated the request (a FastAPI dependency) takes the reserve over:
+the middleware then hands a ``KeyedRequest`` to the app in the scope (``KEYED_REQUEST``) and
+records what the app answers as it does for any keyed request (``idemstore.fastapi``).
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from idemstore.asgi_options import (
@@ -30,17 +33,14 @@ from idemstore.asgi_options import (
     required_predicate,
     store_of,
 )
-from idemstore.callers import fit_scope
+from idemstore.callers import DEFAULT_SOURCES, CallerSources, Principal, asgi_headers
 from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
 from idemstore.fingerprint_fields import field_selection
-from idemstore.http_identity import (
-    default_scope,
-    header_values,
-    parse_idempotency_key,
-    request_fingerprint,
-)
+from idemstore.http_callers import CallerFunction, CallerRule, user_principal
+from idemstore.http_identity import header_values, parse_idempotency_key, request_fingerprint
 from idemstore.http_problems import Problem, problem, refusal_problem
+from idemstore.http_recording import Captured, Recorder, send_response
 from idemstore.records import MAX_KEY_LENGTH, check_identity
 from idemstore.refusals import Refusal, refusal_of
 
@@ -48,7 +48,16 @@ if TYPE_CHECKING:
     from idemstore.execution import TakeoverPolicy
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["IdempotencyMiddleware", "default_scope", "parse_idempotency_key"]
+__all__ = [
+    "DELEGATED_PRINCIPAL",
+    "KEYED_REQUEST",
+    "Answered",
+    "IdempotencyMiddleware",
+    "KeyedRequest",
+    "delegated_principal",
+    "key_required",
+    "parse_idempotency_key",
+]
 
 logger = logging.getLogger("idemstore.asgi")
 
@@ -57,55 +66,102 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-ScopeFunction = Callable[[Scope], "str | Awaitable[str | None] | None"]
 RoutePredicate = Callable[[Scope], bool]
 
 HEADER = HEADER_NAME.encode("ascii")
 REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 
+KEYED_REQUEST = "idemstore.keyed_request"
+"""Where the app finds the ``KeyedRequest`` of a keyed request in its ASGI scope."""
+
+DELEGATED_PRINCIPAL = "idemstore.principal"
+"""Where a door in front of this middleware (WSGI, Django) puts the principal it read."""
+
 # Response extensions that would bypass ``send``'s body messages and so the recorder.
 _BYPASS_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopy")
+# How the door reads its own principal, for the start-up log line.
+_USER = 'scope["user"].identity'
 
-_FORMAT_VERSION = 1
+
+def delegated_principal(scope: Scope) -> Principal | None:
+    """The ``caller`` of a middleware behind another door (``idemstore.wsgi``,
+    ``idemstore.django``): the principal that door read and put in the scope. With it, the
+    middleware reads no principal of its own and logs no caller rule (the door did)."""
+    principal = scope.get(DELEGATED_PRINCIPAL)
+    return principal if isinstance(principal, Principal) else None
+
+
+class Answered(Exception):
+    """Raised inside the app, before its response started, to answer the request with
+    ``parts`` (status, headers, body) instead: a replay, a refusal. The middleware sends it."""
+
+    def __init__(self, parts: Problem) -> None:
+        super().__init__(parts[0])
+        self.parts = parts
 
 
 class _ClientGone(Exception):
     """Internal: the client disconnected while the request body was being read."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Captured:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-
-    def encode(self) -> bytes:
-        head = json.dumps(
-            {
-                "v": _FORMAT_VERSION,
-                "status": self.status,
-                "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in self.headers],
-            },
-            separators=(",", ":"),
-        ).encode("ascii")
-        # json.dumps never writes a raw newline, so the first one ends the head.
-        return head + b"\n" + self.body
-
-    @classmethod
-    def decode(cls, data: bytes) -> _Captured:
-        head, _, body = data.partition(b"\n")
-        loaded = json.loads(head)
-        if loaded.get("v") != _FORMAT_VERSION:
-            raise ValueError(f"unknown record format {loaded.get('v')!r}")
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in loaded["headers"]]
-        return cls(int(loaded["status"]), headers, body)
+def key_required() -> Problem:
+    """The answer to a request without the key where one is required (400)."""
+    return problem(
+        400,
+        "Idempotency-Key required",
+        "This operation requires an Idempotency-Key header: send a unique value per operation,"
+        ' e.g. Idempotency-Key: "<a new UUID>", and the same value when you retry it.',
+    )
 
 
-async def _send_response(
-    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+def _no_caller(key: str) -> Problem:
+    return problem(
+        400,
+        "Idempotency-Key needs a caller",
+        "Idempotency keys are kept per caller, and nothing in this request says who is calling"
+        " (no authenticated user, no credential the server reads); authenticate the request.",
+        key=key,
+    )
+
+
+class KeyedRequest:
+    """A keyed request whose reserve the app takes over (``claim``), once it knows the
+    principal; the middleware records what the app answers, as for any keyed request."""
+
+    __slots__ = ("_middleware", "_scope", "claimed", "deferred", "execution", "fingerprint", "key")
+
+    def __init__(
+        self, middleware: IdempotencyMiddleware, scope: Scope, key: str, print_: str
+    ) -> None:
+        self._middleware = middleware
+        self._scope = scope
+        self.key = key
+        self.fingerprint = print_
+        self.deferred = False
+        self.claimed = False
+        self.execution: Execution | None = None
+
+    async def claim(self, principal: Principal | None) -> None:
+        """Reserve the key for ``principal`` (``None``: the middleware's own rule decides).
+
+        Returns when the app may run; raises ``Answered`` when it must not (a replay, a
+        refusal, no caller), and ``ConfigurationError`` when the middleware already reserved
+        (it cannot take over: use ``idemstore.fastapi.IdempotencyMiddleware``)."""
+        if not self.deferred or self.claimed:
+            raise ConfigurationError(
+                "the idempotency key of this request was already reserved by the middleware,"
+                " before the route's dependencies ran: add idemstore.fastapi's"
+                " IdempotencyMiddleware, which lets the route's dependency reserve it"
+            )
+        self.claimed = True
+        middleware = self._middleware
+        caller = await middleware.caller_scope(self._scope, principal)
+        if caller is None:
+            raise Answered(_no_caller(self.key))
+        begun = await middleware.begin(self.key, caller, self.fingerprint)
+        if not isinstance(begun, Execution):
+            raise Answered(begun)
+        self.execution = begun
 
 
 class IdempotencyMiddleware:
@@ -121,13 +177,15 @@ class IdempotencyMiddleware:
         required: ``True`` to require a key on every request of those methods, a sequence of
             path patterns (``fnmatch``, e.g. ``"/orders/*"``), or a predicate given the ASGI
             scope. A missing key where required is a 400.
-        scope: callable given the ASGI scope returning the caller's authorization boundary
-            (a string; may be async). Records are only matched within one scope. Default:
-            ``default_scope`` (authenticated user, else a hash of the request's credentials
-            as ``idemstore.callers`` reads them); a keyed request from a caller it cannot
-            tell apart is refused with 400 rather than matched against other anonymous
-            callers' records. Return a constant
-            to share keys between all callers on purpose.
+        caller: a callable given the ASGI scope (may be async) returning the caller: a
+            ``Principal``, a string (realm ``app``) or ``None``. Asked first; ``None`` falls
+            through to an authenticated ``scope["user"]`` by its ``identity``, then to
+            ``caller_sources``. Return a constant to share keys between all callers on
+            purpose (docs/http.md, "Who the caller is").
+        caller_sources: the credentials that tell callers apart when no principal does:
+            ``header:NAME``, ``cookie:NAME``, ``query:NAME`` (default ``Authorization`` and
+            ``Proxy-Authorization``); ``None``: none, a principal is required. A keyed
+            request with neither a principal nor one of these is refused with 400.
         retention: seconds a response is replayed (default 24 hours).
         lease_ttl: seconds a request holds its key without a heartbeat; heartbeats extend it
             while the app runs.
@@ -155,6 +213,8 @@ class IdempotencyMiddleware:
     """
 
     __slots__ = (
+        "_callers",
+        "_delegated",
         "_fields",
         "_headers",
         "_max_key_length",
@@ -162,7 +222,6 @@ class IdempotencyMiddleware:
         "_owns_store",
         "_policy",
         "_required",
-        "_scope",
         "app",
         "max_body_bytes",
         "max_response_bytes",
@@ -176,7 +235,8 @@ class IdempotencyMiddleware:
         store: IdempotencyStore | str,
         methods: Iterable[str] = ("POST", "PATCH"),
         required: bool | Iterable[str] | RoutePredicate = False,
-        scope: ScopeFunction | None = None,
+        caller: CallerFunction | None = None,
+        caller_sources: Iterable[str] | CallerSources | None = DEFAULT_SOURCES,
         retention: float = 86400.0,
         lease_ttl: float = 30.0,
         max_body_bytes: int = 1024 * 1024,
@@ -192,9 +252,8 @@ class IdempotencyMiddleware:
         self.app = app
         self._methods = method_set(methods)
         self._required = required_predicate(required)
-        if scope is not None and not callable(scope):
-            raise ConfigurationError(f"scope must be a callable given the ASGI scope: {scope!r}")
-        self._scope: ScopeFunction = scope if scope is not None else default_scope
+        self._delegated = caller is delegated_principal
+        self._callers = CallerRule(caller, caller_sources, door=None if self._delegated else _USER)
         self.max_body_bytes = check_size("max_body_bytes", max_body_bytes)
         self.max_response_bytes = check_size("max_response_bytes", max_response_bytes)
         if not isinstance(record_server_errors, bool):
@@ -213,11 +272,18 @@ class IdempotencyMiddleware:
             on_takeover=on_takeover,
             consumer="asgi",
         )
+        if not self._delegated:
+            self._callers.log()
 
     @property
     def store(self) -> IdempotencyStore:
         """The store the records are kept in."""
         return self._policy.store
+
+    @property
+    def caller_rule(self) -> str:
+        """How this middleware tells callers apart, in words (what it logs at start-up)."""
+        return str(self._callers)
 
     async def close(self) -> None:
         """Close the store if the middleware opened it from a URL (else it is the caller's)."""
@@ -232,22 +298,15 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         values = header_values(scope, HEADER)
-        if not values:
-            if self._required(scope):
-                await _send_response(
-                    send,
-                    *problem(
-                        400,
-                        "Idempotency-Key required",
-                        "This operation requires an Idempotency-Key header: send a unique value"
-                        ' per operation, e.g. Idempotency-Key: "<a new UUID>", and the same'
-                        " value when you retry it.",
-                    ),
-                )
-                return
-            await self.app(scope, receive, send)
-            return
-        await self._keyed(scope, receive, send, values)
+        if values:
+            await self._keyed(scope, receive, send, values)
+        elif self._required(scope):
+            await send_response(send, *key_required())
+        else:
+            try:
+                await self.app(scope, receive, send)
+            except Answered as answered:  # a route that requires a key refused (before it ran)
+                await send_response(send, *answered.parts)
 
     def _closing_at_shutdown(self, send: Send) -> Send:
         """``send`` for the lifespan: the owned store is closed once the app has shut down."""
@@ -262,43 +321,48 @@ class IdempotencyMiddleware:
 
         return closing
 
+    def defers(self, scope: Scope) -> bool:
+        """Whether the app reserves this request's key itself, once it knows the principal
+        (``KeyedRequest.claim``). Never here; ``idemstore.fastapi``'s middleware says so for
+        routes with its dependency."""
+        return False
+
+    async def caller_scope(self, scope: Scope, principal: Principal | None = None) -> str | None:
+        """The record scope of a request: ``principal`` when given, else the ``caller``
+        option's, else ``scope["user"]``'s, else its named credentials; ``None``: nobody."""
+        if principal is None:
+            if self._delegated:
+                principal = delegated_principal(scope)
+            else:
+                principal = await self._callers.aprincipal(scope)
+                if principal is None:
+                    principal = user_principal(scope.get("user"), "user", "identity")
+        query = scope.get("query_string", b"").decode("latin-1")
+        return self._callers.scope(principal, asgi_headers(scope), query)
+
     async def _keyed(self, scope: Scope, receive: Receive, send: Send, values: list[bytes]) -> None:
         if len(values) > 1:
             why = "The request carries more than one Idempotency-Key field; send exactly one."
-            await _send_response(send, *refusal_problem(Refusal.INVALID_KEY, key=None, detail=why))
+            await send_response(send, *refusal_problem(Refusal.INVALID_KEY, key=None, detail=why))
             return
         try:
             key = parse_idempotency_key(values[0].decode("latin-1"))
             check_identity(key, "", max_key_length=self._max_key_length)
         except (ValueError, InvalidKeyError) as exc:
             why = f"Idempotency-Key: {exc}."
-            await _send_response(send, *refusal_problem(Refusal.INVALID_KEY, key=None, detail=why))
+            await send_response(send, *refusal_problem(Refusal.INVALID_KEY, key=None, detail=why))
             return
-        caller = self._scope(scope)
-        if inspect.isawaitable(caller):
-            caller = await caller
-        if caller is None:
-            await _send_response(
-                send,
-                *problem(
-                    400,
-                    "Idempotency-Key needs a caller",
-                    "Idempotency keys are kept per caller, and this request carries no"
-                    " credentials to tell its caller apart; authenticate the request.",
-                    key=key,
-                ),
-            )
+        deferred = self.defers(scope)
+        caller = None if deferred else await self.caller_scope(scope)
+        if caller is None and not deferred:
+            await send_response(send, *_no_caller(key))
             return
-        if not isinstance(caller, str):
-            raise TypeError(f"the scope callable returned {type(caller).__name__}, not str")
-        caller = fit_scope(caller)
-
         try:
             body, more = await self._read_body(receive)
         except _ClientGone:
             return
         if more:
-            await _send_response(
+            await send_response(
                 send,
                 *problem(
                     413,
@@ -310,7 +374,15 @@ class IdempotencyMiddleware:
             )
             return
         print_ = request_fingerprint(scope, body, fields=self._fields, headers=self._headers)
-        await self._run(scope, receive, send, key, caller, print_, body)
+        request = KeyedRequest(self, scope, key, print_)
+        request.deferred = deferred
+        if caller is not None:
+            begun = await self.begin(key, caller, print_)
+            if not isinstance(begun, Execution):
+                await send_response(send, *begun)
+                return
+            request.execution = begun
+        await self._execute(request, scope, receive, send, body)
 
     async def _read_body(self, receive: Receive) -> tuple[bytes, bool]:
         """The request body, and whether it went past ``max_body_bytes`` (then stop reading)."""
@@ -329,28 +401,19 @@ class IdempotencyMiddleware:
             if not message.get("more_body", False):
                 return b"".join(chunks), False
 
-    async def _run(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        key: str,
-        caller: str,
-        print_: str,
-        body: bytes,
-    ) -> None:
+    async def begin(self, key: str, caller: str, print_: str) -> Execution | Problem:
+        """Reserve ``key`` in ``caller``'s scope: the execution to run, or the answer to send
+        instead (a replay, a refusal)."""
         try:
             claim = await self._policy.begin(key, print_, scope=caller)
         except Exception as exc:
             refusal = refusal_of(exc)
             if refusal is None:
                 raise  # not a refusal: the server answers 500, as for any bug
-            await _send_response(send, *self._refusal(refusal, key, exc))
-            return
+            return self._refusal(refusal, key, exc)
         if isinstance(claim, Replay):
-            await self._replay(send, key, claim.response)
-            return
-        await self._execute(claim, scope, receive, send, body)
+            return self._replay(key, claim.response)
+        return claim
 
     @staticmethod
     def _refusal(refusal: Refusal, key: str, exc: Exception) -> Problem:
@@ -361,24 +424,19 @@ class IdempotencyMiddleware:
         detail = f"Idempotency-Key: {exc}." if refusal is Refusal.INVALID_KEY else None
         return refusal_problem(refusal, key=key, detail=detail)
 
-    async def _replay(self, send: Send, key: str, stored: bytes) -> None:
+    @staticmethod
+    def _replay(key: str, stored: bytes) -> Problem:
         try:
-            recorded = _Captured.decode(stored)
+            recorded = Captured.decode(stored)
         except (ValueError, KeyError, TypeError) as exc:
             logger.error("record for Idempotency-Key %r is unreadable: %s", key, exc)
-            await _send_response(
-                send,
-                *problem(
-                    500, "Unreadable record", "The recorded response cannot be read.", key=key
-                ),
+            return problem(
+                500, "Unreadable record", "The recorded response cannot be read.", key=key
             )
-            return
-        await _send_response(
-            send, recorded.status, [*recorded.headers, REPLAYED_HEADER], recorded.body
-        )
+        return recorded.status, [*recorded.headers, REPLAYED_HEADER], recorded.body
 
     async def _execute(
-        self, execution: Execution, scope: Scope, receive: Receive, send: Send, body: bytes
+        self, request: KeyedRequest, scope: Scope, receive: Receive, send: Send, body: bytes
     ) -> None:
         replayed_body = False
 
@@ -390,17 +448,21 @@ class IdempotencyMiddleware:
             return await receive()
 
         inner_scope = dict(scope)
+        inner_scope[KEYED_REQUEST] = request
         extensions = scope.get("extensions")
         if extensions:
             inner_scope["extensions"] = {
                 k: v for k, v in extensions.items() if k not in _BYPASS_EXTENSIONS
             }
 
-        async def settle(captured: _Captured | None, why_not: str) -> None:
+        async def settle(captured: Captured | None, why_not: str) -> None:
             # The response is complete (its last body message is in hand) and not yet sent:
             # record it, or give the key up, *before* the client can see the end of it, so a
             # retry sent on seeing it finds the outcome. What the app does after this (a
             # background task) is not the request's outcome.
+            execution = request.execution
+            if execution is None:
+                return  # the app answered before it reserved (a 401 of its own): not recorded
             if captured is None:
                 logger.warning(
                     "response to %s %s under Idempotency-Key %r was %s: sent but not"
@@ -423,127 +485,31 @@ class IdempotencyMiddleware:
                         exc,
                     )
 
-        recorder = _Recorder(send, self.max_response_bytes, settle)
-        # Leaving the block with an exception before the response ended applies the failure
-        # policy (release); after it ended, the exception is the app's own and propagates.
-        async with execution:
+        recorder = Recorder(send, self.max_response_bytes, settle)
+        try:
             await self.app(inner_scope, replay_receive, recorder)
             if not recorder.ended:
                 # The app returned without finishing its response: pass on what it sent; the
-                # key is released as the block ends without a settlement.
-                logger.warning(
-                    "response to %s %s under Idempotency-Key %r was incomplete: not recorded,"
-                    " key released",
-                    scope.get("method"),
-                    scope.get("path"),
-                    execution.key,
-                )
+                # key is released as the execution is left without a settlement.
+                if request.execution is not None:
+                    logger.warning(
+                        "response to %s %s under Idempotency-Key %r was incomplete: not"
+                        " recorded, key released",
+                        scope.get("method"),
+                        scope.get("path"),
+                        request.key,
+                    )
                 await recorder.flush()
-
-
-OnEnd = Callable[["_Captured | None", str], Awaitable[None]]
-
-
-class _Recorder:
-    """An ASGI ``send`` that buffers the response, up to a size, instead of sending it.
-
-    Past the limit, or for an event stream, it sends what it holds and passes the rest
-    through (streamed). Either way, when the app sends the message that ends the response,
-    ``on_end`` is awaited first, with the captured response (``None`` when streamed, with why
-    not), and only then does the end go out to the client.
-    """
-
-    __slots__ = (
-        "_chunks",
-        "_headers",
-        "_limit",
-        "_on_end",
-        "_send",
-        "_size",
-        "_status",
-        "ended",
-        "streamed",
-        "why_not",
-    )
-
-    def __init__(self, send: Send, limit: int, on_end: OnEnd) -> None:
-        self._send = send
-        self._limit = limit
-        self._on_end = on_end
-        self._status = 0
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self.streamed = False
-        self.ended = False
-        self.why_not = ""
-
-    async def __call__(self, message: Message) -> None:
-        if self.ended:
-            # After the end: nothing of the response is left to send (ASGI servers ignore
-            # such messages too); pass it on so the server decides.
-            await self._send(message)
-            return
-        if self.streamed:
-            await self._pass(message)
-            return
-        kind = message["type"]
-        if kind == "http.response.start":
-            self._status = int(message["status"])
-            self._headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", ())]
-            why = ""
-            if message.get("trailers"):
-                why = "a response with trailers"
-            elif any(
-                name.lower() == b"content-type" and value.lower().startswith(b"text/event-stream")
-                for name, value in self._headers
-            ):
-                why = "an event stream"
-            if why:
-                # Nothing is held yet: pass the start through and everything after it.
-                self.streamed = True
-                self.why_not = why
-                await self._pass(message)
-            return
-        if kind == "http.response.body":
-            chunk = bytes(message.get("body", b""))
-            self._size += len(chunk)
-            if self._size > self._limit:
-                await self._stream(f"larger than {self._limit} bytes")
-                await self._pass(message)
+        except BaseException as exc:
+            if isinstance(exc, Answered) and request.execution is None:
+                # A claim refused (a replay, a refusal) before the app began its response.
+                await send_response(send, *exc.parts)
                 return
-            self._chunks.append(chunk)
-            if not message.get("more_body", False):
-                self.ended = True
-                captured = _Captured(self._status, self._headers, b"".join(self._chunks))
-                self._chunks.clear()
-                await self._on_end(captured, "")
-                await _send_response(self._send, captured.status, captured.headers, captured.body)
-            return
-        # Anything else (trailers, an extension) cannot be recorded faithfully.
-        await self._stream(f"using {kind!r}")
-        await self._pass(message)
-
-    async def _pass(self, message: Message) -> None:
-        """Send ``message`` on; the one that ends the response only after ``on_end``."""
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.ended = True
-            await self._on_end(None, self.why_not)
-        await self._send(message)
-
-    async def flush(self) -> None:
-        """Send what is held (the app ended without finishing its response)."""
-        if not self.streamed:
-            await self._stream("incomplete")
-
-    async def _stream(self, why: str) -> None:
-        """Stop buffering: send what is held so far and pass everything after it through."""
-        self.streamed = True
-        self.why_not = why
-        if self._status:
-            await self._send(
-                {"type": "http.response.start", "status": self._status, "headers": self._headers}
-            )
-        for chunk in self._chunks:
-            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
-        self._chunks.clear()
+            # Leaving with an exception before the response ended applies the failure policy
+            # (release); after it ended, the exception is the app's own and propagates.
+            if request.execution is not None:
+                await request.execution.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            if request.execution is not None:
+                await request.execution.__aexit__(None, None, None)

@@ -14,6 +14,7 @@ from idemstore.urls import open_store
 
 if TYPE_CHECKING:
     from idemstore.asgi import RoutePredicate, Scope
+    from idemstore.callers import CallerSources
     from idemstore.execution import TakeoverPolicy
 
 __all__ = [
@@ -37,6 +38,7 @@ class KeyedRequestOptions(TypedDict, total=False):
     them to it (``idemstore.wsgi``); ``IdempotencyMiddleware`` holds their defaults and
     meaning, and checks them."""
 
+    caller_sources: Iterable[str] | CallerSources | None
     retention: float
     lease_ttl: float
     max_body_bytes: int

@@ -8,9 +8,11 @@ middleware: the caller is the authenticated user) and configure it in settings::
 The keys are the options of ``idemstore.asgi.IdempotencyMiddleware`` in upper case, whose
 rules this middleware runs rather than copies (status codes, ``Idempotent-Replayed``, the
 request fingerprint, problem bodies, the record format), on a private event-loop thread as
-``idemstore.wsgi`` does. ``SCOPE`` is a function (or its dotted path) given the request and
-returning the caller's boundary or ``None``; by default the authenticated user
-(``user:<pk>``), else a hash of the ``Authorization`` header and the cookies, else nobody
+``idemstore.wsgi`` does. The caller is, in this order: what ``CALLER`` (a function or its
+dotted path, given the request) returns (a ``Principal``, a string: realm ``app``, or
+``None``); the authenticated ``request.user`` by its pk (realm ``django-user``);
+``REMOTE_USER`` when ``TRUST_REMOTE_USER`` is set (realm ``remote-user``); the credentials
+``CALLER_SOURCES`` names (default ``Authorization`` and ``Proxy-Authorization``); else nobody
 (a keyed request is then refused with 400).
 
 ``@idempotency_key_required`` and ``@idempotency_key_exempt`` mark a view: a key is required
@@ -39,12 +41,13 @@ except ImportError as exc:
         "idemstore.django needs Django: pip install 'idemstore[django]'"
     ) from exc
 
-from idemstore.asgi import HEADER
+from idemstore.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import method_set, required_predicate
-from idemstore.http_identity import default_scope
+from idemstore.callers import DEFAULT_SOURCES, Principal
+from idemstore.http_callers import CallerRule
 from idemstore.loop_thread import LoopThread, in_calling_thread, loop_over_store
-from idemstore.wsgi import asgi_scope
+from idemstore.wsgi import REMOTE_USER_REALM, asgi_scope
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -52,18 +55,21 @@ if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
 
 __all__ = [
+    "DJANGO_USER_REALM",
     "IdempotencyMiddleware",
     "close_stores",
+    "django_user",
     "idempotency_key_exempt",
     "idempotency_key_required",
-    "user_scope",
 ]
 
 V = TypeVar("V", bound="Callable[..., Any]")
 
+DJANGO_USER_REALM = "django-user"
+"""The realm of a Django user's pk: a pk is not a ``REMOTE_USER`` login name."""
+
 _MARK = "idemstore_key"
 # What travels inside the ASGI scope handed to the ASGI middleware.
-_CALLER = "idemstore.django.caller"
 _VIEW = "idemstore.django.view"
 _REQUIRED = "idemstore.django.required"
 
@@ -82,14 +88,15 @@ def idempotency_key_exempt(view: V) -> V:
     return view
 
 
-def user_scope(request: HttpRequest) -> str | None:
-    """The default caller boundary: ``user:<pk>`` of an authenticated ``request.user``, else
-    the ASGI middleware's default (a hash of ``Authorization`` and the cookies), else
-    ``None``."""
-    user = getattr(request, "user", None)
-    if user is not None and getattr(user, "is_authenticated", False):
-        return f"user:{user.pk}"
-    return default_scope(asgi_scope(request.META))
+def django_user(user: object) -> Principal | None:
+    """The principal of an authenticated Django user: its pk in realm ``django-user``."""
+    try:
+        if user is None or not getattr(user, "is_authenticated", False):
+            return None
+        pk = getattr(user, "pk", None)
+    except (AttributeError, NotImplementedError):
+        return None
+    return Principal.of(DJANGO_USER_REALM, None if pk is None else str(pk))
 
 
 def _options() -> dict[str, Any]:
@@ -100,11 +107,12 @@ def _options() -> dict[str, Any]:
         )
     known = set(inspect.signature(ASGIIdempotencyMiddleware).parameters) - {"app"}
     options = {str(name).lower(): value for name, value in configured.items()}
-    unknown = sorted(set(options) - known - {"store_options"})
+    known |= {"store_options", "trust_remote_user"}
+    unknown = sorted(set(options) - known)
     if unknown:
         raise ImproperlyConfigured(
             f"settings.IDEMSTORE has unknown keys {unknown}; known:"
-            f" {sorted(name.upper() for name in known | {'store_options'})}"
+            f" {sorted(name.upper() for name in known)}"
         )
     return options
 
@@ -124,7 +132,11 @@ def _door(options: dict[str, Any]) -> LoopThread[ASGIIdempotencyMiddleware]:
 
             def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
                 return ASGIIdempotencyMiddleware(
-                    _view, store=opened, scope=_caller_of, required=_required_of, **options
+                    _view,
+                    store=opened,
+                    caller=delegated_principal,
+                    required=_required_of,
+                    **options,
                 )
 
             try:
@@ -147,11 +159,6 @@ def close_stores() -> None:
 def _required_of(scope: MutableMapping[str, Any]) -> bool:
     required: bool = scope[_REQUIRED]
     return required
-
-
-def _caller_of(scope: MutableMapping[str, Any]) -> str | None:
-    caller: str | None = scope[_CALLER]
-    return caller
 
 
 async def _view(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
@@ -210,14 +217,17 @@ class IdempotencyMiddleware:
         if self._async:
             markcoroutinefunction(self)
         options = _options()
-        scope = options.pop("scope", None)
-        if isinstance(scope, str):
-            scope = import_string(scope)
-        if scope is not None and not callable(scope):
-            raise ImproperlyConfigured(f"settings.IDEMSTORE['SCOPE'] is not callable: {scope!r}")
-        self._scope: Callable[[HttpRequest], str | None] = scope or user_scope
+        caller = options.pop("caller", None)
+        if isinstance(caller, str):
+            caller = import_string(caller)
+        self._trust_remote_user = options.pop("trust_remote_user", False)
+        if not isinstance(self._trust_remote_user, bool):
+            raise ImproperlyConfigured("settings.IDEMSTORE['TRUST_REMOTE_USER'] is True or False")
         required = options.pop("required", False)
         try:
+            door = "request.user.pk" + (", else REMOTE_USER" if self._trust_remote_user else "")
+            sources = options.get("caller_sources", DEFAULT_SOURCES)
+            self._callers = CallerRule(caller, sources, door=door)
             self._methods = method_set(options.get("methods", ("POST", "PATCH")))
             # A predicate of the settings is given the request; patterns match its path.
             by_request = callable(required) and not isinstance(required, bool)
@@ -226,6 +236,15 @@ class IdempotencyMiddleware:
             raise ImproperlyConfigured(f"settings.IDEMSTORE: {exc}") from exc
         self._by_request = by_request
         self._door = _door(options)
+        self._callers.log()
+
+    def _principal(self, request: HttpRequest, user: object) -> Principal | None:
+        """The ``CALLER`` function's principal, else ``user``'s, else a trusted
+        ``REMOTE_USER``'s."""
+        principal = self._callers.principal(request) or django_user(user)
+        if principal is None and self._trust_remote_user:
+            principal = Principal.of(REMOTE_USER_REALM, request.META.get("REMOTE_USER"))
+        return principal
 
     def _keyed(self, request: HttpRequest) -> MutableMapping[str, Any] | None:
         """The request's ASGI scope when the key concerns it, else ``None``."""
@@ -253,7 +272,7 @@ class IdempotencyMiddleware:
         scope = self._keyed(request)
         if scope is None:
             return self.get_response(request)
-        scope[_CALLER] = self._scope(request)
+        scope[DELEGATED_PRINCIPAL] = self._principal(request, getattr(request, "user", None))
         scope[_VIEW] = lambda: in_calling_thread(lambda: _parts(self.get_response(request)))
         return _django_response(*self._door.call(_through(scope, request.body)))
 
@@ -261,15 +280,11 @@ class IdempotencyMiddleware:
         scope = self._keyed(request)
         if scope is None:
             return await self.get_response(request)
-        if self._scope is user_scope and hasattr(request, "auser"):
-            # request.user would query the database from async code; auser() may.
-            user = await request.auser()
-            if user.is_authenticated:
-                scope[_CALLER] = f"user:{user.pk}"
-            else:
-                scope[_CALLER] = default_scope(asgi_scope(request.META))
-        else:
-            scope[_CALLER] = await sync_to_async(self._scope)(request)
+        # request.user would query the database from async code; auser() may.
+        auser = getattr(request, "auser", None)
+        user = await auser() if auser is not None else getattr(request, "user", None)
+        principal = await sync_to_async(self._principal)(request, user)
+        scope[DELEGATED_PRINCIPAL] = principal
         here = asyncio.get_running_loop()
         view: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
 

@@ -1,9 +1,9 @@
-"""What identifies an HTTP request for idempotency: its key, its caller, its fingerprint.
+"""What identifies an HTTP request for idempotency: its key and its fingerprint.
 
-Shared by every HTTP consumer (the ASGI middleware today): the ``Idempotency-Key`` field
-(draft-ietf-httpapi-idempotency-key-header, an RFC 8941 sf-string or a bare token), the
-default caller boundary (``default_scope``), and ``request_fingerprint``, which compares
-bodies by what they say rather than how they are framed:
+Shared by every HTTP door (the ASGI middleware, and the doors that run it): the
+``Idempotency-Key`` field (draft-ietf-httpapi-idempotency-key-header, an RFC 8941 sf-string or
+a bare token) and ``request_fingerprint``, which compares bodies by what they say rather than
+how they are framed (the caller is ``idemstore.http_callers``'):
 
 - JSON (``application/json``, ``*+json``): the parsed value, canonical (key order,
   whitespace, escapes and ``1`` vs ``1.0`` make no difference);
@@ -24,13 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from email.message import Message
 from email.utils import collapse_rfc2231_value
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from idemstore.callers import CallerSources, asgi_headers
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import fingerprint
 
@@ -38,11 +37,9 @@ if TYPE_CHECKING:
     from idemstore.fingerprint_fields import FieldSelection
 
 __all__ = [
-    "default_scope",
     "header_values",
     "parse_idempotency_key",
     "request_fingerprint",
-    "scope_by",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -88,31 +85,6 @@ def parse_idempotency_key(value: str) -> str:
 def header_values(scope: Scope, name: bytes) -> list[bytes]:
     """The values of header ``name`` (lower case) in an ASGI scope, in order."""
     return [value for key, value in scope.get("headers", ()) if key.lower() == name]
-
-
-def scope_by(sources: CallerSources) -> Callable[[Scope], str | None]:
-    """A ``scope`` function for the middleware: an authenticated ``scope["user"]``
-    (Starlette's ``AuthenticationMiddleware``) by its identity, else the request's ``sources``
-    as ``idemstore.callers`` reads them (normalized, hashed), else ``None`` (nobody can tell).
-    """
-
-    def caller_of(scope: Scope) -> str | None:
-        user = scope.get("user")
-        if user is not None and getattr(user, "is_authenticated", False):
-            identity = getattr(user, "identity", "") or getattr(user, "display_name", "")
-            if identity:
-                return f"user:{identity}"
-        query = scope.get("query_string", b"").decode("latin-1")
-        caller = sources.caller(asgi_headers(scope), query)
-        return None if caller is None else f"caller-sha256:{caller}"
-
-    return caller_of
-
-
-default_scope = scope_by(CallerSources())
-"""The default caller boundary (``scope_by``): the authenticated user, else the
-``Authorization`` header and the cookies, so a record is only ever matched by a request
-bearing the same credentials."""
 
 
 def request_fingerprint(

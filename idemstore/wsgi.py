@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
-from idemstore.asgi import HEADER
+from idemstore.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
 from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.asgi_options import KeyedRequestOptions, method_set, required_predicate
-from idemstore.errors import ConfigurationError
+from idemstore.callers import DEFAULT_SOURCES, Principal
 from idemstore.fingerprint_fields import readable_again
 from idemstore.forwarded_options import reject_unknown
-from idemstore.http_identity import default_scope
+from idemstore.http_callers import CallerRule
 from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
@@ -36,26 +36,19 @@ if TYPE_CHECKING:
 
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["IdempotencyMiddleware", "environ_scope"]
+__all__ = ["REMOTE_USER_REALM", "IdempotencyMiddleware"]
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
-EnvironScope = Callable[[Environ], "str | None"]
+EnvironCaller = Callable[[Environ], "Principal | str | None"]
 EnvironPredicate = Callable[[Environ], bool]
 
 # Where the WSGI environ travels inside the ASGI scope handed to the ASGI middleware.
 _ENVIRON = "idemstore.wsgi.environ"
 
-
-class _User:
-    """``REMOTE_USER`` as the ASGI middleware's default scope reads an authenticated user."""
-
-    __slots__ = ("identity",)
-    is_authenticated = True
-
-    def __init__(self, identity: str) -> None:
-        self.identity = identity
+REMOTE_USER_REALM = "remote-user"
+"""The realm of ``REMOTE_USER`` (a server's or an outer middleware's login name)."""
 
 
 def asgi_scope(environ: Environ) -> dict[str, Any]:
@@ -85,18 +78,7 @@ def asgi_scope(environ: Environ) -> dict[str, Any]:
         "headers": headers,
         _ENVIRON: environ,
     }
-    user = environ.get("REMOTE_USER")
-    if user:
-        scope["user"] = _User(str(user))
     return scope
-
-
-def environ_scope(environ: Environ) -> str | None:
-    """The default caller boundary of a WSGI request: ``REMOTE_USER`` when the server or an
-    outer middleware authenticated the request, else the ``Authorization`` header and the
-    cookies (hashed), else ``None`` (a keyed request is then refused with 400). The same rule
-    as the ASGI middleware's ``default_scope``."""
-    return default_scope(asgi_scope(environ))
 
 
 @dataclass(slots=True)
@@ -184,17 +166,29 @@ class IdempotencyMiddleware(LoopOwner):
             returning an ``IdempotencyStore`` (called on the middleware's own event loop, once
             per process).
         store_options: engine options for a URL.
-        scope: callable given the WSGI environ returning the caller's boundary, or ``None``
-            when it cannot tell (then a keyed request is a 400). Default: ``environ_scope``.
+        caller: a callable given the WSGI environ returning the caller: a ``Principal``, a
+            string (realm ``app``) or ``None``. Asked first; ``None`` falls through to
+            ``REMOTE_USER`` (when ``trust_remote_user``), then to ``caller_sources``.
+        trust_remote_user: the server (or a middleware in front of this one) authenticates
+            requests and sets ``REMOTE_USER``: it names the caller (realm ``remote-user``).
+            Off by default: a WSGI server may pass a client-controlled value there.
         required: ``True``, path patterns (``fnmatch``), or a predicate given the environ.
 
-    ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``, ``max_response_bytes``,
-    ``record_server_errors``, ``max_key_length``, ``on_takeover`` and the ``fingerprint_*``
-    options are the ASGI middleware's. The store is opened, and every option checked, by the
-    constructor. ``close()`` (or ``with``) closes the store.
+    ``caller_sources``, ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``,
+    ``max_response_bytes``, ``record_server_errors``, ``max_key_length``, ``on_takeover`` and
+    the ``fingerprint_*`` options are the ASGI middleware's. The store is opened, and every
+    option checked, by the constructor. ``close()`` (or ``with``) closes the store.
     """
 
-    __slots__ = ("_loop", "_methods", "_required", "app", "max_body_bytes")
+    __slots__ = (
+        "_callers",
+        "_loop",
+        "_methods",
+        "_required",
+        "_trust_remote_user",
+        "app",
+        "max_body_bytes",
+    )
     _loop: LoopThread[ASGIIdempotencyMiddleware]
 
     def __init__(
@@ -205,7 +199,8 @@ class IdempotencyMiddleware(LoopOwner):
         store_options: Mapping[str, Any] | None = None,
         methods: Iterable[str] = ("POST", "PATCH"),
         required: bool | Iterable[str] | EnvironPredicate = False,
-        scope: EnvironScope | None = None,
+        caller: EnvironCaller | None = None,
+        trust_remote_user: bool = False,
         **options: Unpack[KeyedRequestOptions],
     ) -> None:
         if not callable(app):
@@ -213,21 +208,19 @@ class IdempotencyMiddleware(LoopOwner):
         reject_unknown(options, KeyedRequestOptions, "IdempotencyMiddleware()")
         self.app = app
         self._methods = method_set(methods)
-        if scope is not None and not callable(scope):
-            raise ConfigurationError(f"scope must be a callable given the WSGI environ: {scope!r}")
+        if not isinstance(trust_remote_user, bool):
+            raise TypeError(f"trust_remote_user must be True or False: {trust_remote_user!r}")
+        self._trust_remote_user = trust_remote_user
         by_environ = callable(required) and not isinstance(required, bool)
         predicate = required_predicate(required)
         # Path patterns and flags read the ASGI scope; a predicate of the user's, the environ.
         self._required: Callable[[MutableMapping[str, Any]], bool] = (
             (lambda s: bool(predicate(s[_ENVIRON]))) if by_environ else predicate
         )
-        caller = environ_scope if scope is None else scope
-
-        def caller_of(asgi: MutableMapping[str, Any]) -> str | None:
-            return caller(asgi[_ENVIRON])
-
         # Read again for the middleware of a forked child (a generator reads only once).
         kept: dict[str, Any] = {name: readable_again(value) for name, value in options.items()}
+        door = "REMOTE_USER" if trust_remote_user else None
+        self._callers = CallerRule(caller, kept.get("caller_sources", DEFAULT_SOURCES), door=door)
         bridge = _asgi_bridge(app)
 
         def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
@@ -236,11 +229,12 @@ class IdempotencyMiddleware(LoopOwner):
                 store=opened,
                 methods=self._methods,
                 required=self._required,
-                scope=caller_of,
+                caller=delegated_principal,
                 **kept,
             )
 
         self._loop = loop_over_store(store, store_options, make, name="idemstore-wsgi")
+        self._callers.log()
         # Checked, with its default, by the ASGI middleware.
         self.max_body_bytes = self._loop.resource.max_body_bytes
 
@@ -251,6 +245,7 @@ class IdempotencyMiddleware(LoopOwner):
         scope = asgi_scope(environ)
         if not any(name == HEADER for name, _ in scope["headers"]) and not self._required(scope):
             return self.app(environ, start_response)
+        scope[DELEGATED_PRINCIPAL] = self._principal(environ)
         body = _read_body(environ, self.max_body_bytes)
         response = _Response()
 
@@ -270,6 +265,13 @@ class IdempotencyMiddleware(LoopOwner):
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
         )
         return response.chunks
+
+    def _principal(self, environ: Environ) -> Principal | None:
+        """The ``caller`` option's principal, else ``REMOTE_USER``'s when trusted."""
+        principal = self._callers.principal(environ)
+        if principal is None and self._trust_remote_user:
+            principal = Principal.of(REMOTE_USER_REALM, environ.get("REMOTE_USER"))
+        return principal
 
 
 def _status_line(status: int) -> str:

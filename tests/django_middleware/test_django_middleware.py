@@ -65,6 +65,55 @@ def test_an_anonymous_keyed_request_is_refused() -> None:
     assert EFFECTS == {}
 
 
+# Issue #40, case 3: present, but they identify nobody.
+NAMES_NOBODY = {
+    "bare-bearer": {"Authorization": "Bearer"},
+    "basic-alone": {"Authorization": "Basic"},
+    "empty-session-cookie": {"Cookie": "session="},
+    "constant-consent-cookie": {"Cookie": "consent=yes"},
+}
+
+
+@pytest.mark.parametrize("credentials", NAMES_NOBODY.values(), ids=NAMES_NOBODY.keys())
+def test_credentials_that_name_nobody_are_refused(credentials: dict[str, str]) -> None:
+    headers = {**credentials, "Idempotency-Key": '"k"'}
+    first = post(Client(), "/orders", "{}", headers)  # one person
+    second = post(Client(), "/orders", "{}", headers)  # another
+    assert first.status_code == second.status_code == 400
+    assert "caller" in second.json()["detail"]
+    assert EFFECTS == {}
+
+
+def anonymous_with_remote_user(user: str):  # type: ignore[no-untyped-def]
+    return Client().post(
+        "/orders",
+        "{}",
+        content_type="application/json",
+        headers={"Idempotency-Key": '"k"'},
+        REMOTE_USER=user,
+    )
+
+
+def test_a_remote_user_is_no_caller_unless_configured() -> None:
+    # Issue #40, case 6: Django user 1's record, then an anonymous request with REMOTE_USER=1.
+    first = post(Client(), "/orders", "{}", {"Idempotency-Key": '"k"', "X-Test-User": "1"})
+    anonymous = anonymous_with_remote_user("1")
+    assert first.status_code == 201
+    assert anonymous.status_code == 400
+    assert EFFECTS == {"orders": 1}
+
+
+def test_a_trusted_remote_user_is_not_the_django_user_of_that_pk(store_url: str) -> None:
+    with override_settings(IDEMSTORE={"STORE": store_url, "TRUST_REMOTE_USER": True}):
+        first = post(Client(), "/orders", "{}", {"Idempotency-Key": '"k"', "X-Test-User": "1"})
+        remote = anonymous_with_remote_user("1")
+        again = anonymous_with_remote_user("1")
+    assert first.status_code == remote.status_code == 201
+    assert "Idempotent-Replayed" not in remote.headers
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert EFFECTS == {"orders": 2}
+
+
 def test_each_authenticated_user_has_their_own_keys() -> None:
     client = Client()
     for user in ("alice", "bob"):
@@ -120,9 +169,9 @@ def test_settings_path_patterns_require_a_key(store_url: str) -> None:
     assert EFFECTS == {}
 
 
-def test_a_scope_function_from_settings_is_given_the_request(store_url: str) -> None:
-    scope = "tests.django_middleware.test_django_middleware.tenant_scope"
-    with override_settings(IDEMSTORE={"STORE": store_url, "SCOPE": scope}):
+def test_a_caller_function_from_settings_is_given_the_request(store_url: str) -> None:
+    caller = "tests.django_middleware.test_django_middleware.tenant_scope"
+    with override_settings(IDEMSTORE={"STORE": store_url, "CALLER": caller}):
         client = Client()
         headers = {"Idempotency-Key": '"k"', "X-Tenant": "acme"}
         post(client, "/orders", "{}", headers)

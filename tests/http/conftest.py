@@ -22,8 +22,8 @@ BOB = {"Authorization": "Bearer bob-token"}
 
 
 def keyed(key: str, headers: dict[str, str] | None = None) -> dict[str, str]:
-    """Alice's headers with ``Idempotency-Key`` as an RFC 8941 sf-string."""
-    return {**(headers or ALICE), "Idempotency-Key": f'"{key}"'}
+    """``headers`` (Alice's when not given) with ``Idempotency-Key`` as an RFC 8941 sf-string."""
+    return {**(ALICE if headers is None else headers), "Idempotency-Key": f'"{key}"'}
 
 
 async def post_twice(

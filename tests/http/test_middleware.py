@@ -272,14 +272,14 @@ async def assert_callers_told_apart_by(
     assert calls(app, "create_order") == 2
 
 
-async def test_scope_callable_decides_the_caller(make_client: Callable[..., Any]) -> None:
+async def test_caller_callable_decides_the_caller(make_client: Callable[..., Any]) -> None:
     async def tenant(scope: Any) -> str | None:
         for name, value in scope["headers"]:
             if name == b"x-tenant":
                 return str(value.decode())
         return None
 
-    app, client = make_client(scope=tenant)
+    app, client = make_client(caller=tenant)
     async with client:
         await assert_callers_told_apart_by(app, client, "X-Tenant", "t1", "t2")
 
@@ -397,7 +397,9 @@ def test_bad_options_are_configuration_errors(store: IdempotencyStore) -> None:
     with pytest.raises(ConfigurationError):
         IdempotencyMiddleware(app, store=store, retention=0)
     with pytest.raises(ConfigurationError):
-        IdempotencyMiddleware(app, store=store, scope="not callable")  # type: ignore[arg-type]
+        IdempotencyMiddleware(app, store=store, caller="not callable")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        IdempotencyMiddleware(app, store=store, caller_sources=["cookie:*"])
 
 
 async def test_unreachable_store_is_503_without_running(framework: str) -> None:

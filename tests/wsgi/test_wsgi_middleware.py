@@ -131,15 +131,58 @@ def test_an_anonymous_keyed_request_is_refused_not_matched(app: flask.Flask) -> 
     assert app.config["count"] == 0
 
 
-def test_remote_user_is_the_caller_when_the_server_authenticated(app: flask.Flask) -> None:
-    client = Client(app)
-    headers = {"Idempotency-Key": '"same"'}
-    for user in ("alice", "bob"):
-        response = client.post(
-            "/orders", json={}, headers=headers, environ_overrides={"REMOTE_USER": user}
-        )
-        assert response.status_code == 201 and "Idempotent-Replayed" not in response.headers
-    assert app.config["count"] == 2
+def test_remote_user_is_the_caller_when_configured(store_url: str) -> None:
+    with orders_behind_middleware(store_url, trust_remote_user=True) as app:
+        client = Client(app)
+        headers = {"Idempotency-Key": '"same"'}
+        for user in ("alice", "bob", "alice"):
+            response = client.post(
+                "/orders", json={}, headers=headers, environ_overrides={"REMOTE_USER": user}
+            )
+            assert response.status_code == 201
+        assert response.headers["Idempotent-Replayed"] == "true"
+        assert app.config["count"] == 2  # alice's retry replayed
+
+
+def test_remote_user_is_no_caller_unless_configured(app: flask.Flask) -> None:
+    # A WSGI server may pass a client-controlled REMOTE_USER: by default it names nobody.
+    response = Client(app).post(
+        "/orders",
+        json={},
+        headers={"Idempotency-Key": '"k"'},
+        environ_overrides={"REMOTE_USER": "1"},
+    )
+    assert response.status_code == 400
+
+
+# Issue #40, case 3: present, but they identify nobody.
+NAMES_NOBODY = {
+    "bare-bearer": {"Authorization": "Bearer"},
+    "basic-alone": {"Authorization": "Basic"},
+    "empty-session-cookie": {"Cookie": "session="},
+    "constant-consent-cookie": {"Cookie": "consent=yes"},
+}
+
+
+@pytest.mark.parametrize("credentials", NAMES_NOBODY.values(), ids=NAMES_NOBODY.keys())
+def test_credentials_that_name_nobody_are_refused(
+    app: flask.Flask, credentials: dict[str, str]
+) -> None:
+
+    def post_as_someone() -> Any:
+        client, headers = Client(app), {"Idempotency-Key": '"k"'}
+        for name, value in credentials.items():
+            if name == "Cookie":  # the test client sends its own cookie jar, not the header
+                client.set_cookie(*value.split("=", 1))
+            else:
+                headers[name] = value
+        return client.post("/orders", json={}, headers=headers)
+
+    first = post_as_someone()  # one person
+    second = post_as_someone()  # another
+    assert first.status_code == second.status_code == 400
+    assert "caller" in second.get_json()["detail"]
+    assert app.config["count"] == 0
 
 
 def test_callers_never_see_each_other_s_records(app: flask.Flask) -> None:
@@ -213,13 +256,13 @@ def test_a_key_is_required_where_the_predicate_says(store_url: str) -> None:
     assert other.status_code == 503
 
 
-def test_a_scope_callable_is_given_the_environ(store_url: str) -> None:
+def test_a_caller_callable_is_given_the_environ(store_url: str) -> None:
     flask_app = orders_app()
 
     def tenant(environ: dict[str, Any]) -> str | None:
         return environ.get("HTTP_X_TENANT")
 
-    with IdempotencyMiddleware(flask_app.wsgi_app, store=store_url, scope=tenant) as wrapped:
+    with IdempotencyMiddleware(flask_app.wsgi_app, store=store_url, caller=tenant) as wrapped:
         client = Client(wrapped)
         client.post("/orders", json={}, headers={"Idempotency-Key": "k", "X-Tenant": "a"})
         again = client.post("/orders", json={}, headers={"Idempotency-Key": "k", "X-Tenant": "a"})
