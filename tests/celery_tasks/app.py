@@ -65,6 +65,19 @@ def charge_by_order(order: str, seconds: float) -> dict[str, Any]:
     return {"order": order}
 
 
+@app.task
+def charge_each(orders: list[str]) -> None:
+    """Calls ``charge``'s function once per order inside this one task (issue #40, case 8):
+    each call says how it ended, as a line ``nested <order> <outcome>``."""
+    for order in orders:
+        try:
+            charge.run(order, 0)
+        except Exception as exc:
+            _effect(f"nested {order} {type(exc).__name__}")
+        else:
+            _effect(f"nested {order} returned")
+
+
 @task_postrun.connect
 def _delivered(task_id: str, state: str, **_: Any) -> None:
     # Every delivery that ended, with how: the tests wait for these.

@@ -131,6 +131,22 @@ def test_tasks_keyed_by_their_arguments_run_once_per_key(deployment: Deployment)
     assert all(line.endswith("SUCCESS") for line in deployment.lines() if "postrun" in line)
 
 
+def test_a_task_s_function_called_inside_another_task_is_refused(deployment: Deployment) -> None:
+    # Issue #40, case 8: keyed by the outer task's id, ann ran, ben was a ConflictError and
+    # ann's second call was silently replayed. Each call is now refused, none runs.
+    task_id = uuid.uuid4().hex
+    with deployment.worker():
+        deployment.send(
+            "tests.celery_tasks.app.charge_each", ["ann", "ben", "ann"], task_id=task_id
+        )
+        deployment.wait_for(f"postrun {task_id}", 1)
+    assert [line for line in deployment.lines() if line.startswith(("nested", "start"))] == [
+        "nested ann InvalidKeyError",
+        "nested ben InvalidKeyError",
+        "nested ann InvalidKeyError",
+    ]
+
+
 def test_a_task_redelivered_after_its_worker_was_killed_resumes_once(
     deployment: Deployment,
 ) -> None:
