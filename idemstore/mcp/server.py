@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from idemstore.callers import CallerSources, asgi_headers, caller_scope, fit_scope
+from idemstore.callers import (
+    DEFAULT_SOURCES,
+    CallerSources,
+    asgi_headers,
+    fit_scope,
+    scope_of_caller,
+)
 from idemstore.errors import (
     CanonicalizationError,
     IdemstoreError,
@@ -34,11 +40,22 @@ from idemstore.errors import (
 from idemstore.execution import ExecutionPolicy, TakeoverPolicy
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
-from idemstore.mcp import outcomes, sep3182
+from idemstore.http_callers import caller_sources_of
+from idemstore.mcp import sep3182
 from idemstore.mcp.outcome_policy import decide
-from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral, render_result
+from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral
 from idemstore.mcp.refusal_errors import refusal_error
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
+from idemstore.mcp.server_wire import (
+    ReplayedToolError,
+    deliver_fastmcp,
+    deliver_lowlevel,
+    dump,
+    error_outcome,
+    raise_outcome,
+    tool_result_wire,
+    wire_error,
+)
 from idemstore.records import MAX_KEY_LENGTH, check_identity
 from idemstore.refusals import Refusal, refusal_of
 
@@ -48,7 +65,7 @@ try:
     from fastmcp.server.dependencies import fastmcp_request_ctx
     from fastmcp.server.dependencies import get_access_token as _fastmcp_access_token
     from fastmcp.server.middleware import Middleware
-    from fastmcp.tools.base import InputRequiredToolResult, RawStructuredToolResult, ToolResult
+    from fastmcp.tools.base import InputRequiredToolResult, ToolResult
     from mcp.server.auth.provider import principal_components
     from mcp.server.request_state import authenticated_principal
     from mcp.shared.exceptions import MCPError
@@ -60,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from fastmcp.server.auth import AccessToken as _FastMCPAccessToken
     from fastmcp.server.middleware import CallNext as FastMCPCallNext
@@ -97,13 +114,6 @@ _executing: contextvars.ContextVar[object | None] = contextvars.ContextVar(
 )
 
 
-class ReplayedToolError(Exception):
-    """Raised on replay of a call whose tool raised an unexpected exception the first time.
-
-    Its message is the original exception's, so the SDK puts the same error on the wire.
-    """
-
-
 class _NotRecorded(Exception):
     """Internal: the outcome must not be stored (the key is released), only returned."""
 
@@ -115,48 +125,19 @@ class _ToolCall:
     fingerprint: str
 
 
-def _rpc_error(code: int, message: str, data: dict[str, Any] | None = None) -> MCPError:
-    return MCPError(code=code, message=message, data=data)
-
-
-def _wire_error(body: dict[str, Any]) -> MCPError:
-    return _rpc_error(body["code"], body["message"], body.get("data"))
-
-
-def _error_outcome(exc: MCPError) -> ToolOutcome:
-    error = exc.error
-    body: dict[str, Any] = {"code": error.code, "message": error.message}
-    if error.data is not None:
-        body["data"] = error.data
-    record = decide({"error": body}, "sep") == "record"  # never a refusal, nor -32800
-    return ToolOutcome("error", body, record=record, original=exc)
-
-
-def _raise_outcome(kind: str, exc: BaseException) -> ToolOutcome:
-    return ToolOutcome("raise", {"class": kind, "message": str(exc)}, original=exc)
-
-
-def _dump(result: object) -> dict[str, Any]:
-    if isinstance(result, BaseModel):
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    if isinstance(result, Mapping):
-        return dict(result)
-    return {}
-
-
-def _request_caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    """The caller of an HTTP request (Streamable HTTP), ``None`` over stdio or without
-    credentials: then the server has no boundary to keep apart (SEP-3182's "whatever
+def _request_caller(
+    ctx: ServerRequestContext[Any, Any], sources: CallerSources | None
+) -> str | None:
+    """The scope of an HTTP request (Streamable HTTP) by its named credentials
+    (``idemstore.callers``), ``None`` over stdio or without one that names somebody (a bare
+    ``Bearer`` is none): then the server has no boundary to keep apart (SEP-3182's "whatever
     authorization boundary already governs access")."""
     request = getattr(ctx, "request", None)
     scope = getattr(request, "scope", None)
     if not isinstance(scope, Mapping):
         return None
     query = scope.get("query_string", b"").decode("latin-1")
-    return _CALLERS.caller(asgi_headers(scope), query)
-
-
-_CALLERS = CallerSources()
+    return scope_of_caller("mcp-server", None, sources, asgi_headers(scope), query)
 
 
 class _PolicyOptions(TypedDict, total=False):
@@ -172,6 +153,7 @@ class ServerOptions(_PolicyOptions, total=False):
     the SEP-3182 rules and the execution policy hold their defaults and checks)."""
 
     scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None
+    caller_sources: Iterable[str] | CallerSources | None
     advertise_retention: bool
     max_key_length: int
     max_response_bytes: int | None
@@ -180,13 +162,21 @@ class ServerOptions(_PolicyOptions, total=False):
 class _Sep3182:
     """The SEP-3182 rules over any store; the adapters supply execution and delivery."""
 
-    __slots__ = ("_max_key_length", "_max_response_bytes", "_policy", "_scope", "capability")
+    __slots__ = (
+        "_max_key_length",
+        "_max_response_bytes",
+        "_policy",
+        "_scope",
+        "_sources",
+        "capability",
+    )
 
     def __init__(
         self,
         store: IdempotencyStore,
         *,
         scope: str | Callable[[ServerRequestContext[Any, Any]], str | None] | None = None,
+        caller_sources: Iterable[str] | CallerSources | None = DEFAULT_SOURCES,
         advertise_retention: bool = False,
         max_key_length: int = MAX_KEY_LENGTH,
         max_response_bytes: int | None = None,
@@ -199,6 +189,7 @@ class _Sep3182:
         if isinstance(scope, str):
             check_identity("k", scope)
         self._scope = scope
+        self._sources = caller_sources_of(caller_sources)
         self._max_key_length = max_key_length
         self._max_response_bytes = max_response_bytes
         retention = self._policy.retention
@@ -218,7 +209,7 @@ class _Sep3182:
         """An ``initialize``/``server/discover`` result with ``tools.idempotency`` added."""
         if not isinstance(result, BaseModel | Mapping):
             return result
-        return sep3182.with_capability(_dump(result), self.capability)
+        return sep3182.with_capability(dump(result), self.capability)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -237,7 +228,7 @@ class _Sep3182:
             check_identity(key, "", max_key_length=self._max_key_length)
         except InvalidKeyError as exc:
             why = f"{exc}; send a non-empty string of at most {self._max_key_length} characters"
-            raise _wire_error(sep3182.invalid_key_error(key, why)) from None
+            raise wire_error(sep3182.invalid_key_error(key, why)) from None
         name = params.get("name")
         arguments = params.get("arguments")
         # Absent and null arguments both mean "no arguments", as for the tool itself.
@@ -247,22 +238,21 @@ class _Sep3182:
             print_ = fingerprint({"name": name, "arguments": arguments})
         except CanonicalizationError as exc:
             why = f"not JSON values: {exc}"
-            raise _wire_error(sep3182.invalid_key_error(key, why, "tool arguments")) from None
+            raise wire_error(sep3182.invalid_key_error(key, why, "tool arguments")) from None
         assert isinstance(key, str)  # check_identity accepted it
         return _ToolCall(key=key, name=str(name), fingerprint=print_)
 
     def scope_of(self, ctx: ServerRequestContext[Any, Any], principal: str | None) -> str:
         """The authorization boundary records are kept in: the principal, else the ``scope``
-        option, else the request's credentials (``idemstore.callers``: an HTTP request that
-        carries ``Authorization``, cookies or a query string), else ``DEFAULT_SCOPE``."""
+        option, else the request's named credentials (``caller_sources``, by
+        ``idemstore.callers``' rule), else ``DEFAULT_SCOPE``."""
         if principal is not None:
             return fit_scope(f"principal:{principal}")
         scope = self._scope
         if callable(scope):
             scope = scope(ctx)
         if scope is None:
-            caller = _request_caller(ctx)
-            return DEFAULT_SCOPE if caller is None else caller_scope("mcp-server", caller)
+            return _request_caller(ctx, self._sources) or DEFAULT_SCOPE
         if not isinstance(scope, str):
             raise TypeError(f"the scope callable returned {type(scope).__name__}, not str")
         return fit_scope(scope)
@@ -322,7 +312,7 @@ class _Sep3182:
                 logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
             # Only a key's fault is told (the store's own messages may name its database).
             why = str(exc) if refusal is Refusal.INVALID_KEY else ""
-            raise _wire_error(refusal_error(refusal, call.key, why)) from None
+            raise wire_error(refusal_error(refusal, call.key, why)) from None
         if not result.replayed:
             assert fresh is not None
             return fresh
@@ -331,7 +321,7 @@ class _Sep3182:
         except RecordUnreadable as exc:
             logger.error("record for idempotency key %r is unreadable: %s", call.key, exc)
             message = f"The record for {KEY_FIELD} {call.key!r} is unreadable"
-            raise _wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
+            raise wire_error(sep3182.error(sep3182.INTERNAL_ERROR, message)) from None
 
 
 class _Adapter:
@@ -370,8 +360,13 @@ class ServerIdempotency(_Adapter):
         scope: records are scoped to the authenticated principal (the SDK's auth context)
             when there is one. Otherwise to ``scope``: a string, or a callable given the
             ``ServerRequestContext`` that returns the caller's authorization boundary (or
-            ``None`` for the default). Default: ``DEFAULT_SCOPE``, the same in every
+            ``None`` for the default). Then, on Streamable HTTP, the request's named
+            credentials (``caller_sources``); else ``DEFAULT_SCOPE``, the same in every
             replica and restart (see docs/mcp-server.md).
+        caller_sources: the credentials of an HTTP request that tell callers apart without
+            a principal or ``scope``: ``header:NAME``, ``cookie:NAME``, ``query:NAME``
+            (default ``Authorization`` and ``Proxy-Authorization``; ``None``: none). One
+            that names nobody (a bare ``Bearer``) counts as absent.
         advertise_retention: add ``retentionSeconds`` to the ``tools.idempotency`` capability
             (default off).
         max_key_length: longest key accepted (longer ones are invalid params; default
@@ -412,39 +407,25 @@ class ServerIdempotency(_Adapter):
             try:
                 result = await call_next(ctx)
             except MCPError as exc:
-                return _error_outcome(exc)
+                return error_outcome(exc)
             except ValidationError as exc:
                 # The SDK's params validation: the request never reached the tool.
                 return ToolOutcome("error", {}, record=False, original=exc)
             except Exception as exc:
-                return _raise_outcome("exception", exc)
-            wire = _dump(result)
+                return raise_outcome("exception", exc)
+            wire = dump(result)
             if decide({"result": wire}, "sep") == "release":  # an MRTR input_required ask
                 return ToolOutcome("result", wire, record=False, original=result)
             self._learn_stamp(wire)
             return ToolOutcome("result", era_neutral(wire), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
-        return _deliver_lowlevel(outcome, ctx.protocol_version, self._stamp)
+        return deliver_lowlevel(outcome, ctx.protocol_version, self._stamp)
 
     def _learn_stamp(self, wire: object) -> None:
         meta = wire.get("_meta") if isinstance(wire, Mapping) else None
         if isinstance(meta, Mapping) and meta.get(SERVER_INFO_META_KEY) is not None:
             self._stamp = meta[SERVER_INFO_META_KEY]
-
-
-def _deliver_lowlevel(outcome: ToolOutcome, version: str, stamp: object) -> HandlerResult:
-    original = outcome.original
-    if not outcome.replayed:
-        if isinstance(original, BaseException):
-            raise original
-        return original if isinstance(original, BaseModel | dict) else dict(outcome.body)
-    body = outcome.body
-    if outcome.kind == "result":
-        return render_result(outcomes.replay_marked(body), version, stamp)
-    if outcome.kind == "error":
-        raise _wire_error(body)
-    raise ReplayedToolError(body.get("message", ""))
 
 
 # -- the FastMCP adapter -------------------------------------------------------------------------
@@ -513,62 +494,20 @@ class FastMCPIdempotency(_Adapter, Middleware):
             try:
                 result = await call_next(context)
             except (NotFoundError, DisabledError) as exc:
-                return _raise_outcome("not_found", exc)
+                return raise_outcome("not_found", exc)
             except FastMCPError as exc:
-                return _raise_outcome("tool_error", exc)
+                return raise_outcome("tool_error", exc)
             except MCPError as exc:
-                return _error_outcome(exc)
+                return error_outcome(exc)
             except Exception as exc:
-                return _raise_outcome("exception", exc)
+                return raise_outcome("exception", exc)
             finally:
                 _executing.reset(token)
             if isinstance(result, InputRequiredToolResult) or not isinstance(result, ToolResult):
                 # An MRTR ask is not an outcome; an extension's own result shape (a task
                 # handle) is not one this module can rebuild: neither is recorded.
                 return ToolOutcome("result", {}, record=False, original=result)
-            return ToolOutcome("result", _tool_result_wire(result), original=result)
+            return ToolOutcome("result", tool_result_wire(result), original=result)
 
         outcome = await self._sep.call(call, scope, execute)
-        return _deliver_fastmcp(outcome)
-
-
-def _tool_result_wire(result: ToolResult) -> dict[str, Any]:
-    wire: dict[str, Any] = {
-        "content": [block.model_dump(by_alias=True, mode="json") for block in result.content],
-        "isError": result.is_error,
-    }
-    if result.structured_content is not None:
-        wire["structuredContent"] = result.structured_content
-    if result.meta is not None:
-        wire["_meta"] = result.meta
-    return wire
-
-
-def _deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
-    original = outcome.original
-    if not outcome.replayed:
-        if isinstance(original, BaseException):
-            raise original
-        return original  # type: ignore[return-value]
-    body = outcome.body
-    if outcome.kind == "result":
-        body = outcomes.replay_marked(body)
-        wire = mcp_types.CallToolResult.model_validate(body)
-        structured = body.get("structuredContent")
-        if structured is None or isinstance(structured, dict):
-            return ToolResult.from_mcp_result(wire)
-        return RawStructuredToolResult(
-            content=wire.content,
-            structured_content=structured,
-            meta=wire.meta,
-            is_error=wire.is_error,
-        )
-    if outcome.kind == "error":
-        raise _wire_error(body)
-    message = body.get("message", "")
-    if body.get("class") == "not_found":
-        raise NotFoundError(message)
-    if body.get("class") == "tool_error":
-        # The isError result FastMCP made of the (already masked) ToolError, marked.
-        return ToolResult(content=message, is_error=True, meta=outcomes.replay_marked({})["_meta"])
-    raise ReplayedToolError(message)
+        return deliver_fastmcp(outcome)
