@@ -128,13 +128,13 @@ class KeyedRequest:
     """A keyed request whose reserve the app takes over (``claim``), once it knows the
     principal; the middleware records what the app answers, as for any keyed request."""
 
-    __slots__ = ("_middleware", "_scope", "claimed", "deferred", "execution", "fingerprint", "key")
+    __slots__ = ("_middleware", "claimed", "deferred", "execution", "fingerprint", "key", "scope")
 
     def __init__(
         self, middleware: IdempotencyMiddleware, scope: Scope, key: str, print_: str
     ) -> None:
         self._middleware = middleware
-        self._scope = scope
+        self.scope = scope
         self.key = key
         self.fingerprint = print_
         self.deferred = False
@@ -147,7 +147,12 @@ class KeyedRequest:
         Returns when the app may run; raises ``Answered`` when it must not (a replay, a
         refusal, no caller), and ``ConfigurationError`` when the middleware already reserved
         (it cannot take over: use ``idemstore.fastapi.IdempotencyMiddleware``)."""
-        if not self.deferred or self.claimed:
+        if self.claimed:
+            raise ConfigurationError(
+                "the idempotency key of this request was claimed twice: let a route depend on"
+                " idempotency_key() once (its own, or its router's)"
+            )
+        if not self.deferred:
             raise ConfigurationError(
                 "the idempotency key of this request was already reserved by the middleware,"
                 " before the route's dependencies ran: add idemstore.fastapi's"
@@ -155,7 +160,7 @@ class KeyedRequest:
             )
         self.claimed = True
         middleware = self._middleware
-        caller = await middleware.caller_scope(self._scope, principal)
+        caller = await middleware.caller_scope(self.scope, principal)
         if caller is None:
             raise Answered(_no_caller(self.key))
         begun = await middleware.begin(self.key, caller, self.fingerprint)
@@ -449,6 +454,7 @@ class IdempotencyMiddleware:
 
         inner_scope = dict(scope)
         inner_scope[KEYED_REQUEST] = request
+        request.scope = inner_scope  # what the app sees (and may add a "user" to) claims
         extensions = scope.get("extensions")
         if extensions:
             inner_scope["extensions"] = {

@@ -103,6 +103,19 @@ def test_a_remote_user_is_no_caller_unless_configured() -> None:
     assert EFFECTS == {"orders": 1}
 
 
+async def test_an_async_view_reads_no_remote_user_unless_configured() -> None:
+    client = AsyncClient()
+    path, kind = "/async-orders", "application/json"
+    user = {"Idempotency-Key": '"k"', "X-Test-User": "1"}
+    first = await client.post(path, "{}", content_type=kind, headers=user)
+    anonymous = await client.post(
+        path, "{}", content_type=kind, headers={"Idempotency-Key": '"k"'}, REMOTE_USER="1"
+    )
+    assert first.status_code == 201
+    assert anonymous.status_code == 400
+    assert EFFECTS == {"async_orders": 1}
+
+
 def test_a_trusted_remote_user_is_not_the_django_user_of_that_pk(store_url: str) -> None:
     with override_settings(IDEMSTORE={"STORE": store_url, "TRUST_REMOTE_USER": True}):
         first = post(Client(), "/orders", "{}", {"Idempotency-Key": '"k"', "X-Test-User": "1"})

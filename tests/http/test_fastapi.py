@@ -44,6 +44,8 @@ def orders_app(store: IdempotencyStore, how: str = "dependency", **options: Any)
     app = FastAPI()
     app.state.calls = 0
     keyed = Depends(idempotency_key(caller if how == "dependency" else None))
+    if how == "starlette-user":  # no dependency on the route: the middleware decides alone
+        keyed = Depends(lambda: None)
     required = Depends(idempotency_key(caller, required=True))
 
     @app.post("/orders", status_code=201, dependencies=[keyed])
@@ -64,18 +66,20 @@ def orders_app(store: IdempotencyStore, how: str = "dependency", **options: Any)
             return Principal("accounts", found[0]) if found and found[0] else None
 
         options["caller"] = from_scope
+    if how == "starlette-user-inside":  # added first: runs after the idempotency middleware
+        app.add_middleware(AuthenticationMiddleware, backend=TokenAuth())
     middleware = options.pop("middleware", IdempotencyMiddleware)
     app.add_middleware(middleware, store=store, **options)
-    if how == "starlette-user":
-
-        class TokenAuth(AuthenticationBackend):
-            async def authenticate(self, conn: Any) -> Any:
-                _, _, token = conn.headers.get("authorization", "").partition(" ")
-                user = TOKENS.get(token)
-                return (AuthCredentials(["authenticated"]), SimpleUser(user)) if user else None
-
+    if how == "starlette-user":  # added last: runs first
         app.add_middleware(AuthenticationMiddleware, backend=TokenAuth())
     return app
+
+
+class TokenAuth(AuthenticationBackend):
+    async def authenticate(self, conn: Any) -> Any:
+        _, _, token = conn.headers.get("authorization", "").partition(" ")
+        user = TOKENS.get(token)
+        return (AuthCredentials(["authenticated"]), SimpleUser(user)) if user else None
 
 
 @pytest.fixture
@@ -94,7 +98,7 @@ async def order(client: httpx.AsyncClient, token: str, key: str = "k", **body: A
     return await client.post("/orders", json=body or {"sku": "A1"}, headers=headers)
 
 
-@pytest.mark.parametrize("how", ["dependency", "starlette-user", "caller"])
+@pytest.mark.parametrize("how", ["dependency", "starlette-user", "starlette-user-inside", "caller"])
 async def test_a_retry_after_a_token_refresh_replays(store: IdempotencyStore, how: str) -> None:
     app = orders_app(store, how)
     async with client_of(app) as client:

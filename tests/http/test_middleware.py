@@ -284,7 +284,7 @@ async def test_caller_callable_decides_the_caller(make_client: Callable[..., Any
         await assert_callers_told_apart_by(app, client, "X-Tenant", "t1", "t2")
 
 
-async def test_authenticated_user_is_the_default_scope(store: IdempotencyStore) -> None:
+async def test_the_authenticated_user_is_the_caller_by_default(store: IdempotencyStore) -> None:
     from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
     from starlette.middleware.authentication import AuthenticationMiddleware
 
