@@ -194,3 +194,18 @@ async def test_a_user_without_identity_is_no_principal_not_a_500(store: Idempote
     assert anonymous.status_code == 400
     assert first.status_code == 201
     assert_replay_of(again, first)
+
+
+def test_the_caller_rule_is_logged_once_at_start_up(
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idemstore.asgi import IdempotencyMiddleware
+
+    async def app(scope: Any, receive: Any, send: Any) -> None: ...
+
+    with caplog.at_level("INFO", logger="idemstore.http"):
+        IdempotencyMiddleware(app, store=store)
+        IdempotencyMiddleware(app, store=store, caller=lambda scope: None, caller_sources=None)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "idemstore.http"]
+    assert 'scope["user"].identity' in line
+    assert "header:authorization" in line and "refreshed credential is a new caller" in line

@@ -58,6 +58,13 @@ def orders_app(store: IdempotencyStore, how: str = "dependency", **options: Any)
         app.state.calls += 1
         return {"n": app.state.calls}
 
+    @app.post("/flaky", status_code=201, dependencies=[keyed])
+    async def flaky(request: Request) -> dict[str, Any]:
+        app.state.calls += 1
+        if app.state.calls == 1:
+            raise RuntimeError("the card network hung up")
+        return {"n": app.state.calls}
+
     if how == "caller":
         tokens = {f"Bearer {token}".encode(): user for token, user in TOKENS.items()}
 
@@ -158,6 +165,19 @@ async def test_the_dependency_needs_the_fastapi_middleware(store: IdempotencySto
         response = await order(client, "token-v1")
     assert response.status_code == 500
     assert app.state.calls == 0
+
+
+async def test_an_endpoint_that_raises_releases_the_key(store: IdempotencyStore) -> None:
+    app = orders_app(store)
+    headers = {"Authorization": "Bearer token-v1", "Idempotency-Key": '"flaky"'}
+    async with client_of(app) as client:
+        crashed = await client.post("/flaky", headers=headers)
+        retried = await client.post("/flaky", headers=headers)
+        replayed = await client.post("/flaky", headers=headers)
+    assert crashed.status_code == 500
+    assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
+    assert_replay_of(replayed, retried)
+    assert app.state.calls == 2
 
 
 def test_the_openapi_schema_declares_the_header(store: IdempotencyStore) -> None:
