@@ -30,7 +30,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from idemstore.asgi import IdempotencyMiddleware
+from idemstore.http.asgi import IdempotencyMiddleware
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection, Request

@@ -50,21 +50,27 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "APP_REALM",
     "DEFAULT_SOURCES",
     "CallerSources",
     "Principal",
     "Source",
     "asgi_headers",
     "caller_scope",
+    "caller_sources_of",
     "describe_caller_rule",
     "fit_scope",
     "normalize_field",
+    "principal_of",
     "scope_of_caller",
 ]
 
 DEFAULT_SOURCES = ("header:authorization", "header:proxy-authorization")
 """The request parts that name a caller without a principal unless the operator names others:
 only the fields that are credentials by definition (RFC 9110 11.6)."""
+
+APP_REALM = "app"
+"""The realm of a string a door's ``caller=`` callable returns."""
 
 SourceKind = Literal["header", "cookie", "query"]
 
@@ -230,6 +236,30 @@ class CallerSources:
             values = [v for n, v in pairs if n == source.name]
         name = source.name if source.kind == "header" else None
         return sorted(v for v in values if _names_somebody(name, v))
+
+
+def principal_of(returned: object) -> Principal | None:
+    """What a ``caller=`` callable returned, as a principal: a ``Principal`` as it is, a
+    string as the subject of realm ``app``, ``None`` (or a string naming nobody) as none."""
+    if returned is None or isinstance(returned, Principal):
+        return returned
+    if isinstance(returned, str):
+        return Principal.of(APP_REALM, returned)
+    raise TypeError(
+        f"the caller callable returned {type(returned).__name__}; return a Principal, a str or None"
+    )
+
+
+def caller_sources_of(sources: Iterable[str] | CallerSources | None) -> CallerSources | None:
+    """The ``caller_sources`` option: names (``header:NAME``, ``cookie:NAME``,
+    ``query:NAME``), a ``CallerSources``, or ``None`` for none."""
+    if sources is None or isinstance(sources, CallerSources):
+        return sources
+    if isinstance(sources, str):
+        raise ConfigurationError(
+            f"caller_sources must be a list of sources such as ['cookie:session'], not {sources!r}"
+        )
+    return CallerSources(sources)
 
 
 def scope_of_caller(

@@ -1,5 +1,5 @@
 """A private event loop in a daemon thread, for the synchronous doors (``idemstore.sync``,
-``idemstore.wsgi``).
+``idemstore.http.wsgi``).
 
 The async stores and the async execution path run on this loop unchanged; a blocking caller
 submits a coroutine with ``LoopThread.call`` and waits. The coroutine may hand a callable back

@@ -28,6 +28,7 @@ from idemstore.callers import (
     DEFAULT_SOURCES,
     CallerSources,
     asgi_headers,
+    caller_sources_of,
     fit_scope,
     scope_of_caller,
 )
@@ -40,7 +41,6 @@ from idemstore.errors import (
 from idemstore.execution import ExecutionPolicy, TakeoverPolicy
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
-from idemstore.http_callers import caller_sources_of
 from idemstore.mcp import sep3182
 from idemstore.mcp.outcome_policy import decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral

@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun
 
-from idemstore.celery import idempotent_task
+from idemstore.consumers.celery import idempotent_task
 from idemstore.execution import current_execution
 from idemstore.sync import Idempotency
 

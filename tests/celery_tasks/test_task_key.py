@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from idemstore import InvalidKeyError
-from idemstore.celery import idempotent_task
+from idemstore.consumers.celery import idempotent_task
 from idemstore.sync import Idempotency
 
 

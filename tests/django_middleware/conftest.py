@@ -24,7 +24,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
 def idemstore_settings(store_url: str) -> Iterator[str]:
     from django.test import override_settings
 
-    from idemstore.django import close_stores
+    from idemstore.http.django import close_stores
 
     EFFECTS.clear()
     with override_settings(IDEMSTORE={"STORE": store_url}):

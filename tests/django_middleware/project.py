@@ -15,7 +15,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 
-from idemstore.django import idempotency_key_exempt, idempotency_key_required
+from idemstore.http.django import idempotency_key_exempt, idempotency_key_required
 
 EFFECTS: dict[str, int] = {}
 _LOCK = threading.Lock()
@@ -34,7 +34,7 @@ def configure(store_url: str | None = None) -> None:
         INSTALLED_APPS=[],
         MIDDLEWARE=[
             f"{__name__}.HeaderUserMiddleware",
-            "idemstore.django.IdempotencyMiddleware",
+            "idemstore.http.django.IdempotencyMiddleware",
         ],
         IDEMSTORE={"STORE": store_url or os.environ.get("IDEMSTORE_TEST_STORE", "memory://")},
     )

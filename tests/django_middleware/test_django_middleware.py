@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client, override_settings
 
-from idemstore.django import IdempotencyMiddleware, close_stores
+from idemstore.http.django import IdempotencyMiddleware, close_stores
 from tests.django_middleware.project import EFFECTS
 
 pytestmark = pytest.mark.usefixtures("idemstore_settings")

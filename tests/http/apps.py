@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from idemstore import open_store
-from idemstore.asgi import IdempotencyMiddleware
+from idemstore.http.asgi import IdempotencyMiddleware
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

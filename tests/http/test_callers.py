@@ -199,7 +199,7 @@ async def test_a_user_without_identity_is_no_principal_not_a_500(store: Idempote
 def test_the_caller_rule_is_logged_once_at_start_up(
     store: IdempotencyStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from idemstore.asgi import IdempotencyMiddleware
+    from idemstore.http.asgi import IdempotencyMiddleware
 
     async def app(scope: Any, receive: Any, send: Any) -> None: ...
 

@@ -1,5 +1,5 @@
 """FastAPI the FastAPI way (issue #40, case 1): the principal comes from the app's own auth
-dependencies, through ``idemstore.fastapi``; a PostgreSQL store, as in the issue."""
+dependencies, through ``idemstore.http.fastapi``; a PostgreSQL store, as in the issue."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from starlette.authentication import AuthCredentials, AuthenticationBackend, Sim
 from starlette.middleware.authentication import AuthenticationMiddleware
 
 from idemstore import open_store
-from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.callers import Principal
-from idemstore.fastapi import IdempotencyMiddleware, idempotency_key
+from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
+from idemstore.http.fastapi import IdempotencyMiddleware, idempotency_key
 from tests.http.conftest import assert_replay_of
 
 if TYPE_CHECKING:

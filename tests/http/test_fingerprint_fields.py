@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from idemstore.asgi import IdempotencyMiddleware
 from idemstore.errors import ConfigurationError
+from idemstore.http.asgi import IdempotencyMiddleware
 from tests.http.conftest import ALICE, assert_ran_once_replayed_and_refused, calls, keyed
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from idemstore.asgi import IdempotencyMiddleware, parse_idempotency_key
+from idemstore.http.asgi import IdempotencyMiddleware, parse_idempotency_key
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
 from tests.http.conftest import (
@@ -337,7 +337,7 @@ async def test_large_response_is_sent_but_not_recorded(
 ) -> None:
     app, client = make_client(max_response_bytes=1000)
     async with client:
-        with caplog.at_level(logging.WARNING, logger="idemstore.asgi"):
+        with caplog.at_level(logging.WARNING, logger="idemstore.http.asgi"):
             first = await client.post("/big?size=5000", headers=keyed("k-big"))
         again = await client.post("/big?size=5000", headers=keyed("k-big"))
         small = await client.post("/big?size=10", headers=keyed("k-small"))

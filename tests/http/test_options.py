@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from idemstore import open_store
-from idemstore.asgi import IdempotencyMiddleware
 from idemstore.errors import ConfigurationError
+from idemstore.http.asgi import IdempotencyMiddleware
 from tests.http.apps import create_app
 from tests.http.conftest import assert_replay_of, client_of, post_twice
 

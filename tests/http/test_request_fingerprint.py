@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from idemstore import fingerprint
-from idemstore.http_identity import request_fingerprint
+from idemstore.http.request_identity import request_fingerprint
 
 
 def request(content_type: str, body: bytes) -> str:

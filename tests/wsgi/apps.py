@@ -10,7 +10,7 @@ from typing import Any
 
 import flask
 
-from idemstore.wsgi import IdempotencyMiddleware
+from idemstore.http.wsgi import IdempotencyMiddleware
 
 
 def orders_app(effects: Path | None = None) -> flask.Flask:

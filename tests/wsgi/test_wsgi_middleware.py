@@ -12,9 +12,9 @@ import httpx
 import pytest
 from werkzeug.test import Client
 
-from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.errors import ConfigurationError
-from idemstore.wsgi import IdempotencyMiddleware
+from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
+from idemstore.http.wsgi import IdempotencyMiddleware
 from tests.wsgi.apps import orders_app
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from idemstore.protocol import IdempotencyStore
 from idemstore.urls import open_store
 
 if TYPE_CHECKING:
-    from idemstore.asgi import RoutePredicate, Scope
     from idemstore.callers import CallerSources
     from idemstore.execution import TakeoverPolicy
+    from idemstore.http.wire import RoutePredicate, Scope
 
 __all__ = [
     "KeyedRequestOptions",
@@ -35,7 +35,7 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 class KeyedRequestOptions(TypedDict, total=False):
     """The middleware's options for a keyed request, declared once for the doors that forward
-    them to it (``idemstore.wsgi``); ``IdempotencyMiddleware`` holds their defaults and
+    them to it (``idemstore.http.wsgi``); ``IdempotencyMiddleware`` holds their defaults and
     meaning, and checks them."""
 
     caller_sources: Iterable[str] | CallerSources | None

@@ -4,7 +4,7 @@ FastAPI authenticates in dependencies, which run after every middleware, so a mi
 cannot see who is calling. Here a route declares the key as a dependency that depends on the
 app's own authentication::
 
-    from idemstore.fastapi import IdempotencyMiddleware, idempotency_key
+    from idemstore.http.fastapi import IdempotencyMiddleware, idempotency_key
 
     app = FastAPI()
     app.add_middleware(IdempotencyMiddleware, store="redis://localhost:6379/0")
@@ -15,7 +15,7 @@ app's own authentication::
     @app.post("/orders", dependencies=[Depends(idempotency_key(caller))])
     async def create_order(order: Order) -> Order: ...
 
-``IdempotencyMiddleware`` is ``idemstore.asgi``'s, with the same options, answers and records;
+``IdempotencyMiddleware`` is ``idemstore.http.asgi``'s, with the same options, answers and records;
 for a keyed request to a route with this dependency it reads the key, the body and the
 fingerprint as always, and leaves the reserve to the dependency, which runs once the
 principal is known. A replay or a refusal is then answered by the middleware before the
@@ -28,24 +28,24 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Annotated, Any
 
-from idemstore.asgi import KEYED_REQUEST, Answered, KeyedRequest, key_required
-from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
-from idemstore.asgi_options import HEADER_NAME
+from idemstore.callers import principal_of
 from idemstore.errors import ConfigurationError, MissingDependencyError
-from idemstore.http_callers import principal_of
+from idemstore.http.asgi import KEYED_REQUEST, Answered, KeyedRequest, key_required
+from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
+from idemstore.http.options import HEADER_NAME
 
 try:
     from fastapi import Depends, Header, Request
     from starlette.routing import Match
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.fastapi needs FastAPI: pip install 'idemstore[fastapi]'"
+        "idemstore.http.fastapi needs FastAPI: pip install 'idemstore[fastapi]'"
     ) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from idemstore.asgi import Scope
+    from idemstore.http.wire import Scope
 
 __all__ = ["IdempotencyMiddleware", "idempotency_key"]
 
@@ -59,7 +59,7 @@ _DESCRIPTION = (
 
 
 class IdempotencyMiddleware(ASGIIdempotencyMiddleware):
-    """``idemstore.asgi.IdempotencyMiddleware`` that lets a route's ``idempotency_key``
+    """``idemstore.http.asgi.IdempotencyMiddleware`` that lets a route's ``idempotency_key``
     dependency reserve the key, once the app's dependencies know the principal."""
 
     __slots__ = ()
@@ -99,7 +99,7 @@ def idempotency_key(
             rule decides alone.
         required: refuse a request without the key (400), as the middleware's ``required``.
 
-    The route needs ``idemstore.fastapi.IdempotencyMiddleware`` on the app: a keyed request
+    The route needs ``idemstore.http.fastapi.IdempotencyMiddleware`` on the app: a keyed request
     without it fails with ``ConfigurationError`` rather than running unprotected.
     """
 
@@ -112,7 +112,7 @@ def idempotency_key(
                 return
             raise ConfigurationError(
                 "a keyed request reached a route with idempotency_key() without"
-                " idemstore.fastapi.IdempotencyMiddleware in front of it (or one whose methods"
+                " idemstore.http.fastapi.IdempotencyMiddleware in front of it (or one whose methods"
                 " leave this one out): add it, app.add_middleware(IdempotencyMiddleware, ...)"
             )
         await keyed.claim(principal_of(returned))

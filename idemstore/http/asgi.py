@@ -10,21 +10,25 @@ the recorded response plus ``Idempotent-Replayed: true``; other outcomes, as the
 - a keyed request whose caller nobody can tell (no principal, no credential): 400;
 
 each as ``application/problem+json`` with a ``detail`` that says what to do. Every refusal of
-the execution path is answered from one table (``idemstore.http_problems``, docs/refusals.md).
+the execution path is answered from one table (``idemstore.http.problems``, docs/refusals.md).
 
-Who the caller is comes from ``idemstore.http_callers``. A route whose principal is only
+Who the caller is comes from ``idemstore.http.callers``. A route whose principal is only
 known after the app authenticated the request (a FastAPI dependency) takes the reserve over:
 the middleware then hands a ``KeyedRequest`` to the app in the scope (``KEYED_REQUEST``) and
-records what the app answers as it does for any keyed request (``idemstore.fastapi``).
+records what the app answers as it does for any keyed request (``idemstore.http.fastapi``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from idemstore.asgi_options import (
+from idemstore.callers import DEFAULT_SOURCES, CallerSources, Principal, asgi_headers
+from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
+from idemstore.execution import Execution, ExecutionPolicy, Replay
+from idemstore.fingerprint_fields import field_selection
+from idemstore.http.callers import CallerFunction, CallerRule, user_principal
+from idemstore.http.options import (
     HEADER_NAME,
     check_app,
     check_size,
@@ -33,19 +37,21 @@ from idemstore.asgi_options import (
     required_predicate,
     store_of,
 )
-from idemstore.callers import DEFAULT_SOURCES, CallerSources, Principal, asgi_headers
-from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
-from idemstore.execution import Execution, ExecutionPolicy, Replay
-from idemstore.fingerprint_fields import field_selection
-from idemstore.http_callers import CallerFunction, CallerRule, user_principal
-from idemstore.http_identity import header_values, parse_idempotency_key, request_fingerprint
-from idemstore.http_problems import Problem, problem, refusal_problem
-from idemstore.http_recording import Captured, Recorder, send_response
+from idemstore.http.problems import Problem, problem, refusal_problem
+from idemstore.http.recording import Captured, Recorder, send_response
+from idemstore.http.request_identity import (
+    header_values,
+    parse_idempotency_key,
+    request_fingerprint,
+)
 from idemstore.records import MAX_KEY_LENGTH, check_identity
 from idemstore.refusals import Refusal, refusal_of
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from idemstore.execution import TakeoverPolicy
+    from idemstore.http.wire import ASGIApp, Message, Receive, RoutePredicate, Scope, Send
     from idemstore.protocol import IdempotencyStore
 
 __all__ = [
@@ -59,14 +65,7 @@ __all__ = [
     "parse_idempotency_key",
 ]
 
-logger = logging.getLogger("idemstore.asgi")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-RoutePredicate = Callable[[Scope], bool]
+logger = logging.getLogger("idemstore.http.asgi")
 
 HEADER = HEADER_NAME.encode("ascii")
 REPLAYED_HEADER = (b"idempotent-replayed", b"true")
@@ -84,8 +83,8 @@ _USER = 'scope["user"].identity'
 
 
 def delegated_principal(scope: Scope) -> Principal | None:
-    """The ``caller`` of a middleware behind another door (``idemstore.wsgi``,
-    ``idemstore.django``): the principal that door read and put in the scope. With it, the
+    """The ``caller`` of a middleware behind another door (``idemstore.http.wsgi``,
+    ``idemstore.http.django``): the principal that door read and put in the scope. With it, the
     middleware reads no principal of its own and logs no caller rule (the door did)."""
     principal = scope.get(DELEGATED_PRINCIPAL)
     return principal if isinstance(principal, Principal) else None
@@ -146,7 +145,7 @@ class KeyedRequest:
 
         Returns when the app may run; raises ``Answered`` when it must not (a replay, a
         refusal, no caller), and ``ConfigurationError`` when the middleware already reserved
-        (it cannot take over: use ``idemstore.fastapi.IdempotencyMiddleware``)."""
+        (it cannot take over: use ``idemstore.http.fastapi.IdempotencyMiddleware``)."""
         if self.claimed:
             raise ConfigurationError(
                 "the idempotency key of this request was claimed twice: let a route depend on"
@@ -155,7 +154,7 @@ class KeyedRequest:
         if not self.deferred:
             raise ConfigurationError(
                 "the idempotency key of this request was already reserved by the middleware,"
-                " before the route's dependencies ran: add idemstore.fastapi's"
+                " before the route's dependencies ran: add idemstore.http.fastapi's"
                 " IdempotencyMiddleware, which lets the route's dependency reserve it"
             )
         self.claimed = True
@@ -328,7 +327,7 @@ class IdempotencyMiddleware:
 
     def defers(self, scope: Scope) -> bool:
         """Whether the app reserves this request's key itself, once it knows the principal
-        (``KeyedRequest.claim``). Never here; ``idemstore.fastapi``'s middleware says so for
+        (``KeyedRequest.claim``). Never here; ``idemstore.http.fastapi``'s middleware says so for
         routes with its dependency."""
         return False
 

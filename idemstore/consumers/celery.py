@@ -36,7 +36,7 @@ try:
     from celery import current_task
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.celery needs Celery: pip install 'idemstore[celery]'"
+        "idemstore.consumers.celery needs Celery: pip install 'idemstore[celery]'"
     ) from exc
 
 if TYPE_CHECKING:

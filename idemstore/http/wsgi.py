@@ -2,7 +2,7 @@
 
 ``IdempotencyMiddleware(app, store=url)`` wraps a WSGI app with the ASGI middleware's rules,
 not a copy of them: a keyed request is turned into an ASGI request and handed to
-``idemstore.asgi.IdempotencyMiddleware`` on a private event loop (``idemstore.loop_thread``),
+``idemstore.http.asgi.IdempotencyMiddleware`` on a private event loop (``idemstore.loop_thread``),
 whose inner app hands the request back to the WSGI app in the server's own worker thread. So
 the status codes (400, 409, 413, 422 as problem+json), ``Idempotent-Replayed``, the request
 fingerprint, the caller scope and the record format are the ASGI middleware's: an ASGI and a
@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
-from idemstore.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
-from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
-from idemstore.asgi_options import KeyedRequestOptions, method_set, required_predicate
 from idemstore.callers import DEFAULT_SOURCES, Principal
 from idemstore.fingerprint_fields import readable_again
 from idemstore.forwarded_options import reject_unknown
-from idemstore.http_callers import CallerRule
+from idemstore.http.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
+from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
+from idemstore.http.callers import CallerRule
+from idemstore.http.options import KeyedRequestOptions, method_set, required_predicate
 from idemstore.loop_thread import LoopOwner, LoopThread, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ EnvironCaller = Callable[[Environ], "Principal | str | None"]
 EnvironPredicate = Callable[[Environ], bool]
 
 # Where the WSGI environ travels inside the ASGI scope handed to the ASGI middleware.
-_ENVIRON = "idemstore.wsgi.environ"
+_ENVIRON = "idemstore.http.wsgi.environ"
 
 REMOTE_USER_REALM = "remote-user"
 """The realm of ``REMOTE_USER`` (a server's or an outer middleware's login name)."""

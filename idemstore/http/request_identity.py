@@ -3,7 +3,7 @@
 Shared by every HTTP door (the ASGI middleware, and the doors that run it): the
 ``Idempotency-Key`` field (draft-ietf-httpapi-idempotency-key-header, an RFC 8941 sf-string or
 a bare token) and ``request_fingerprint``, which compares bodies by what they say rather than
-how they are framed (the caller is ``idemstore.http_callers``'):
+how they are framed (the caller is ``idemstore.http.callers``'):
 
 - JSON (``application/json``, ``*+json``): the parsed value, canonical (key order,
   whitespace, escapes and ``1`` vs ``1.0`` make no difference);

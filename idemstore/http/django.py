@@ -1,14 +1,14 @@
 """HTTP ``Idempotency-Key`` for Django, configured from settings, for sync and async views.
 
-Add ``"idemstore.django.IdempotencyMiddleware"`` to ``MIDDLEWARE`` (after the authentication
+Add ``"idemstore.http.django.IdempotencyMiddleware"`` to ``MIDDLEWARE`` (after the authentication
 middleware: the caller is the authenticated user) and configure it in settings::
 
     IDEMSTORE = {"STORE": "redis://localhost:6379/0", "REQUIRED": ["/payments/*"]}
 
-The keys are the options of ``idemstore.asgi.IdempotencyMiddleware`` in upper case, whose
+The keys are the options of ``idemstore.http.asgi.IdempotencyMiddleware`` in upper case, whose
 rules this middleware runs rather than copies (status codes, ``Idempotent-Replayed``, the
 request fingerprint, problem bodies, the record format), on a private event-loop thread as
-``idemstore.wsgi`` does. The caller is, in this order: what ``CALLER`` (a function or its
+``idemstore.http.wsgi`` does. The caller is, in this order: what ``CALLER`` (a function or its
 dotted path, given the request) returns (a ``Principal``, a string: realm ``app``, or
 ``None``); the authenticated ``request.user`` by its pk (realm ``django-user``);
 ``REMOTE_USER`` when ``TRUST_REMOTE_USER`` is set (realm ``remote-user``); the credentials
@@ -38,16 +38,16 @@ try:
     from django.utils.module_loading import import_string
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.django needs Django: pip install 'idemstore[django]'"
+        "idemstore.http.django needs Django: pip install 'idemstore[django]'"
     ) from exc
 
-from idemstore.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
-from idemstore.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
-from idemstore.asgi_options import method_set, required_predicate
 from idemstore.callers import DEFAULT_SOURCES, Principal
-from idemstore.http_callers import CallerRule
+from idemstore.http.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
+from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
+from idemstore.http.callers import CallerRule
+from idemstore.http.options import method_set, required_predicate
+from idemstore.http.wsgi import REMOTE_USER_REALM, asgi_scope
 from idemstore.loop_thread import LoopThread, in_calling_thread, loop_over_store
-from idemstore.wsgi import REMOTE_USER_REALM, asgi_scope
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -70,8 +70,8 @@ DJANGO_USER_REALM = "django-user"
 
 _MARK = "idemstore_key"
 # What travels inside the ASGI scope handed to the ASGI middleware.
-_VIEW = "idemstore.django.view"
-_REQUIRED = "idemstore.django.required"
+_VIEW = "idemstore.http.django.view"
+_REQUIRED = "idemstore.http.django.required"
 
 _Parts = tuple[int, list[tuple[bytes, bytes]], bytes]
 
@@ -103,7 +103,7 @@ def _options() -> dict[str, Any]:
     configured = getattr(settings, "IDEMSTORE", None)
     if not isinstance(configured, dict) or "STORE" not in configured:
         raise ImproperlyConfigured(
-            'idemstore.django needs settings.IDEMSTORE = {"STORE": "<store URL>", ...}'
+            'idemstore.http.django needs settings.IDEMSTORE = {"STORE": "<store URL>", ...}'
         )
     known = set(inspect.signature(ASGIIdempotencyMiddleware).parameters) - {"app"}
     options = {str(name).lower(): value for name, value in configured.items()}

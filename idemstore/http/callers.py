@@ -1,7 +1,7 @@
 """Who is calling, at the HTTP doors: ``idemstore.callers``' rule with the doors' principals.
 
-Every HTTP door (``idemstore.asgi``, ``idemstore.wsgi``, ``idemstore.django``,
-``idemstore.fastapi``) takes the same two options and answers the same way:
+Every HTTP door (``idemstore.http.asgi``, ``idemstore.http.wsgi``, ``idemstore.http.django``,
+``idemstore.http.fastapi``) takes the same two options and answers the same way:
 
 - ``caller``: a callable given the door's request (the ASGI scope, the WSGI environ, the
   Django request; may be async at the ASGI door) returning a ``Principal``, a string (the
@@ -29,40 +29,25 @@ from idemstore.callers import (
     DEFAULT_SOURCES,
     CallerSources,
     Principal,
+    caller_sources_of,
     describe_caller_rule,
+    principal_of,
     scope_of_caller,
 )
 from idemstore.errors import ConfigurationError
 
 __all__ = [
-    "APP_REALM",
     "NAMESPACE",
     "CallerFunction",
     "CallerRule",
-    "caller_sources_of",
-    "principal_of",
     "user_principal",
 ]
 
 logger = logging.getLogger("idemstore.http")
 
 NAMESPACE = "http"
-APP_REALM = "app"
-"""The realm of a string a ``caller=`` callable returns."""
 
 CallerFunction = Callable[[Any], "Principal | str | Awaitable[Principal | str | None] | None"]
-
-
-def principal_of(returned: object) -> Principal | None:
-    """What a ``caller=`` callable returned, as a principal: a ``Principal`` as it is, a
-    string as the subject of realm ``app``, ``None`` (or a string naming nobody) as none."""
-    if returned is None or isinstance(returned, Principal):
-        return returned
-    if isinstance(returned, str):
-        return Principal.of(APP_REALM, returned)
-    raise TypeError(
-        f"the caller callable returned {type(returned).__name__}; return a Principal, a str or None"
-    )
 
 
 def user_principal(user: object, realm: str, attribute: str) -> Principal | None:
@@ -79,18 +64,6 @@ def user_principal(user: object, realm: str, attribute: str) -> Principal | None
     except (AttributeError, NotImplementedError):
         return None
     return Principal.of(realm, subject)
-
-
-def caller_sources_of(sources: Iterable[str] | CallerSources | None) -> CallerSources | None:
-    """The ``caller_sources`` option: names (``header:NAME``, ``cookie:NAME``,
-    ``query:NAME``), a ``CallerSources``, or ``None`` for none."""
-    if sources is None or isinstance(sources, CallerSources):
-        return sources
-    if isinstance(sources, str):
-        raise ConfigurationError(
-            f"caller_sources must be a list of sources such as ['cookie:session'], not {sources!r}"
-        )
-    return CallerSources(sources)
 
 
 class CallerRule:
