@@ -41,3 +41,13 @@ def test_a_bad_upstream_or_listen_address_is_one_clear_line() -> None:
     assert bad_listen.returncode == 2
     assert "--listen wants HOST:PORT" in bad_listen.stderr
     assert "Traceback" not in bad_upstream.stderr + bad_listen.stderr
+
+
+def test_a_verified_caller_stands_alone() -> None:
+    done = _run(
+        "-m", "idemstore", "gateway", "--listen", "127.0.0.1:1", "--upstream", "http://h/mcp",
+        "--caller", "jwt:sub", "--caller", "header:authorization", "--jwks", "https://i/jwks",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--caller jwt:CLAIM stands alone" in done.stderr
+    assert "Traceback" not in done.stderr
