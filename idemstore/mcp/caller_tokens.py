@@ -88,12 +88,15 @@ def bearer_token(headers: Iterable[tuple[str, str]]) -> str | None:
     return token if scheme == "bearer" and token and " " not in token else ""
 
 
+def _escaped(text: str) -> str:
+    """``|`` and ``%`` escaped, so the parts of a principal's subject never run together."""
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
 def _part(value: object) -> str | None:
-    """One part of a principal's subject; ``|`` and ``%`` escaped so parts never run together."""
+    """A claim as one part of a principal's subject, or None when it names nobody."""
     principal = Principal.of(REALM, value)
-    if principal is None:
-        return None
-    return principal.subject.replace("%", "%25").replace("|", "%7C")
+    return None if principal is None else _escaped(principal.subject)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +131,13 @@ class TokenRules:
             raise ConfigurationError("name the subject claim (jwt:sub) and a leeway of 0 or more")
 
     def principal(self, claims: Mapping[str, Any], issuer: object) -> Principal | None:
-        """The caller ``claims`` name (``issuer``: the token's issuer), or ``None``."""
+        """The caller ``claims`` name (``issuer``: the token's issuer, ``""`` when an
+        introspection answer names none and none is configured), or ``None``."""
         tenant = _part(claims.get(self.tenant_claim)) if self.tenant_claim else ""
-        parts = (_part(issuer), tenant, _part(claims.get(self.claim)))
-        if None in parts:
+        subject = _part(claims.get(self.claim))
+        if not isinstance(issuer, str) or tenant is None or subject is None:
             return None
-        return Principal(REALM, "|".join(p for p in parts if p is not None))
+        return Principal(REALM, f"{_escaped(issuer)}|{tenant}|{subject}")
 
     def describe(self) -> str:
         tenant = f", tenant from {self.tenant_claim}" if self.tenant_claim else ""
@@ -414,7 +418,7 @@ class IntrospectionVerifier(_Fetching):
             or (left is not None and left + rules.leeway <= 0)
         ):
             return None
-        principal = rules.principal(answer, issuer or "")
+        principal = rules.principal(answer, "" if issuer is None else issuer)
         if principal is not None and self.cache_seconds > 0:
             keep = self.cache_seconds if left is None else min(self.cache_seconds, left)
             self._cache[digest] = (now + keep, principal)

@@ -221,6 +221,18 @@ async def test_an_introspection_answer_is_never_cached_past_the_tokens_exp(
         assert issuer.introspections == 2
 
 
+async def test_introspection_checks_issuer_and_audience_only_when_configured(
+    issuer: Issuer, issuer_url: str
+) -> None:
+    url = f"{issuer_url}/introspect"
+    anyone = IntrospectionVerifier(url, *CLIENT, TokenRules())
+    elsewhere = IntrospectionVerifier(url, *CLIENT, TokenRules(audience="https://other.test"))
+    async with anyone.connected(), elsewhere.connected():
+        token = issuer.token("alice")
+        assert await anyone.principal(token) == ALICE  # the answer's iss is the principal's
+        assert await elsewhere.principal(token) is None
+
+
 async def test_introspection_with_wrong_client_credentials_names_nobody(
     issuer: Issuer, issuer_url: str
 ) -> None:

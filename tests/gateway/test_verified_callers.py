@@ -218,3 +218,24 @@ async def test_a_verified_gateway_says_how_it_tells_callers_apart(
     assert f"issuer {ISSUER}, audience {AUDIENCE}" in line
     assert "a refreshed credential is a new caller" not in line
     assert "only if the upstream authorizes at the transport" in line
+
+
+@pytest.mark.parametrize("unidentified", ["refuse", "shared"])
+async def test_a_forged_token_is_refused_or_relayed_never_shared(
+    charging: Upstream, gateways: Callable[..., Child], issuer: Issuer, unidentified: str
+) -> None:
+    assert issuer.jwks_file is not None
+    options = jwt_options(str(issuer.jwks_file), "--unidentified", unidentified)
+    url = gateway_url(gateways(charging.url, "memory://", *options))
+    statuses = []
+    async with httpx.AsyncClient(timeout=30) as client:
+        for n in range(2):
+            forged = issuer.token("alice", key=new_key())
+            message = call(n, "charge", {"amount": 5})
+            statuses.append((await post(client, url, message, headers=_bearer(forged))).status)
+    if unidentified == "refuse":
+        assert statuses == [400, 400]
+        assert charging.executions() == []
+    else:  # relayed each time: the shared scope is for callers that present no credential
+        assert statuses == [200, 200]
+        assert charging.executions() == ["refused", "refused"]
