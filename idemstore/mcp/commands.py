@@ -13,6 +13,8 @@ from typing import Any
 
 from idemstore.argument_types import positive_float, positive_int
 from idemstore.errors import ConfigurationError
+from idemstore.mcp.caller_tokens import add_arguments as add_verifier_arguments
+from idemstore.mcp.caller_tokens import verifier_from_args
 from idemstore.mcp.gateway_settings import defer_defaults
 from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.relay_options import add_arguments as add_relay_arguments
@@ -83,7 +85,13 @@ async def _gateway(args: argparse.Namespace) -> int:
     sources = list(args.caller or DEFAULT_SOURCES)
     if args.scope_header is not None:
         sources = [f"header:{args.scope_header}"]
-    scope = GatewayScope(CallerSources(sources), unidentified=args.unidentified)
+    claim = _verified_claim(sources)
+    verifier = verifier_from_args(args, claim)
+    scope = GatewayScope(
+        CallerSources(DEFAULT_SOURCES if claim else sources),
+        unidentified=args.unidentified,
+        verifier=verifier,
+    )
     async with open_store(args.store) as store:
         gateway = McpGateway(
             store,
@@ -95,6 +103,23 @@ async def _gateway(args: argparse.Namespace) -> int:
         print(gateway.describe(args.listen, redact_url(args.store)), file=sys.stderr, flush=True)
         await serve(gateway, host, port, log_level=args.log_level)
     return 0
+
+
+def _verified_claim(sources: list[str]) -> str | None:
+    """``CLAIM`` of ``--caller jwt:CLAIM`` (``jwt`` alone: ``sub``), or None for credentials.
+
+    A verified caller stands alone: with a verifier, a token that fails verification must not
+    be told apart by its bytes instead."""
+    verified = [s for s in sources if s.strip().lower().partition(":")[0] == "jwt"]
+    if not verified:
+        return None
+    if len(sources) != 1:
+        raise ConfigurationError(
+            "--caller jwt:CLAIM stands alone: a token that fails verification must name"
+            " nobody, not a caller by its bytes; drop the other --caller values"
+        )
+    claim = verified[0].strip().partition(":")[2].strip()
+    return claim or "sub"
 
 
 def add_gateway_parser(commands: Any) -> None:
@@ -120,7 +145,8 @@ def add_gateway_parser(commands: Any) -> None:
         "--caller",
         action="append",
         metavar="SOURCE",
-        help="a request part that names the caller, records being kept per caller: "
+        help="who the caller is, records being kept per caller: jwt:CLAIM, a verified "
+        "bearer token's claim (with --jwks or --introspect), or the credentials named by "
         "header:NAME, cookie:NAME or query:NAME (repeat it; default: "
         "header:authorization header:proxy-authorization)",
     )
@@ -131,16 +157,19 @@ def add_gateway_parser(commands: Any) -> None:
         "--unidentified",
         choices=("relay", "refuse", "shared"),
         default="relay",
-        help="a keyed tools/call with none of the caller sources: relay it without "
-        "deduplication (default), refuse it (400), or share one anonymous scope (only for an "
-        "upstream that authenticates nobody)",
+        help="a tools/call with no caller (no credential, or a token that fails "
+        "verification): relay it without deduplication (default), refuse it (400), or, when "
+        "it presents no credential at all, share one anonymous scope (only for an upstream "
+        "that authenticates nobody)",
     )
     gateway.add_argument(
         "--no-verify-replays",
         action="store_true",
-        help="serve recorded outcomes without first checking (one ping) that the upstream "
-        "still accepts the caller's credentials",
+        help="serve recorded outcomes without first pinging the upstream with the caller's "
+        "headers (that ping stops a revoked credential only if the upstream authorizes at "
+        "the transport)",
     )
+    add_verifier_arguments(gateway)
     add_relay_arguments(gateway)
     gateway.add_argument(
         "--connect-timeout",

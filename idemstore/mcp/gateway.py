@@ -23,7 +23,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from idemstore.callers import CallerSources, asgi_headers, caller_scope
+from idemstore.callers import (
+    CallerSources,
+    asgi_headers,
+    caller_scope,
+    describe_caller_rule,
+    scope_of_caller,
+)
 from idemstore.errors import ConfigurationError, MissingDependencyError
 
 try:
@@ -37,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the packaging test
         "the MCP gateway", "httpx, starlette and uvicorn", exc, "gateway"
     ) from None
 
+from idemstore.mcp.caller_tokens import bearer_token
 from idemstore.mcp.gateway_calls import ToolCalls
 from idemstore.mcp.http_relay import (
     error_response,
@@ -51,6 +58,7 @@ from idemstore.mcp.tool_calls import decoded
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
 
+    from idemstore.mcp.caller_tokens import CallerVerifier
     from idemstore.protocol import IdempotencyStore
 
 __all__ = ["GatewayConfig", "GatewayScope", "McpGateway", "parse_listen", "serve"]
@@ -74,21 +82,28 @@ Unidentified = Literal["relay", "refuse", "shared"]
 
 @dataclass(frozen=True, slots=True)
 class GatewayScope:
-    """How a request's authorization boundary becomes the scope of its idempotency records.
+    """How a request's caller becomes the scope of its idempotency records
+    (``idemstore.callers``: a principal, else named credentials, else nobody).
 
-    ``sources`` are the request parts that name the caller (``idemstore.callers``: by default
-    the ``Authorization`` header, the cookies and the query string, normalized); only a
-    SHA-256 of them is kept: the raw credential never reaches the store, a log line or a span.
+    ``verifier``: when given, the caller is the principal a verified bearer token names
+    (``idemstore.mcp.caller_tokens``), the same across token refreshes. A request whose token
+    fails verification (forged, expired, revoked, another audience) has no caller: never a
+    hash of its bytes instead, never the shared scope, so it never receives a replay.
 
-    ``unidentified``: a ``tools/call`` that carries none of the sources never shares a record
-    with another caller. ``"relay"`` (default) forwards it without deduplication, so the
-    upstream answers it as it would without the gateway (its 401, say); ``"refuse"`` answers
-    400 without forwarding; ``"shared"`` puts every such caller in one anonymous scope: only
-    for an upstream that authenticates nobody, whose callers may see each other's results.
+    ``sources``, without a verifier: the credentials that name the caller (by default
+    ``Authorization`` and ``Proxy-Authorization``); only a SHA-256 of them is kept, and a
+    refreshed token is a new caller.
+
+    ``unidentified``: a ``tools/call`` with no caller never shares a record with another
+    caller. ``"relay"`` (default) forwards it without deduplication, so the upstream answers
+    it as it would without the gateway (its 401, its tool's refusal); ``"refuse"`` answers 400
+    without forwarding; ``"shared"`` puts every caller that presents no credential at all in
+    one anonymous scope: only for an upstream that authenticates nobody.
     """
 
     sources: CallerSources = field(default_factory=CallerSources)
     unidentified: Unidentified = "relay"
+    verifier: CallerVerifier | None = None
 
     def __post_init__(self) -> None:
         if self.unidentified not in ("relay", "refuse", "shared"):
@@ -96,19 +111,34 @@ class GatewayScope:
                 f"unidentified must be 'relay', 'refuse' or 'shared', not {self.unidentified!r}"
             )
 
-    def of(self, scope: Mapping[str, Any], upstream: str) -> str | None:
+    async def of(self, scope: Mapping[str, Any], upstream: str) -> str | None:
         """The record scope of the ASGI request ``scope`` sent to ``upstream``, or ``None``
-        when its caller cannot be told apart (and ``unidentified`` is not ``"shared"``).
+        when it has no caller (and may not share the anonymous scope).
 
         Gateways in front of other upstreams never share records, even in one store.
         """
-        query = scope.get("query_string", b"").decode("latin-1")
-        caller = self.sources.caller(asgi_headers(scope), query)
-        if caller is None:
-            if self.unidentified != "shared":
+        namespace = _namespace(upstream)
+        headers = asgi_headers(scope)
+        if self.verifier is not None:
+            token = bearer_token(headers)
+            if token:
+                principal = await self.verifier.principal(token)
+                return None if principal is None else scope_of_caller(namespace, principal, None)
+            if token is not None:  # a credential that is no bearer token: unverifiable
                 return None
-            caller = "anonymous"
-        return caller_scope(_namespace(upstream), caller)
+            found = None
+        else:
+            query = scope.get("query_string", b"").decode("latin-1")
+            found = scope_of_caller(namespace, None, self.sources, headers, query)
+        if found is None and self.unidentified == "shared":
+            return caller_scope(namespace, "anonymous")
+        return found
+
+    def describe(self) -> str:
+        """How callers are told apart, for the startup line."""
+        if self.verifier is not None:
+            return describe_caller_rule(self.verifier.describe(), None)
+        return describe_caller_rule(None, self.sources)
 
 
 @functools.lru_cache(maxsize=16)
@@ -158,8 +188,11 @@ class McpGateway:
         config: the upstream and how to reach it.
         scope: who the caller is and what happens to a request that names none
             (``GatewayScope``).
-        verify_replays: before serving a recorded outcome, check with one ``ping`` carrying
-            the caller's headers that the upstream still accepts its credentials.
+        verify_replays: before serving a recorded outcome, send the upstream one ``ping``
+            carrying the caller's headers and serve the replay only on a 2xx. This stops a
+            revoked credential only where the upstream refuses that ping (it authorizes at
+            the transport); an upstream that authorizes inside its tools answers ``ping`` for
+            anyone, and needs a verified caller (``GatewayScope.verifier``) instead.
         options: the deduplication policy the stdio proxy takes too (``RelayOptions``), or
             its fields as keyword arguments (``lease_ttl=...``, ``run_id=...``).
     """
@@ -208,7 +241,11 @@ class McpGateway:
             max_connections=self.config.max_connections,
             max_keepalive_connections=self.config.max_connections,
         )
-        async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
+        verifier = self._scope.verifier
+        async with (
+            httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client,
+            verifier.connected() if verifier is not None else contextlib.nullcontext(),
+        ):
             self._client = client
             try:
                 yield self
@@ -236,7 +273,7 @@ class McpGateway:
         method = message.get("method")
         if message.get("id") is None:
             if method == "notifications/cancelled":
-                self._cancel(request, message)
+                await self._cancel(request, message)
             return await self._relay(request, body)
         if method == "tools/call":
             answer = await self._tool_call(request, message, body)
@@ -250,7 +287,7 @@ class McpGateway:
     async def _tool_call(
         self, request: Request, message: dict[str, Any], body: bytes
     ) -> Response | bytes:
-        scope = self._scope.of(request.scope, self.config.upstream)
+        scope = await self._scope.of(request.scope, self.config.upstream)
         target = self._target(request)
         if scope is None:
             # Nobody to scope a record to: never share one (GatewayScope.unidentified).
@@ -271,11 +308,11 @@ class McpGateway:
             verify=verify if self._verify_replays else None,
         )
 
-    def _cancel(self, request: Request, message: dict[str, Any]) -> None:
+    async def _cancel(self, request: Request, message: dict[str, Any]) -> None:
         params = message.get("params")
         if not isinstance(params, dict) or params.get("requestId") is None:
             return
-        scope = self._scope.of(request.scope, self.config.upstream)
+        scope = await self._scope.of(request.scope, self.config.upstream)
         if scope is not None:
             session = request.headers.get("mcp-session-id", "")
             self._calls.cancel(scope, session, params["requestId"])
@@ -331,12 +368,18 @@ class McpGateway:
     def describe(self, listen: str, store: str) -> str:
         """One line for the operator: where it listens, what it fronts, how it tells callers
         apart (``store``: the store URL with its password already redacted)."""
-        sources = " ".join(str(source) for source in self._scope.sources.sources)
-        verify = "verified with the upstream" if self._verify_replays else "not verified"
+        if self._verify_replays:
+            replays = (
+                "replays only after the upstream answers a ping with the caller's headers 2xx"
+                " (this stops a revoked credential only if the upstream authorizes at the"
+                " transport, not inside its tools)"
+            )
+        else:
+            replays = "replays not checked with the upstream"
         return (
             f"idemstore gateway: listening on http://{listen}{self._path} for"
-            f" {self.config.upstream}; store {store}; callers by {sources}, unidentified"
-            f" {self._scope.unidentified}; replays {verify}; probes /healthz /readyz"
+            f" {self.config.upstream}; store {store}; {self._scope.describe()};"
+            f" unidentified {self._scope.unidentified}; {replays}; probes /healthz /readyz"
         )
 
     async def _read_body(self, request: Request) -> bytes | None:

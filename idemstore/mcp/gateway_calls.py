@@ -286,7 +286,8 @@ class ToolCalls:
             return verdict.forward
         why = (
             "the gateway keeps idempotency records per caller, and this request carries no"
-            " credentials (Authorization, a cookie or a query parameter) to tell its caller apart"
+            " credential that names its caller (none of the gateway's caller sources, or a"
+            " token it could not verify)"
         )
         error = sep3182.error(sep3182.INVALID_REQUEST, why, CALLER_UNKNOWN, verdict.key or None)
         answer = rendered(headers, error_line(verdict.request_id, error))

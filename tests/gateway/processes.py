@@ -53,15 +53,26 @@ class Upstream:
 
 
 def start_upstream(
-    where: Path, mode: str, port: int | None = None, *, tokens: Path | None = None
+    where: Path,
+    mode: str,
+    port: int | None = None,
+    *,
+    tokens: Path | None = None,
+    jwks: Path | None = None,
+    revoked: Path | None = None,
 ) -> Upstream:
     """``mode``: ``stateful``, ``stateless`` (both answer with SSE) or ``stateless-json``;
-    ``tokens``: the file of tokens an authenticating upstream accepts."""
+    ``tokens``: the file of tokens an authenticating upstream accepts; ``jwks`` and
+    ``revoked``: the keys and the revoked tokens its ``charge`` tool authorizes by."""
     port = port or free_port()
     log = where / f"executions-{port}.log"
     argv = [sys.executable, "-m", "tests.gateway.upstream", "--port", str(port), "--log", str(log)]
     if tokens is not None:
         argv += ["--tokens", str(tokens)]
+    if jwks is not None:
+        argv += ["--jwks", str(jwks)]
+    if revoked is not None:
+        argv += ["--revoked", str(revoked)]
     if mode.startswith("stateless"):
         argv.append("--stateless")
     if mode.endswith("json"):

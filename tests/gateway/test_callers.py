@@ -95,11 +95,14 @@ async def test_a_caller_without_credentials_gets_the_upstreams_401_not_a_recorde
     assert authenticating.executions("whoami") == ["whoami"]
 
 
-@pytest.mark.parametrize("way", ["cookie", "query"])
-async def test_the_same_caller_is_deduplicated_by_cookie_or_query_parameter(
-    authenticating: Upstream, gateways: Callable[..., Child], way: str
+@pytest.mark.parametrize(
+    ("way", "source"), [("cookie", "cookie:session"), ("query", "query:api_key")]
+)
+async def test_the_same_caller_is_deduplicated_by_a_named_cookie_or_query_parameter(
+    authenticating: Upstream, gateways: Callable[..., Child], way: str, source: str
 ) -> None:
-    url = gateway_url(gateways(authenticating.url))
+    # Named by the operator: a cookie or a query parameter is a credential only when named.
+    url = gateway_url(gateways(authenticating.url, "memory://", "--caller", source))
     headers, query = _credentials(way, "alice")
     async with httpx.AsyncClient(timeout=30) as client:
         for n in range(3):

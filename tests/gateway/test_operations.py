@@ -28,7 +28,9 @@ async def test_the_startup_line_says_where_what_and_how_callers_are_told_apart(
     text = gateway.log.read_text()
     assert f"listening on http://127.0.0.1:{gateway.port}/mcp for {upstream.url}" in text
     assert "store memory://" in text
-    assert "callers by header:x-api-key, unidentified relay" in text
+    assert "callers by the bytes of header:x-api-key (a refreshed credential is a new" in text
+    assert "; unidentified relay; replays only after the upstream answers a ping" in text
+    assert "only if the upstream authorizes at the transport" in text
 
 
 @ONE_MODE
@@ -82,8 +84,8 @@ async def test_settings_come_from_flags_then_environment_then_the_config_file(
     try:
         line = child.log.read_text()
         assert f"listening on http://127.0.0.1:{port}/mcp for {upstream.url}" in line
-        assert "callers by header:x-api-key cookie:session, unidentified refuse" in line
-        assert "replays not verified" in line
+        assert "callers by the bytes of header:x-api-key cookie:session (" in line
+        assert "; unidentified refuse; replays not checked with the upstream" in line
     finally:
         child.stop()
 

@@ -26,7 +26,7 @@ async def test_official_client_works_through_the_gateway_unchanged(
         expected = "2025-11-25" if client_mode == "legacy" else "2026-07-28"
         assert client.protocol_version == expected
         names = [tool.name for tool in (await client.list_tools()).tools]
-        assert names == ["record", "slow", "progress", "look", "whoami", "headers"]
+        assert names == ["record", "slow", "progress", "look", "whoami", "charge", "headers"]
         result = await client.call_tool("record", {"n": 7, "note": "via gateway"})
         assert result.content[0].text == "recorded 7 via gateway"
         progress = await client.call_tool("progress", {"n": 1})
@@ -83,7 +83,7 @@ async def test_session_header_status_codes_and_delete_pass_through(
         client, gateway, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session=session
     )
     assert listed.status == 200
-    assert len(listed.final()["result"]["tools"]) == 6
+    assert len(listed.final()["result"]["tools"]) == 7
     if stateful:
         # A session the upstream does not know: its 404 comes back as it was.
         ping = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}

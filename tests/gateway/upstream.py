@@ -15,6 +15,12 @@ of the ways upstreams accept: ``Authorization: Bearer T``, a ``session=T`` cooki
 ``?api_key=T`` query parameter or an ``X-Api-Key: T`` header; anything else gets 401. The
 ``whoami`` tool answers with the token its request carried (and logs an execution).
 
+``charge`` is a side effect that authorizes inside the tool, as FastMCP apps commonly do (the
+transport, ``ping`` included, answers anyone): with ``--jwks FILE`` it runs (logs ``charge``)
+only for a bearer JWT that a key in that file verifies for ``tests.gateway.issuer``'s issuer
+and audience, unexpired and not listed in ``--revoked FILE``; otherwise it logs ``refused``
+and answers an ``isError`` result ``unauthorized``. Without ``--jwks`` it runs for anyone.
+
 ``exact`` executes and answers ``EXACT_RESULT`` (bytes ``json.dumps`` cannot write), as one
 event or, with ``{"json": true}``, as a JSON body; ``cancelled`` executes and answers
 ``-32800 Request cancelled``, as the SDK's 2025-era transport does for a cancelled call.
@@ -34,6 +40,8 @@ import uvicorn
 from fastmcp import Context, FastMCP
 
 LOG: Path
+JWKS: Path | None = None
+REVOKED: Path | None = None
 
 EXACT_RESULT = (
     b'{ "content":[{"type":"text","text":"caf\\u00e9"}],'
@@ -86,6 +94,19 @@ def build() -> FastMCP[Any]:
         return f"{n}: {presented_token(get_http_request().scope)}"
 
     @mcp.tool
+    async def charge(amount: int = 0) -> str:
+        """Charge the caller (an execution), authorizing the token in the tool itself."""
+        from fastmcp.exceptions import ToolError
+        from fastmcp.server.dependencies import get_http_request
+
+        caller = authorized(presented_token(get_http_request().scope))
+        if caller is None:
+            executed("refused")
+            raise ToolError("unauthorized")
+        executed("charge")
+        return f"charged {amount} to {caller}"
+
+    @mcp.tool
     async def headers() -> dict[str, str]:
         """The request headers this call reached the upstream with (not an execution)."""
         from fastmcp.server.dependencies import get_http_headers
@@ -122,6 +143,29 @@ def presented_token(scope: Any) -> str | None:
     if query.get("api_key"):
         return query["api_key"][0]
     return None
+
+
+def authorized(token: str | None) -> str | None:
+    """Who ``token`` proves to be, checked the way a tool checks it; ``anonymous`` without
+    ``--jwks``; ``None`` when refused."""
+    if JWKS is None:
+        return "anonymous"
+    if token is None or (REVOKED is not None and token in REVOKED.read_text().split()):
+        return None
+    import jwt
+
+    from tests.gateway.issuer import AUDIENCE, ISSUER
+
+    keys = jwt.PyJWKSet.from_json(JWKS.read_text())
+    try:
+        kid = jwt.get_unverified_header(token).get("kid")
+        key = next(k for k in keys.keys if k.key_id == kid)
+        claims = jwt.decode(
+            token, key, algorithms=["RS256", "ES256"], audience=AUDIENCE, issuer=ISSUER
+        )
+    except (jwt.PyJWTError, StopIteration):
+        return None
+    return str(claims["sub"])
 
 
 class Authenticated:
@@ -223,15 +267,19 @@ async def _start_progress_stream(send: Any) -> None:
 
 
 def main() -> None:
-    global LOG
+    global LOG, JWKS, REVOKED
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--stateless", action="store_true")
     parser.add_argument("--json", action="store_true", help="JSON answers instead of SSE")
     parser.add_argument("--tokens", type=Path, help="authenticate requests by these tokens")
+    parser.add_argument("--jwks", type=Path, help="charge authorizes by these keys")
+    parser.add_argument("--revoked", type=Path, help="tokens charge refuses")
     args = parser.parse_args()
     LOG = args.log
+    JWKS = args.jwks
+    REVOKED = args.revoked
     app: Any = Failures(
         build().http_app(path="/mcp", stateless_http=args.stateless, json_response=args.json)
     )
