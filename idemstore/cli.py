@@ -19,6 +19,7 @@ from idemstore.argument_types import (
     positive_int,
 )
 from idemstore.errors import ConfigurationError, IdemstoreError, MissingDependencyError
+from idemstore.install_lines import install_line
 from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
 from idemstore.protocol import offers
 from idemstore.urls import open_store
@@ -348,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--local",
         action="store_true",
         help="also start redis-server, PostgreSQL and moto on loopback and bench all backends"
-        " (needs pip install 'idemstore[local]' for moto)",
+        f" (needs {install_line('local')} for moto)",
     )
     bench.add_argument(
         "--ports",

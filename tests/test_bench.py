@@ -201,7 +201,7 @@ def test_bench_runs_without_the_bench_extra(built_wheel: Path, tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert "x p50" in done.stdout and "fingerprint" in done.stdout
     assert "[1/" not in done.stderr  # no progress where stderr is not a terminal
-    assert "pip install 'idemstore[bench]'" in done.stderr
+    assert "pip install '.[bench]' (in idemstore's checkout)" in done.stderr
     assert entries(out) == ["results.json", "results.md"]
 
 

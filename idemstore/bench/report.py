@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from idemstore.bench.peers_scenario import peer_note
 from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
+from idemstore.install_lines import install_hint
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -456,7 +457,7 @@ def write_outputs(result: BenchResult, out_dir: Path) -> list[Path]:
     charts: list[Path] = []
     if importlib.util.find_spec("matplotlib") is None:
         print(
-            "idemstore bench: no charts: matplotlib is missing (pip install 'idemstore[bench]')",
+            f"idemstore bench: no charts: matplotlib is missing: {install_hint('bench')}",
             file=sys.stderr,
         )
     else:
