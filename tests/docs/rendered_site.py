@@ -18,6 +18,7 @@ rendered.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import http.server
@@ -89,8 +90,9 @@ def build_site(project: Path, out: Path) -> Path:
 
 @functools.cache
 def checkout_site() -> Path:
-    """The checkout's site, built once per test process."""
+    """The checkout's site, built once per test process (removed when the process exits)."""
     out = Path(tempfile.mkdtemp(prefix="idemstore-site-"))
+    atexit.register(shutil.rmtree, out, True)
     return build_site(ROOT, out / "site")
 
 
