@@ -39,8 +39,10 @@ SLOW_MARKER = "slow"
 # workers share it; each test file stays on one worker (loadfile), so a file's own engines and
 # processes are never raced by its own tests.
 SLOW_LANE_WORKERS = ["-n", "2", "--dist", "loadfile"]
-# What a lane installs (editable: the tests import the checkout anyway, pythonpath = ".").
-TEST_EXTRAS = ".[all,test]"
+# What a lane installs (editable: the tests import the checkout anyway, pythonpath = ".");
+# docs: tests/docs/test_rendered_site.py builds the site, with the toolchain pinned.
+TEST_EXTRAS = ".[all,test,docs]"
+DOCS_CONSTRAINTS = "docs-constraints.txt"
 
 # uv makes the four environments quick to build; plain virtualenv (nox's own) still works.
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -74,7 +76,7 @@ def _pytest(session: nox.Session, *args: str) -> None:
 
 def _install_for_tests(session: nox.Session) -> None:
     # pip too: uv's virtualenvs come without it, and tests build the wheel with `python -m pip`.
-    _install(session, "pip", "-e", TEST_EXTRAS)
+    _install(session, "pip", "-c", DOCS_CONSTRAINTS, "-e", TEST_EXTRAS)
 
 
 def _install(session: nox.Session, *requirements: str) -> None:

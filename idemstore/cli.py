@@ -19,6 +19,7 @@ from idemstore.argument_types import (
     positive_int,
 )
 from idemstore.errors import ConfigurationError, IdemstoreError, MissingDependencyError
+from idemstore.install_lines import install_line
 from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
 from idemstore.protocol import offers
 from idemstore.urls import open_store
@@ -179,7 +180,7 @@ async def _bench(args: argparse.Namespace) -> int:
 
     from idemstore.bench.estimate import plan_run
     from idemstore.bench.peers_scenario import default_scenarios
-    from idemstore.bench.report import print_table, to_json, write_outputs
+    from idemstore.bench.report import print_table, terminal_width, to_json, write_outputs
     from idemstore.bench.runner import BenchConfig, ConsoleProgress, bench
 
     if args.ports is not None and not args.local:
@@ -194,7 +195,9 @@ async def _bench(args: argparse.Namespace) -> int:
         command=" ".join(["idemstore", *args.argv]),
     )
     plan = plan_run(config, args.url, local=args.local)
-    print(f"idemstore bench: {plan.describe(config)}", file=sys.stderr)
+    # stderr's width (80 when it is no terminal), like the table's
+    width = terminal_width(sys.stderr)
+    _print_wrapped(f"idemstore bench: {plan.describe(config)}", width)
     # Progress only on a terminal: a pipe or a log file gets the table alone.
     progress = ConsoleProgress() if sys.stderr.isatty() else None
     with progress if progress is not None else contextlib.nullcontext():
@@ -208,11 +211,24 @@ async def _bench(args: argparse.Namespace) -> int:
     if args.out is not None:
         for path in write_outputs(result, Path(args.out)):
             print(f"wrote {path}", file=sys.stderr)
+    elif result.measurements:
+        _print_wrapped(
+            "idemstore bench: no charts or results.md written: add --out DIR for them"
+            " (results.json, results.md and, with the bench extra's matplotlib, the charts)",
+            width,
+        )
     if not result.measurements:
         print("idemstore: error: no backend could be measured", file=sys.stderr)
         return EXIT_ERROR
     # A duplicate execution is a correctness failure, whatever the numbers say.
     return EXIT_ABSENT if result.violations else 0
+
+
+def _print_wrapped(text: str, width: int) -> None:
+    """``text`` on stderr, wrapped at ``width`` columns, continuation lines indented."""
+    import textwrap
+
+    print(textwrap.fill(text, width, subsequent_indent="  "), file=sys.stderr)
 
 
 async def _options(args: argparse.Namespace) -> int:
@@ -348,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--local",
         action="store_true",
         help="also start redis-server, PostgreSQL and moto on loopback and bench all backends"
-        " (needs pip install 'idemstore[local]' for moto)",
+        f" (needs {install_line('local')} for moto)",
     )
     bench.add_argument(
         "--ports",

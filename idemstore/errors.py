@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Self
 
+from idemstore.install_lines import install_hint
+
 if TYPE_CHECKING:
     from idemstore.protocol import Record
 
@@ -40,7 +42,7 @@ class MissingDependencyError(IdemstoreError, ImportError):
     def install_line(extra: str | None, install: str | None = None) -> str:
         """What installs a missing dependency: ``install`` when given (a backend shipped in a
         package of its own names that package), else idemstore's ``extra`` (``all`` if none)."""
-        return install or f"pip install 'idemstore[{extra or 'all'}]'"
+        return install or install_hint(extra or "all")
 
     @classmethod
     def needing(

@@ -72,7 +72,8 @@ class Engine:
     a fresh temporary directory): ``idemstore bench`` measures it when given no URL.
     ``install`` is the command that installs the driver when no idemstore extra does (a
     backend shipped in a package of its own: ``"pip install 'acme-idemstore'"``); error
-    messages and ``idemstore options`` give it in place of ``pip install 'idemstore[extra]'``.
+    messages and ``idemstore options`` give it in place of idemstore's extra
+    (``idemstore.install_lines.install_hint``).
     ``variants`` are the ids of the contract suite's ``store`` fixture on this engine, each
     with the fixture returning a fresh store URL; ``fixture_module`` is the module of pytest
     fixtures that defines them (loaded by ``idemstore.testing``; ``None`` when the fixtures

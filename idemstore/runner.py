@@ -62,26 +62,26 @@ class Idempotency:
 
     Args:
         store: any ``IdempotencyStore``.
-        lease_ttl: seconds a caller holds a key without a heartbeat; heartbeats extend it
-            (default 30).
-        retention: seconds a completed result is replayed (default 86400).
-        in_flight: ``"wait"`` (default) for a running original and return its result, or
+        lease_ttl: seconds a caller holds a key without a heartbeat; heartbeats extend it.
+        retention: seconds a completed result is replayed.
+        in_flight: ``"wait"`` for a running original and return its result, or
             ``"reject"`` with ``InProgressError`` at once.
-        wait_timeout: seconds to wait for a running original (``None``, the default: without
-            limit).
-        on_failure: ``"release"`` (default) the key when the work raises (a retry runs it
-            again) or ``"hold"`` it until the lease lapses (never risk a second run in that
-            window). A cancellation of the caller while the work runs is a failure too.
+        wait_timeout: seconds to wait for a running original (``None``: without limit).
+        on_failure: ``"release"`` the key when the work raises (a retry runs it again) or
+            ``"hold"`` it until the lease lapses (never risk a second run in that window). A
+            cancellation of the caller while the work runs is a failure too.
         on_takeover: when a key's holder lost its lease without recording an outcome (it
-            may have done the work and died), ``"run"`` (default) the work again
-            (``Result.takeover`` and ``current_execution().takeover`` say so) or
-            ``"refuse"``: raise ``OutcomeUnknownError`` to this caller and every retry, and
-            run nothing.
-        max_response_bytes: the largest result recorded (``None``, the default: the store's
-            limit). A larger one is returned to its caller; the key records its size, and
-            retries get ``OutcomeTooLargeError`` rather than a second run.
+            may have done the work and died), ``"run"`` the work again (``Result.takeover``
+            and ``current_execution().takeover`` say so) or ``"refuse"``: raise
+            ``OutcomeUnknownError`` to this caller and every retry, and run nothing.
+        max_response_bytes: the largest result recorded (``None``: the store's limit). A
+            larger one is returned to its caller; the key records its size, and retries get
+            ``OutcomeTooLargeError`` rather than a second run.
         serializer: how ``idempotent`` records results and rebuilds them for replays
-            (``JSONSerializer()`` by default: JSON values, dataclasses, pydantic models).
+            (``None``: ``JSONSerializer()``, for JSON values, dataclasses, pydantic models).
+
+    The options but ``serializer`` are ``ExecutionPolicy``'s, with its defaults (the API
+    reference shows each in the signature).
     """
 
     __slots__ = ("_policy", "serializer")

@@ -51,5 +51,7 @@ def test_the_options_command_names_the_backend_s_own_package(
 
 def test_without_an_install_line_the_hint_is_idemstore_s_extra(scratch_registry: None) -> None:
     sixth_backend(install=None, extra="acme")
-    with pytest.raises(MissingDependencyError, match=r"pip install 'idemstore\[acme\]'$"):
+    with pytest.raises(
+        MissingDependencyError, match=r"pip install '\.\[acme\]' \(in idemstore's checkout\)$"
+    ):
         open_store("acme://")

@@ -150,7 +150,20 @@ def test_the_table_goes_to_stdout_and_names_each_backend(tmp_path: Path) -> None
                    cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "memory" in done.stdout and "fresh" in done.stdout
-    assert "x p50" in done.stdout
+    assert "p50/fl" in done.stdout
+
+
+def test_the_intro_and_notes_wrap_at_80_columns_and_say_where_the_charts_are(
+    tmp_path: Path,
+) -> None:
+    # the default run's intro (an --ops run: no estimate) is the longest line it writes
+    done = run_cli("memory://", "--ops", "8", "--concurrency", "1", "--scenario", "fresh",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stderr.splitlines()) <= 80, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "the time depends on the backends" in said
+    assert "no charts or results.md written: add --out DIR" in said
 
 
 def test_the_default_table_fits_80_columns_and_wide_shows_every_column(tmp_path: Path) -> None:
@@ -160,7 +173,7 @@ def test_the_default_table_fits_80_columns_and_wide_shows_every_column(tmp_path:
     assert narrow.returncode == 0, narrow.stderr
     lines = narrow.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert any("once" in line and "x ops/s" in line for line in lines)
+    assert any("once" in line and "fl/ops" in line for line in lines)
     assert any("asgi new key" in line for line in lines)
     wide = run_cli(*args, "--wide", cwd=tmp_path)
     assert wide.returncode == 0, wide.stderr
@@ -199,9 +212,9 @@ def test_bench_runs_without_the_bench_extra(built_wheel: Path, tmp_path: Path) -
         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "x p50" in done.stdout and "fingerprint" in done.stdout
+    assert "p50/fl" in done.stdout and "fingerprint" in done.stdout
     assert "[1/" not in done.stderr  # no progress where stderr is not a terminal
-    assert "pip install 'idemstore[bench]'" in done.stderr
+    assert "pip install '.[bench]' (in idemstore's checkout)" in done.stderr
     assert entries(out) == ["results.json", "results.md"]
 
 

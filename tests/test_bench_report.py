@@ -10,13 +10,23 @@ from idemstore.bench.report import (
     COLUMNS,
     LEGEND,
     NARROW_COLUMNS,
+    SCENARIO_LEGEND,
     SHORT_NAMES,
     print_table,
     render_table,
     terminal_width,
     to_markdown,
 )
-from idemstore.bench.results import BenchResult, Measurement, Timing, Unavailable
+from idemstore.bench.results import (
+    BenchResult,
+    Measurement,
+    NotApplicable,
+    Timing,
+    Unavailable,
+    on_each_target,
+)
+from idemstore.bench.runner import Target
+from idemstore.bench.scenarios import SCENARIOS
 from idemstore.bench.telemetry_overhead import RERUN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +111,7 @@ def test_the_legend_under_the_table_explains_its_columns() -> None:
     table, after = text.split("\n\n")[1], " ".join(text.split("\n\n")[2].split())
     header = table.splitlines()[0].split()
     assert header[:3] == ["backend", "scenario", "c"]
-    for name in ("c", "floor", "x p50", "x ops/s", "once"):
+    for name in ("c", "floor", "p50/fl", "fl/ops", "once"):
         assert f"{name}: " in after
 
 
@@ -167,3 +177,48 @@ def test_the_gateway_note_sets_its_added_latency_beside_the_bare_reverse_proxy()
     text = " ".join(render_table(result, width=80).split())
     assert "mcp gateway: +0.600 ms p50 (a bare reverse proxy: +0.400 ms, 1.50x)" in text
     assert "+2.00 ms p99 (a bare reverse proxy: +1.00 ms, 2.00x)" in text
+
+
+def test_every_scenario_has_a_phrase_in_the_legend() -> None:
+    assert set(SCENARIO_LEGEND) == set(SCENARIOS)
+
+
+def test_the_legend_says_what_each_scenario_shown_measures() -> None:
+    result = a_full_result()
+    text = " ".join(render_table(result, width=80).split())
+    for scenario in {m.scenario for m in result.measurements}:
+        assert f"{scenario}: {SCENARIO_LEGEND[scenario]}" in text, scenario
+
+
+def test_both_ratio_columns_say_their_division_in_their_names() -> None:
+    header = next(
+        line for line in render_table(a_full_result(), width=80).splitlines() if "once" in line
+    )
+    assert "p50/fl" in header.split() and "fl/ops" in header.split()
+    assert "ours" in LEGEND["fl/ops"] and "floor's ops/s" in LEGEND["fl/ops"]
+
+
+def test_a_scenario_that_does_not_apply_reads_as_skipped_with_why() -> None:
+    result = a_full_result()
+    result.unavailable += [
+        Unavailable("memory", "settling needs a SQL store", "settle", skipped=True),
+        Unavailable("sqlite", "RuntimeError: boom", "settle"),
+    ]
+    lines = render_table(result, width=80).splitlines()
+    assert "memory (settle): skipped: settling needs a SQL store" in lines
+    assert "sqlite (settle): not measured: RuntimeError: boom" in lines
+    assert lines.index("memory (settle): skipped: settling needs a SQL store") < lines.index(
+        "sqlite (settle): not measured: RuntimeError: boom"
+    )
+
+
+async def test_not_applicable_becomes_a_skip_and_an_error_a_failure() -> None:
+    async def one(target: Target) -> Measurement:
+        if target.name == "memory":
+            raise NotApplicable("needs a SQL store")
+        raise RuntimeError("boom")
+
+    targets = [Target("memory", "memory://"), Target("sqlite", "sqlite:///x")]
+    memory, sqlite = await on_each_target(targets, "settle", one)
+    assert memory == Unavailable("memory", "needs a SQL store", "settle", skipped=True)
+    assert sqlite == Unavailable("sqlite", "RuntimeError: boom", "settle")

@@ -175,9 +175,15 @@ def test_telemetry_imports_nothing_of_the_execution_path() -> None:
     telemetry = {name for name in graph if name.split(".")[:2] == ["idemstore", "telemetry"]}
     imported = reachable(graph, telemetry) - telemetry
     assert not imported & EXECUTION_PATH
-    # What telemetry may read: the hooks the execution path declares, the store protocol and
-    # the errors. A new import here is a decision, not an accident.
-    assert imported == {"idemstore.errors", "idemstore.execution_hooks", "idemstore.protocol"}
+    # What telemetry may read: the hooks the execution path declares, the store protocol, the
+    # errors and the install line its missing-API error gives. A new import here is a
+    # decision, not an accident.
+    assert imported == {
+        "idemstore.errors",
+        "idemstore.execution_hooks",
+        "idemstore.install_lines",
+        "idemstore.protocol",
+    }
 
 
 def test_the_execution_path_imports_nothing_of_telemetry() -> None:

@@ -58,7 +58,7 @@ CORE_CHECK = textwrap.dedent(
 def test_core_install_works_without_extras(built_wheel: Path, tmp_path: Path) -> None:
     bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
     printed = output_of(bin_dir / "python", "-c", CORE_CHECK, cwd=tmp_path)
-    assert "pip install 'idemstore[redis]'" in printed
+    assert "pip install '.[redis]' (in idemstore's checkout)" in printed
     help_text = subprocess.run(
         [str(bin_dir / "idemstore"), "--help"], capture_output=True, text=True, check=True
     ).stdout

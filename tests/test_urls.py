@@ -69,7 +69,9 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "redis" else real(name, *a)
     )
-    with pytest.raises(MissingDependencyError, match=r"pip install 'idemstore\[redis\]'"):
+    with pytest.raises(
+        MissingDependencyError, match=r"pip install '\.\[redis\]' \(in idemstore's checkout\)"
+    ):
         open_store("redis://127.0.0.1:6379")
     assert issubclass(MissingDependencyError, ImportError)
 
@@ -186,7 +188,9 @@ def test_a_missing_driver_is_named_before_the_backend_module_is_imported(
             extra="needs",
         )
     )
-    with pytest.raises(MissingDependencyError, match=r"pip install 'idemstore\[needs\]'"):
+    with pytest.raises(
+        MissingDependencyError, match=r"pip install '\.\[needs\]' \(in idemstore's checkout\)"
+    ):
         open_store("needs://")
 
 

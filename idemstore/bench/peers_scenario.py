@@ -490,7 +490,9 @@ async def _on_target(
         if missing is None:
             runnable.append(peer)
         else:
-            out.append(Unavailable(f"{target.name} vs {peer.name}", missing, SCENARIO))
+            out.append(
+                Unavailable(f"{target.name} vs {peer.name}", missing, SCENARIO, skipped=True)
+            )
     for door in ("async", "sync"):
         of_door = [peer for peer in runnable if peer.door == door]
         if not of_door:
@@ -514,7 +516,7 @@ async def run_peers(
     for peer in PEERS:
         if peer not in peers:
             why = f"{peer.distribution} is not installed: pip install {peer.distribution}"
-            out.append(Unavailable(peer.name, why, SCENARIO))
+            out.append(Unavailable(peer.name, why, SCENARIO, skipped=True))
     engines = {peer_engine for peer in PEERS for peer_engine in peer.engines}
     chosen = [
         (target, found.name)
@@ -523,7 +525,7 @@ async def run_peers(
     ]
     if not chosen:
         why = "no Redis, PostgreSQL or DynamoDB target: give their URLs, or use --local"
-        out.append(Unavailable(SCENARIO, why))  # printed as "peers: not measured: ..."
+        out.append(Unavailable(SCENARIO, why, skipped=True))  # printed as "peers: skipped: ..."
     if not peers:
         return out
     for target, engine in chosen:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from idemstore.bench.peers_scenario import peer_note
 from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
+from idemstore.install_lines import install_hint
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,10 +28,12 @@ __all__ = [
     "COLUMNS",
     "LEGEND",
     "NARROW_COLUMNS",
+    "SCENARIO_LEGEND",
     "legend",
     "note_lines",
     "print_table",
     "render_table",
+    "scenario_legend",
     "rows",
     "terminal_width",
     "text_table",
@@ -69,12 +72,14 @@ NARROW_COLUMNS: tuple[str, ...] = (
     "x floor ops/s",
     "exec/keys",
 )
-# Names the narrow table shows shorter (the markdown and --wide keep the long ones).
+# Names the narrow table shows shorter (the markdown and --wide keep the long ones). The two
+# ratios name their division: both are "times the floor's cost", so one is ours over the
+# floor (a latency) and the other the floor over ours (a rate).
 SHORT_NAMES = {
     "workers": "c",
     "floor p50": "floor",
-    "x floor p50": "x p50",
-    "x floor ops/s": "x ops/s",
+    "x floor p50": "p50/fl",
+    "x floor ops/s": "fl/ops",
     "exec/keys": "once",
 }
 # What each column means, by the name a table shows: printed under the table, in results.md,
@@ -85,13 +90,36 @@ LEGEND: dict[str, str] = {
     "ops": "operations timed",
     "floor": "p50 of the same work without idemstore, same run (a store: its raw driver)",
     "floor p50": "p50 of the same work without idemstore, same run (a store: its raw driver)",
-    "x p50": "p50 / floor (1.00: idemstore adds nothing)",
-    "x floor p50": "p50 / floor p50 (1.00: idemstore adds nothing)",
-    "x ops/s": "floor's ops/s / ours",
-    "x floor ops/s": "floor's ops/s / ours",
+    "p50/fl": "our p50 / the floor's",
+    "x floor p50": "our p50 / floor p50",
+    "fl/ops": "the floor's ops/s / ours (both ratios: times the floor's cost; 1.00: idemstore"
+    " adds nothing, lower is better)",
+    "x floor ops/s": "the floor's ops/s / ours (both x floor columns: times the floor's cost;"
+    " 1.00: idemstore adds nothing, lower is better)",
     "once": "every key ran exactly once (NO: a correctness failure)",
     "exec/keys": "executions / keys that should each run once (! marks a mismatch)",
     "errors": "operations that raised",
+}
+# What each scenario's rows measure, in a phrase: the legend names those the table shows
+# (docs/benchmarks.md, "Scenarios", says more; a test checks every scenario has one).
+SCENARIO_LEGEND: dict[str, str] = {
+    "fresh": "a new key each operation (reserve + complete)",
+    "reserve": "a new key each operation, reserve alone",
+    "replay": "answering a retry of a completed key",
+    "contention": "workers racing on the same keys",
+    "mixed": "new keys and 20% retries",
+    "commands": "engine commands per operation",
+    "wake": "from complete to a waiting caller's return (no floor)",
+    "replay-writes": "whether replays write to the store",
+    "replay-cache": "a replay from CachedStore in memory (floor: the engine's replay)",
+    "hasher": "hashing tool-call arguments (floor: json.dumps(sort_keys=True) + SHA-256)",
+    "proxy": "a tools/call through idemstore proxy (floor: the server called directly)",
+    "gateway": "a tools/call through idemstore gateway (floor: the endpoint called directly)",
+    "telemetry": "Idempotency.run after instrument() (floor: the same without it)",
+    "middleware": "a request through the ASGI middleware (floor: the bare app)",
+    "sync": "idemstore.sync from a thread (floor: the async runner)",
+    "settle": "settling inside the business transaction (floor: commit, then settle)",
+    "peers": "idemstore against another library's door on the same server",
 }
 # The width a table fits when the output is not a terminal (a pipe, a file, a test).
 DEFAULT_WIDTH = 80
@@ -111,6 +139,12 @@ def legend(header: Sequence[str]) -> str:
     """One line (to be wrapped) explaining the non-obvious columns of ``header``."""
     named = "; ".join(f"{name}: {LEGEND[name]}" for name in header if name in LEGEND)
     return f"Latency in ms. {named}."
+
+
+def scenario_legend(scenarios: Sequence[str]) -> str:
+    """One line (to be wrapped) saying what the rows of each of ``scenarios`` measure."""
+    named = "; ".join(f"{s}: {SCENARIO_LEGEND[s]}" for s in scenarios if s in SCENARIO_LEGEND)
+    return f"Scenarios: {named}."
 
 
 def fmt_ms(value: float | None) -> str:
@@ -306,21 +340,24 @@ def text_table(header: Sequence[str], body: list[list[str]], width: int | None =
 
 
 def _unavailable_lines(result: BenchResult) -> list[str]:
-    """What did not run: each missing extra once, with what it skipped; then the failures."""
+    """What did not run: each missing extra once, with what it skipped; what does not apply
+    here, skipped with why; then the failures ("not measured")."""
     skipped: dict[str, list[str]] = {}
-    lines = []
+    not_applicable, failed = [], []
     for u in result.unavailable:
+        where = u.backend if u.scenario is None else f"{u.backend} ({u.scenario})"
         if u.extra is not None:
             names = skipped.setdefault(u.extra, [])
             name = u.scenario or u.backend
             names += [] if name in names else [name]
+        elif u.skipped:
+            not_applicable.append(f"{where}: skipped: {u.reason}")
         else:
-            where = u.backend if u.scenario is None else f"{u.backend} ({u.scenario})"
-            lines.append(f"{where}: not measured: {u.reason}")
+            failed.append(f"{where}: not measured: {u.reason}")
     skips = [
         f"{', '.join(names)}: skipped (install '[{extra}]')" for extra, names in skipped.items()
     ]
-    return skips + lines
+    return skips + not_applicable + failed
 
 
 def _violation_lines(result: BenchResult) -> list[str]:
@@ -342,6 +379,8 @@ def render_table(result: BenchResult, *, width: int | None, wide: bool = False) 
     if body:
         out += ["idemstore bench", "", text_table(header, body, width), ""]
         out += [*textwrap.wrap(legend(header), wrap_at), ""]
+        shown = list(dict.fromkeys(m.scenario for m in result.measurements))
+        out += [*textwrap.wrap(scenario_legend(shown), wrap_at), ""]
     for text in [*note_lines(result), *_unavailable_lines(result), *_violation_lines(result)]:
         out += textwrap.wrap(text, wrap_at, subsequent_indent="  ")
     return "\n".join(out)
@@ -456,7 +495,7 @@ def write_outputs(result: BenchResult, out_dir: Path) -> list[Path]:
     charts: list[Path] = []
     if importlib.util.find_spec("matplotlib") is None:
         print(
-            "idemstore bench: no charts: matplotlib is missing (pip install 'idemstore[bench]')",
+            f"idemstore bench: no charts: matplotlib is missing: {install_hint('bench')}",
             file=sys.stderr,
         )
     else:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BenchResult",
     "Measurement",
+    "NotApplicable",
     "Timing",
     "Unavailable",
     "added_latency",
@@ -247,6 +248,11 @@ class Measurement:
         }
 
 
+class NotApplicable(Exception):
+    """A scenario does not apply to a target (settling in a transaction on a store no caller's
+    connection reaches): the run reports it skipped, the message saying why; not a failure."""
+
+
 @dataclass(frozen=True, slots=True)
 class Unavailable:
     """A backend (or one scenario of it, or its floor) that could not run, and why."""
@@ -256,6 +262,8 @@ class Unavailable:
     scenario: str | None = None
     # The idemstore extra whose absence skipped it ("gateway", "local", ...): not a failure.
     extra: str | None = None
+    # It does not apply here (NotApplicable, a missing target or package): not a failure.
+    skipped: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -263,6 +271,7 @@ class Unavailable:
             "scenario": self.scenario,
             "reason": self.reason,
             "extra": self.extra,
+            "skipped": self.skipped,
         }
 
 
@@ -292,12 +301,15 @@ class BenchResult:
 async def on_each_target(
     targets: Sequence[Target], scenario: str, one: Callable[[Target], Awaitable[Measurement]]
 ) -> list[Measurement | Unavailable]:
-    """``one`` on every target in turn; a target it fails on is ``Unavailable`` for
-    ``scenario``, and the others still run."""
+    """``one`` on every target in turn; a target it fails on, or that it does not apply to
+    (``NotApplicable``: skipped), is ``Unavailable`` for ``scenario``, and the others still
+    run."""
     measured: list[Measurement | Unavailable] = []
     for target in targets:
         try:
             measured.append(await one(target))
+        except NotApplicable as exc:
+            measured.append(Unavailable(target.name, str(exc), scenario, skipped=True))
         except Exception as exc:
             measured.append(Unavailable(target.name, f"{type(exc).__name__}: {exc}", scenario))
     return measured

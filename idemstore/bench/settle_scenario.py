@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from idemstore.bench.results import Measurement, Timing, on_each_target
+from idemstore.bench.results import Measurement, NotApplicable, Timing, on_each_target
 from idemstore.execution import ExecutionPolicy, Replay
 from idemstore.urls import open_store, redact_url
 
@@ -80,7 +80,7 @@ async def _caller(store: IdempotencyStore) -> _Caller:
         await connection.execute("PRAGMA journal_mode = WAL")
         caller = _Caller(connection, False, TABLE)
     else:
-        raise LookupError(
+        raise NotApplicable(
             "settling in a transaction needs a SQL store in a database the caller's connection"
             " reaches (postgresql://, or a sqlite:/// file)"
         )

@@ -31,12 +31,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from idemstore.errors import InvalidKeyError, MissingDependencyError
+from idemstore.install_lines import install_hint
 
 try:
     from celery import current_task
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.consumers.celery needs Celery: pip install 'idemstore[celery]'"
+        "idemstore.consumers.celery needs Celery: " + install_hint("celery")
     ) from exc
 
 if TYPE_CHECKING:

@@ -28,6 +28,7 @@ from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
+from idemstore.install_lines import install_hint
 
 try:
     from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
@@ -38,7 +39,7 @@ try:
     from django.utils.module_loading import import_string
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.http.django needs Django: pip install 'idemstore[django]'"
+        "idemstore.http.django needs Django: " + install_hint("django")
     ) from exc
 
 from idemstore.callers import DEFAULT_SOURCES, Principal

@@ -33,13 +33,14 @@ from idemstore.errors import ConfigurationError, MissingDependencyError
 from idemstore.http.asgi import KEYED_REQUEST, Answered, KeyedRequest, key_required
 from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.http.options import HEADER_NAME
+from idemstore.install_lines import install_hint
 
 try:
     from fastapi import Depends, Header, Request
     from starlette.routing import Match
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.http.fastapi needs FastAPI: pip install 'idemstore[fastapi]'"
+        "idemstore.http.fastapi needs FastAPI: " + install_hint("fastapi")
     ) from exc
 
 if TYPE_CHECKING:

@@ -10,26 +10,33 @@ follow from ``Refusal.retryable`` (a test holds the table to it).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from idemstore.refusals import Refusal
 
 __all__ = [
-    "PROBLEM_TYPES",
+    "DEFAULT_DOCS_URL",
+    "DOCS_URL_ENV",
     "REFUSAL_PROBLEMS",
     "Problem",
     "RefusalProblem",
     "problem",
+    "problem_type",
     "refusal_problem",
 ]
 
 Problem: TypeAlias = tuple[int, list[tuple[bytes, bytes]], bytes]
 """A response ready to send: status, headers, body."""
 
-# The refusal table's page; each refusal's problem type is its section (RFC 9457: a type URI
-# that documents the problem when dereferenced).
-PROBLEM_TYPES = "https://example.org/idemstore/docs/refusals/#"
+# Each refusal's problem type is its section of the docs site's refusals page (RFC 9457: a
+# type URI that documents the problem when dereferenced). The site is wherever its reader's
+# deployment serves it: IDEMSTORE_DOCS_URL (e.g. https://docs.example.com/idemstore/), read
+# per refusal; by default the site's own path, a relative reference that a client resolves
+# against the response's URL (docs/refusals.md, "Problem types").
+DOCS_URL_ENV = "IDEMSTORE_DOCS_URL"
+DEFAULT_DOCS_URL = "/idemstore/docs/"
 
 # Seconds a retryable refusal asks the client to wait.
 RETRY_AFTER = 1
@@ -124,6 +131,12 @@ def problem(
     return status, headers, body
 
 
+def problem_type(refusal: Refusal) -> str:
+    """The ``type`` of ``refusal``'s problem document: its section of the refusals page."""
+    docs = os.environ.get(DOCS_URL_ENV) or DEFAULT_DOCS_URL
+    return f"{docs.rstrip('/')}/refusals/#{refusal.value}"
+
+
 def refusal_problem(refusal: Refusal, *, key: str | None, detail: str | None = None) -> Problem:
     """The answer to ``refusal``; ``detail`` replaces the table's where the caller knows
     better (an invalid key: what is wrong with it)."""
@@ -134,5 +147,5 @@ def refusal_problem(refusal: Refusal, *, key: str | None, detail: str | None = N
         detail or answer.detail,
         key=key,
         retry_after=RETRY_AFTER if refusal.retryable else None,
-        type_=PROBLEM_TYPES + refusal.value,
+        type_=problem_type(refusal),
     )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from idemstore.install_lines import install_hint
 from idemstore.local_servers import ServerUnavailableError, free_port
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def start_dynamodb(directory: Path | None = None, *, attempts: int = 3) -> Dynam
         from mirakuru.exceptions import ExecutorError
     except ImportError as exc:
         raise ServerUnavailableError(
-            f"{exc.name} is not installed: pip install 'idemstore[local]'"
+            f"{exc.name} is not installed: {install_hint('local')}"
         ) from exc
     where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="moto-"))
     last: ServerUnavailableError | None = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
 from idemstore.execution_hooks import register_observer
+from idemstore.install_lines import install_hint
 from idemstore.telemetry.attributes import backend_name
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def instrument(
         if not (exc.name or "").startswith("opentelemetry"):
             raise
         raise MissingDependencyError(
-            "idemstore.instrument() needs the OpenTelemetry API: pip install 'idemstore[otel]'"
+            f"idemstore.instrument() needs the OpenTelemetry API: {install_hint('otel')}"
         ) from exc
     _current = Instruments(meter_provider, tracer_provider, record_keys)
     register_observer(ConsumerObserver(_current))

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
+from idemstore.install_lines import install_hint
 from idemstore.registry import engines, fixture_variants, load_target, scheme_of
 from idemstore.schema import run_schema
 from idemstore.testing.clocks import FakeClock
@@ -209,7 +210,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # --pyargs idemstore.testing.contract).
     if _specs(config) and not _HAS_PYTEST_ASYNCIO:
         raise pytest.UsageError(
-            "idemstore's contract suite needs pytest-asyncio: pip install 'idemstore[testing]'"
+            f"idemstore's contract suite needs pytest-asyncio: {install_hint('testing')}"
         )
     contract_targets(config)  # a spec that names nothing is a usage error, said once, now
     if _specs(config) and config.args_source is not pytest.Config.ArgsSource.ARGS:

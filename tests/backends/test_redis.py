@@ -30,7 +30,7 @@ from idemstore.testing import FaultProxy
 from idemstore.testing.fixtures import running
 from tests.conftest import backend_unavailable
 
-pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
+pytest.importorskip("redis", reason="redis-py is not installed: pip install '.[redis]'")
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection

@@ -25,7 +25,7 @@ from idemstore.backends.redis.codec import record_key
 from idemstore.local_servers.redis import start_redis_cluster
 from idemstore.testing.fixtures import require_driver, running
 
-pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
+pytest.importorskip("redis", reason="redis-py is not installed: pip install '.[redis]'")
 
 from redis import Redis
 from redis.exceptions import ResponseError

@@ -18,7 +18,7 @@ from idemstore import ConfigurationError, open_store
 from idemstore.local_servers.redis import start_redis
 from idemstore.testing.fixtures import running
 
-pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
+pytest.importorskip("redis", reason="redis-py is not installed: pip install '.[redis]'")
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

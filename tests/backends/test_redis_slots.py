@@ -11,7 +11,7 @@ import pytest
 from idemstore import Outcome, StoreUnavailableError, open_store
 from idemstore.backends.redis.slots import ConnectionSlots
 
-pytest.importorskip("redis", reason="redis-py is not installed: pip install 'idemstore[redis]'")
+pytest.importorskip("redis", reason="redis-py is not installed: pip install '.[redis]'")
 
 import redis.asyncio as aioredis
 

@@ -218,4 +218,4 @@ def test_the_plugin_leaves_a_project_without_pytest_asyncio_alone(tmp_path: Path
     # Asking for the suite without what runs it is a usage error that names the fix.
     asked = pytest_without_asyncio("-q", "--idemstore-contract", "memory://")
     assert asked.returncode == 4, asked.stdout + asked.stderr
-    assert "pip install 'idemstore[testing]'" in asked.stderr
+    assert "pip install '.[testing]' (in idemstore's checkout)" in asked.stderr

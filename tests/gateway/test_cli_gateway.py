@@ -25,7 +25,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_without_the_extra_the_error_names_the_pip_line() -> None:
     done = _run("-c", WITHOUT_HTTPX)
     assert done.returncode == 2
-    assert "pip install 'idemstore[gateway]'" in done.stderr
+    assert "pip install '.[gateway]' (in idemstore's checkout)" in done.stderr
     assert "Traceback" not in done.stderr
 
 

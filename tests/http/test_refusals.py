@@ -10,7 +10,7 @@ import pytest
 from idemstore import open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import ResponseTooLargeError, StoreUnavailableError
-from idemstore.http.problems import PROBLEM_TYPES, REFUSAL_PROBLEMS, refusal_problem
+from idemstore.http.problems import REFUSAL_PROBLEMS, problem_type, refusal_problem
 from idemstore.refusals import Refusal
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
@@ -31,7 +31,7 @@ def refused(response: httpx.Response, refusal: Refusal) -> dict[str, Any]:
     assert response.status_code == answer.status, response.text
     assert response.headers["content-type"] == "application/problem+json"
     document: dict[str, Any] = response.json()
-    assert document["type"] == PROBLEM_TYPES + refusal.value
+    assert document["type"] == problem_type(refusal)
     assert document["status"] == answer.status
     assert ("retry-after" in response.headers) is refusal.retryable
     return document

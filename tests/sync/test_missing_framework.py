@@ -1,4 +1,5 @@
-"""Without their framework installed, the Django and Celery doors say which extra to install."""
+"""Without their framework installed, the Django, FastAPI and Celery doors say which extra to
+install, in the form that works from a checkout."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 from tests.conftest import ROOT
 
 
-@pytest.mark.parametrize(("module", "framework"), [("django", "django"), ("celery", "celery")])
+@pytest.mark.parametrize(
+    ("module", "framework"),
+    [("http.django", "django"), ("http.fastapi", "fastapi"), ("consumers.celery", "celery")],
+)
 def test_importing_a_door_without_its_framework_names_the_extra(
     module: str, framework: str
 ) -> None:
@@ -31,4 +35,4 @@ def test_importing_a_door_without_its_framework_names_the_extra(
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=True,
     )
-    assert f"pip install 'idemstore[{module}]'" in done.stdout
+    assert f"pip install '.[{framework}]'" in done.stdout

@@ -78,7 +78,7 @@ def test_without_the_otel_extra_everything_works_and_instrument_names_it(
 ) -> None:
     bin_dir = make_venv(tmp_path / "venv", str(built_wheel))
     printed = output_of(bin_dir / "python", "-c", WITHOUT_OTEL, cwd=tmp_path, timeout=120)
-    assert "pip install 'idemstore[otel]'" in printed
+    assert "pip install '.[otel]' (in idemstore's checkout)" in printed
 
 
 def test_record_keys_must_be_false_true_or_hash() -> None:
