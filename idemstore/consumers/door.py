@@ -63,6 +63,7 @@ __all__ = [
     "Disposition",
     "KeySource",
     "Message",
+    "MessageKeying",
     "attribute",
     "body_pointer",
     "message_id",
@@ -168,6 +169,43 @@ def attribute(name: str) -> Callable[[Message], str | None]:
     return key
 
 
+class MessageKeying:
+    """How a message is keyed and fingerprinted: shared by the async door and the Lambda
+    handlers, so a message gets the same record through either.
+
+    ``key(message)``: the key (``InvalidKeyError`` when the key source finds none);
+    ``fingerprint(message)``: the body's SHA-256, or the canonical fingerprint of the
+    selected fields of its JSON body (``ValueError`` when it is no JSON).
+    """
+
+    __slots__ = ("_fields", "_source")
+
+    def __init__(
+        self,
+        key: Callable[[Message], str | None] = message_id,
+        *,
+        fingerprint_include: Iterable[str] | None = None,
+        fingerprint_exclude: Iterable[str] | None = None,
+    ) -> None:
+        self._source = key
+        self._fields = field_selection(fingerprint_include, fingerprint_exclude)
+
+    def key(self, message: Message) -> str:
+        found = self._source(message)
+        if found is None:
+            raise InvalidKeyError(f"message {message.id!r} carries no idempotency key")
+        return found
+
+    def fingerprint(self, message: Message) -> str:
+        if self._fields is None:
+            return hashlib.sha256(message.body).hexdigest()
+        return fingerprint(self._fields.apply(message.json()))
+
+
+UNKEYABLE = (InvalidKeyError, CanonicalizationError, ValueError)
+"""What ``MessageKeying`` raises for a message it cannot key or fingerprint."""
+
+
 class Disposition(enum.StrEnum):
     """What ``ConsumerDoor.handle`` did with a delivery (see the module's table)."""
 
@@ -210,12 +248,11 @@ class ConsumerDoor:
     """
 
     __slots__ = (
-        "_fields",
-        "_key",
         "_on_duplicate",
         "busy_delay",
         "failure_delay",
         "keep_visible",
+        "keying",
         "policy",
         "scope",
         "serializer",
@@ -245,9 +282,10 @@ class ConsumerDoor:
             consumer="consumer",
         )
         self.serializer: Serializer = idem.serializer
-        self._key = key
+        self.keying = MessageKeying(
+            key, fingerprint_include=fingerprint_include, fingerprint_exclude=fingerprint_exclude
+        )
         self.scope = scope
-        self._fields = field_selection(fingerprint_include, fingerprint_exclude)
         self.busy_delay = busy_delay
         self.failure_delay = failure_delay
         self._on_duplicate = on_duplicate
@@ -255,9 +293,7 @@ class ConsumerDoor:
 
     def fingerprint(self, message: Message) -> str:
         """The message's fingerprint: its body, or the selected fields of its JSON body."""
-        if self._fields is None:
-            return hashlib.sha256(message.body).hexdigest()
-        return fingerprint(self._fields.apply(message.json()))
+        return self.keying.fingerprint(message)
 
     async def handle(
         self, delivery: Delivery, handler: Callable[[Message], Awaitable[Any]]
@@ -271,11 +307,9 @@ class ConsumerDoor:
         """
         message = delivery.message
         try:
-            key = self._key(message)
-            if key is None:
-                raise InvalidKeyError(f"message {message.id!r} carries no idempotency key")
-            print_ = self.fingerprint(message)
-        except (InvalidKeyError, CanonicalizationError, ValueError) as exc:
+            key = self.keying.key(message)
+            print_ = self.keying.fingerprint(message)
+        except UNKEYABLE as exc:
             logger.warning("message %r dead-lettered: %s", message.id, exc)
             await delivery.dead_letter()
             return Disposition.DEAD_LETTERED
