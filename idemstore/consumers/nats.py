@@ -25,7 +25,7 @@ try:
     from nats.js.api import AckPolicy, ConsumerConfig
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.consumers.nats needs nats-py: pip install 'idemstore[consumers]'"
+        "idemstore.consumers.nats needs nats-py: pip install 'idemstore[nats]'"
     ) from exc
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ class FakeDelivery:
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> Iterator[str]:
     """A RabbitMQ node of the session's own (``IDEMSTORE_TEST_RABBITMQ_URL``: an existing one)."""
-    require_driver("rabbitmq", "aio_pika", "consumers")
+    require_driver("rabbitmq", "aio_pika", "rabbitmq")
     existing = os.environ.get("IDEMSTORE_TEST_RABBITMQ_URL")
     if existing:
         yield existing
@@ -62,7 +62,7 @@ def rabbitmq_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def nats_url() -> Iterator[str]:
     """A JetStream server of the session's own (``IDEMSTORE_TEST_NATS_URL``: an existing one)."""
-    require_driver("nats", "nats", "consumers")
+    require_driver("nats", "nats", "nats")
     existing = os.environ.get("IDEMSTORE_TEST_NATS_URL")
     if existing:
         yield existing
