@@ -40,10 +40,24 @@ class LocalRabbitMQ:
     directory: Path
     process: subprocess.Popen[bytes]
     node: str
+    env: dict[str, str]
 
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """``rabbitmqctl -n NODE ARGS`` against this node; its output."""
+        rabbitmqctl = str(Path(_binary()).with_name("rabbitmqctl"))
+        done = subprocess.run(
+            [rabbitmqctl, "-n", self.node, "-q", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+        return done.stdout
 
     def stop(self) -> None:
         """Stop the node and everything it started (epmd included); idempotent."""
@@ -130,7 +144,7 @@ def start_rabbitmq(*, timeout: float = 60.0) -> LocalRabbitMQ:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = LocalRabbitMQ(port=port, directory=directory, process=process, node=node)
+    server = LocalRabbitMQ(port=port, directory=directory, process=process, node=node, env=env)
     try:
         wait_for_port(port, process=process, timeout=timeout, log=log)
     except ServerUnavailableError:
