@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from idemstore import Execution, Idempotency, Serializer
 
 __all__ = [
+    "RETRY_DELAY",
     "ConsumerDoor",
     "Delivery",
     "Disposition",
@@ -66,10 +67,14 @@ __all__ = [
     "MessageKeying",
     "attribute",
     "body_pointer",
+    "handle_all",
     "message_id",
 ]
 
 logger = logging.getLogger("idemstore.consumers")
+
+# Seconds a consumer's loop waits after its broker failed a receive, before the next.
+RETRY_DELAY = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +221,32 @@ class Disposition(enum.StrEnum):
     FENCED_OUT = "fenced_out"
     DEAD_LETTERED = "dead_lettered"
     UNRECORDED = "unrecorded"
+    ERROR = "error"
+    """The broker (an ack, a nack) or ``on_duplicate`` raised; logged. Whatever was not
+    acked comes back after the broker's own timeout (``handle_all`` only)."""
+
+
+async def handle_all(
+    door: ConsumerDoor,
+    deliveries: Iterable[Delivery],
+    handler: Callable[[Message], Awaitable[Any]],
+) -> list[Disposition]:
+    """``door.handle`` on every delivery at once; an error of one (a broker call that
+    failed) is logged as ``ERROR`` and does not stop the others or the consumer's loop."""
+    pending = list(deliveries)
+    outcomes = await asyncio.gather(
+        *(door.handle(d, handler) for d in pending), return_exceptions=True
+    )
+    handled: list[Disposition] = []
+    for delivery, outcome in zip(pending, outcomes, strict=True):
+        if isinstance(outcome, Disposition):
+            handled.append(outcome)
+        elif isinstance(outcome, Exception):
+            logger.error("message %r: %s", delivery.message.id, outcome, exc_info=outcome)
+            handled.append(Disposition.ERROR)
+        else:
+            raise outcome  # a cancellation (or a KeyboardInterrupt) ends the consumer
+    return handled
 
 
 _DEAD_LETTER = frozenset({Refusal.CONFLICT, Refusal.OUTCOME_UNKNOWN, Refusal.INVALID_KEY})
@@ -322,9 +353,12 @@ class ConsumerDoor:
             return await self._refused(delivery, key, exc)
         if result.replayed:
             if self._on_duplicate is not None:
-                pending = self._on_duplicate(message, self.serializer.loads(result.value, Any))
-                if pending is not None:
-                    await pending
+                try:
+                    pending = self._on_duplicate(message, self.serializer.loads(result.value, Any))
+                    if pending is not None:
+                        await pending
+                except Exception:
+                    logger.exception("on_duplicate failed for message %r", message.id)
             await delivery.ack()
             return Disposition.REPLAYED
         if stored and not stored[0]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import Message
+from idemstore.consumers.door import RETRY_DELAY, Message, handle_all, logger
 from idemstore.errors import MissingDependencyError
 
 try:
@@ -149,17 +149,18 @@ class JetStreamConsumer:
             messages = await self._sub.fetch(self.batch, timeout=self.fetch_timeout)
         except (TimeoutError, NatsTimeoutError):
             return []
-        return list(
-            await asyncio.gather(
-                *(self.door.handle(JetStreamDelivery(m), self._handler) for m in messages)
-            )
-        )
+        deliveries = [JetStreamDelivery(m) for m in messages]
+        return await handle_all(self.door, deliveries, self._handler)
 
     async def run(self) -> None:
         """Consume until ``stop()`` or cancellation."""
         self._stopping = False
         while not self._stopping:
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:
+                logger.exception("reading from %s failed; retrying", self.subject)
+                await asyncio.sleep(RETRY_DELAY)
 
     def stop(self) -> None:
         self._stopping = True

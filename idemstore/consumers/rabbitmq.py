@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import Message
+from idemstore.consumers.door import Message, logger
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -96,7 +96,12 @@ class RabbitMQConsumer:
             self.door.handle(RabbitMQDelivery(raw), self._handler)
         )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Disposition]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("handling a RabbitMQ message failed: %s", error, exc_info=error)
 
     async def stop(self) -> None:
         if self._tag is not None:

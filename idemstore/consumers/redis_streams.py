@@ -19,7 +19,7 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import Message
+from idemstore.consumers.door import RETRY_DELAY, Message, handle_all, logger
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -186,7 +186,7 @@ class RedisStreamConsumer:
                     for entry_id, fields in entries
                     if fields is not None
                 ]
-        return list(await asyncio.gather(*(self.door.handle(d, self._handler) for d in deliveries)))
+        return await handle_all(self.door, deliveries, self._handler)
 
     async def _reclaimed(self) -> list[RedisStreamDelivery]:
         reply = await self.redis.xautoclaim(
@@ -208,7 +208,11 @@ class RedisStreamConsumer:
         """Consume until ``stop()`` or cancellation."""
         self._stopping = False
         while not self._stopping:
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:
+                logger.exception("reading from %s failed; retrying", self.stream)
+                await asyncio.sleep(RETRY_DELAY)
 
     def stop(self) -> None:
         """End ``run`` after the entries in hand."""

@@ -16,7 +16,7 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import Message
+from idemstore.consumers.door import RETRY_DELAY, Message, handle_all, logger
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -155,14 +155,20 @@ class SQSConsumer:
         deliveries = [
             SQSDelivery(self._client, self.queue_url, raw) for raw in reply.get("Messages", ())
         ]
-        return list(await asyncio.gather(*(self.door.handle(d, self._handler) for d in deliveries)))
+        return await handle_all(self.door, deliveries, self._handler)
 
     async def run(self) -> None:
         """Consume until ``stop()`` or cancellation (a batch being handled is finished first
         after ``stop``; a cancellation leaves its messages to their visibility timeout)."""
         self._stopping = False
         while not self._stopping:
-            if not await self.poll_once() and self.wait_time == 0:
+            try:
+                handled = await self.poll_once()
+            except Exception:
+                logger.exception("receiving from %s failed; retrying", self.queue_url)
+                handled = []
+                await asyncio.sleep(RETRY_DELAY)
+            if not handled and self.wait_time == 0:
                 await asyncio.sleep(self.idle_delay)
 
     def stop(self) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemstore import Idempotency, current_execution
 from idemstore.consumers import ConsumerDoor, Disposition, Message, attribute, body_pointer
+from idemstore.consumers.door import handle_all
 from idemstore.testing.stores import WrappedStore
 from tests.consumers.conftest import FakeDelivery
 
@@ -235,3 +236,31 @@ async def test_a_handler_fenced_out_by_a_takeover_neither_acks_nor_records(
     assert stalled.said() == ["leave"]
     record = await store.get("m-1", scope="consumer")
     assert record is not None and record.response is not None and b"taken" in record.response
+
+
+async def test_a_failing_ack_is_an_error_of_its_message_alone(store: IdempotencyStore) -> None:
+    class AckFails(FakeDelivery):
+        async def ack(self) -> None:
+            raise ConnectionError("broker gone")
+
+    door = ConsumerDoor(Idempotency(store))
+    handler = Counter()
+    broken, fine = AckFails(message(id="m-1")), FakeDelivery(message(id="m-2"))
+    outcomes = await handle_all(door, [broken, fine], handler)
+    assert outcomes == [Disposition.ERROR, Disposition.PROCESSED]
+    # The outcome was recorded before the ack failed: the redelivery replays.
+    assert await door.handle(FakeDelivery(message(id="m-1")), handler) is Disposition.REPLAYED
+    assert handler.runs == ["m-1", "m-2"]
+
+
+async def test_a_failing_on_duplicate_hook_still_acks_the_duplicate(
+    store: IdempotencyStore,
+) -> None:
+    def hook(msg: Message, value: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    door = ConsumerDoor(Idempotency(store), on_duplicate=hook)
+    await door.handle(FakeDelivery(message()), Counter())
+    again = FakeDelivery(message())
+    assert await door.handle(again, Counter()) is Disposition.REPLAYED
+    assert again.said() == ["ack"]
