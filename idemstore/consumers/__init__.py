@@ -8,12 +8,11 @@ The door is broker-neutral; one module per broker adapts it: ``sqs`` (aiobotocor
 
 from __future__ import annotations
 
-from idemstore.consumers.door import (
-    ConsumerDoor,
-    Delivery,
-    Disposition,
+from idemstore.consumers.door import ConsumerDoor, Delivery, Disposition, handle_all
+from idemstore.consumers.messages import (
     KeySource,
     Message,
+    MessageKeying,
     attribute,
     body_pointer,
     message_id,
@@ -25,7 +24,9 @@ __all__ = [
     "Disposition",
     "KeySource",
     "Message",
+    "MessageKeying",
     "attribute",
     "body_pointer",
+    "handle_all",
     "message_id",
 ]

@@ -43,7 +43,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore import current_execution, fingerprint, sync
-from idemstore.consumers.door import UNKEYABLE, Message, MessageKeying, message_id
+from idemstore.consumers.messages import UNKEYABLE, Message, MessageKeying, message_id
 from idemstore.consumers.sqs import sqs_message
 from idemstore.fingerprint_fields import field_selection
 from idemstore.http_problems import problem, refusal_problem

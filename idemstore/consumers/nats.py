@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import RETRY_DELAY, Message, handle_all, logger
-from idemstore.errors import MissingDependencyError
+from idemstore import MissingDependencyError
+from idemstore.consumers.door import RETRY_DELAY, handle_all, logger
+from idemstore.consumers.messages import Message
 
 try:
     from nats.errors import TimeoutError as NatsTimeoutError

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import Message, logger
+from idemstore.consumers.door import logger
+from idemstore.consumers.messages import Message
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -16,7 +16,8 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import RETRY_DELAY, Message, handle_all, logger
+from idemstore.consumers.door import RETRY_DELAY, handle_all, logger
+from idemstore.consumers.messages import Message
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
