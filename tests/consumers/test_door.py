@@ -207,7 +207,7 @@ async def test_a_long_handler_keeps_its_message_at_the_heartbeat_cadence(
 ) -> None:
     door = ConsumerDoor(Idempotency(store, lease_ttl=0.3))
     delivery = FakeDelivery(message())
-    assert await door.handle(delivery, Counter(sleep=0.5)) is Disposition.PROCESSED
+    assert await door.handle(delivery, Counter(sleep=0.7)) is Disposition.PROCESSED
     keeps = [seconds for name, seconds in delivery.calls if name == "keep"]
     assert len(keeps) >= 3
     assert set(keeps) == {0.3}

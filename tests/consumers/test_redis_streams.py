@@ -89,12 +89,12 @@ async def test_entries_of_a_crashed_consumer_are_reclaimed_and_run_once(
 async def test_a_long_handler_keeps_its_entry_from_being_reclaimed(
     store: IdempotencyStore, redis: Any, stream: str
 ) -> None:
-    door = ConsumerDoor(Idempotency(store, lease_ttl=0.6))
+    door = ConsumerDoor(Idempotency(store, lease_ttl=1.0))
     runs: list[str] = []
 
     async def slow(message: Message) -> str:
         runs.append(message.id)
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.5)
         return "ok"
 
     one = RedisStreamConsumer(door, redis, stream, "g", "one", slow, block=0.05)
