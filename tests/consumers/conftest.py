@@ -3,20 +3,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
 
 import pytest
 
 from idemstore.testing.fixtures import require_driver, running
+from idemstore.testing.stores import WrappedStore
 from tests.memory_store import store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from idemstore import Lease
     from idemstore.consumers import Message
 
-__all__ = ["FakeDelivery", "nats_url", "rabbitmq_url", "store"]
+__all__ = ["FakeDelivery", "PausedHeartbeats", "nats_url", "rabbitmq_url", "store"]
+
+
+class PausedHeartbeats(WrappedStore):
+    """A store whose heartbeats never arrive, as a stopped process's would not."""
+
+    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
+        await asyncio.sleep(10)
+        return None
 
 
 class FakeDelivery:

@@ -9,19 +9,10 @@ from typing import TYPE_CHECKING, Any
 from idemstore import Idempotency, current_execution
 from idemstore.consumers import ConsumerDoor, Disposition, Message, attribute, body_pointer
 from idemstore.consumers.door import handle_all
-from idemstore.testing.stores import WrappedStore
-from tests.consumers.conftest import FakeDelivery
+from tests.consumers.conftest import FakeDelivery, PausedHeartbeats
 
 if TYPE_CHECKING:
-    from idemstore import IdempotencyStore, Lease
-
-
-class PausedHeartbeats(WrappedStore):
-    """A store whose heartbeats never arrive, as a stopped process's would not."""
-
-    async def extend(self, lease: Lease, *, lease_ttl: float) -> Lease | None:
-        await asyncio.sleep(10)
-        return None
+    from idemstore import IdempotencyStore
 
 
 def message(body: Any = None, *, id: str = "m-1", **attributes: str) -> Message:

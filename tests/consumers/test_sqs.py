@@ -13,6 +13,7 @@ import pytest
 from idemstore import Idempotency
 from idemstore.consumers import ConsumerDoor, Disposition, Message, attribute
 from idemstore.consumers.sqs import SQSConsumer
+from tests.consumers.conftest import PausedHeartbeats
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -114,3 +115,36 @@ async def test_racing_consumers_run_each_business_event_once_despite_duplicates(
         await asyncio.gather(*tasks)
     assert runs == collections.Counter(events)
     assert await drained(sqs, queue)
+
+
+async def test_a_consumer_stopped_past_lease_and_visibility_is_fenced_out_unacked(
+    store: IdempotencyStore, sqs: Any, queue: str
+) -> None:
+    # The stopped consumer neither heartbeats its lease nor extends the message's visibility.
+    stopped = ConsumerDoor(Idempotency(PausedHeartbeats(store), lease_ttl=1.0), keep_visible=False)
+    live = ConsumerDoor(Idempotency(store, lease_ttl=1.0))
+    woken = asyncio.Event()
+
+    async def stalls(message: Message) -> str:
+        await woken.wait()
+        return "late"
+
+    async def handler(message: Message) -> str:
+        return "taken over"
+
+    sent = await sqs.send_message(QueueUrl=queue, MessageBody='{"order": 1}')
+    first = asyncio.create_task(SQSConsumer(stopped, sqs, queue, stalls, wait_time=0).poll_once())
+    taker = SQSConsumer(live, sqs, queue, handler, wait_time=0)
+    taken: list[Disposition] = []
+    for _ in range(50):  # the message comes back once its visibility (1 s) runs out
+        await asyncio.sleep(0.1)
+        taken += await taker.poll_once()
+        if taken:
+            break
+    assert taken == [Disposition.PROCESSED]
+    woken.set()
+    assert await first == [Disposition.FENCED_OUT]
+    record = await store.get(sent["MessageId"], scope="consumer")
+    assert record is not None and record.response is not None
+    assert b"taken over" in record.response  # the stopped consumer's result was not recorded
+    assert await drained(sqs, queue)  # the taker deleted it; the stopped one did not touch it
