@@ -43,6 +43,7 @@ SCENARIO_NAMES = (
     "sync",
     "settle",
     "peers",
+    "consumers",
 )
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000

@@ -37,6 +37,7 @@ ONCE_PER_BENCH: tuple[str, ...] = (
     "sync",
     "settle",
     "peers",
+    "consumers",
 )
 # Of those, the ones measured on each target in turn (one worker, a fixed operation count).
 ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers")
@@ -59,6 +60,7 @@ SETUP_SECONDS = {
     "peers": 1.5,  # per target with a peer engine: opening each library, its table
     "telemetry": 1.4,
     "middleware": 1.1,
+    "consumers": 25.0,  # four brokers started (RabbitMQ: 5 s), 4 rounds of 2 sides each
 }
 # The gateway's minimum of calls on each of its three sides (gateway_scenario.MIN_SAMPLES),
 # at about 2.2 ms a call on the idle 2-core VM: 13 s, whatever the duration.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from idemstore.bench.results import Measurement, Timing, Unavailable
-from idemstore.bench.scenarios import keep_going, merge, rounds_of
+from idemstore.bench.scenarios import ON_REQUEST, keep_going, merge, rounds_of
 from idemstore.registry import engine_for_url
 from idemstore.urls import redact_url
 
@@ -102,11 +102,11 @@ def installed_peers() -> list[Peer]:
 
 
 def default_scenarios(names: Sequence[str]) -> tuple[str, ...]:
-    """``names`` without ``peers`` when no peer package is installed: a default run then
-    says nothing about packages its user never asked to compare with."""
-    if installed_peers():
-        return tuple(names)
-    return tuple(name for name in names if name != SCENARIO)
+    """``names`` as a run that names none runs them: without ``peers`` when no peer package
+    is installed (it then says nothing about packages its user never asked to compare with),
+    and without the scenarios that run only when named (``ON_REQUEST``: they start brokers)."""
+    skipped = set(ON_REQUEST) if installed_peers() else {SCENARIO, *ON_REQUEST}
+    return tuple(name for name in names if name not in skipped)
 
 
 @dataclass(slots=True)

@@ -70,7 +70,11 @@ SCENARIOS: tuple[str, ...] = (
     "sync",
     "settle",
     "peers",
+    "consumers",
 )
+# Run only when named (--scenario consumers): they start message brokers, which a default run
+# (the README's first command) must not need.
+ON_REQUEST: tuple[str, ...] = ("consumers",)
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.
