@@ -380,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=SCENARIO_NAMES,
         metavar="NAME",
-        help=f"scenarios to run (default: all): {', '.join(SCENARIO_NAMES)}",
+        help="scenarios to run (default: all but consumers, which starts message brokers;"
+        f" peers only where a peer package is installed): {', '.join(SCENARIO_NAMES)}",
     )
     bench.add_argument(
         "--concurrency",
