@@ -22,7 +22,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
-from idemstore.running_work import current_execution, running
+from idemstore.execution.running_work import current_execution, running
 from idemstore.urls import open_store
 
 if TYPE_CHECKING:

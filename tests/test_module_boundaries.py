@@ -62,10 +62,10 @@ def test_the_check_sees_a_private_import() -> None:
 # every submodule would share).
 EXECUTION_PATH = {
     "idemstore.execution",
-    "idemstore.lease_keeping",
-    "idemstore.outcome_markers",
+    "idemstore.execution.lease_keeping",
+    "idemstore.execution.outcome_markers",
     "idemstore.runner",
-    "idemstore.running_work",
+    "idemstore.execution.running_work",
     "idemstore.sweeper",
 }
 
@@ -177,7 +177,7 @@ def test_telemetry_imports_nothing_of_the_execution_path() -> None:
     assert not imported & EXECUTION_PATH
     # What telemetry may read: the hooks the execution path declares, the store protocol and
     # the errors. A new import here is a decision, not an accident.
-    assert imported == {"idemstore.errors", "idemstore.execution_hooks", "idemstore.protocol"}
+    assert imported == {"idemstore.errors", "idemstore.execution.hooks", "idemstore.protocol"}
 
 
 def test_the_execution_path_imports_nothing_of_telemetry() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Self
 import pytest
 
 from idemstore import Checkpoint, Lease, Outcome, Record, Reservation, Status
+from idemstore.checkpoints import check_checkpoint
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext
 from idemstore.records import (
@@ -34,7 +35,6 @@ from idemstore.records import (
     lease_owns_nothing,
     new_token,
 )
-from idemstore.recovery_points import check_checkpoint
 from idemstore.registry import Engine, FixtureVariant, register_backend
 from idemstore.urls import parse_store_url
 

@@ -10,8 +10,8 @@ import pytest
 from idemstore import open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import ResponseTooLargeError, StoreUnavailableError
+from idemstore.execution.refusals import Refusal
 from idemstore.http_problems import PROBLEM_TYPES, REFUSAL_PROBLEMS, refusal_problem
-from idemstore.refusals import Refusal
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
 from tests.http.conftest import calls, client_of, keyed, post_twice

@@ -64,11 +64,11 @@ from idemstore.backends.postgres.statements import (
 from idemstore.backends.postgres.stats import STATS, counted
 from idemstore.backends.postgres.sweeping import HeapSweep
 from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import ConfigurationError, SchemaError
 from idemstore.migrate import AppliedMigration, Migration, load_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
@@ -403,7 +403,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
-    # -- settling in the caller's transaction (idemstore.settling) ----------------------------
+    # -- settling in the caller's transaction (idemstore.execution.settling) -----------------
 
     async def _store_identity(self, *, fresh: bool = False) -> Identity:
         if self._identity is None or fresh:

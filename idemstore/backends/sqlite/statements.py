@@ -6,9 +6,9 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from idemstore.checkpoints import decode_checkpoints
 from idemstore.errors import SchemaError
 from idemstore.protocol import Record, Status
-from idemstore.recovery_points import decode_checkpoints
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

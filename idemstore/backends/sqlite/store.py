@@ -52,6 +52,7 @@ from idemstore.backends.sqlite.statements import (
 from idemstore.backends.sqlite.stats import STATS, counted
 from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
 from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import (
     ConfigurationError,
     SchemaError,
@@ -66,7 +67,6 @@ from idemstore.migrate import (
 )
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
 from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
@@ -438,7 +438,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         with self._errors():
             return await self._transact(conn, body)
 
-    # -- settling in the caller's transaction (idemstore.settling) ----------------------------
+    # -- settling in the caller's transaction (idemstore.execution.settling) -----------------
 
     async def check_connection(self, connection: object) -> None:
         """``ConfigurationError`` unless ``connection`` is an aiosqlite connection to this

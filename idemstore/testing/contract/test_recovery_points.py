@@ -10,9 +10,9 @@ from typing import cast
 import pytest
 
 from idemstore import ExecutionPolicy, IdempotencyStore, LeaseLostError, Outcome, Status
+from idemstore.checkpoints import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
 from idemstore.execution import Execution, current_execution
 from idemstore.protocol import Checkpoint, CheckpointingStore, Lease, offers
-from idemstore.recovery_points import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
 from idemstore.testing.contract.test_store_contract import FP, LONG, SHORT, SLACK, new_key
 
 
