@@ -71,8 +71,8 @@ async def _caller(store: IdempotencyStore) -> _Caller:
         import asyncpg
 
         # The DSN and schema the store itself uses: the same database, by construction.
-        connection = await asyncpg.connect(known._dsn)
-        caller = _Caller(connection, True, f'"{known._schema}".{TABLE}')
+        connection = await asyncpg.connect(known.dsn)
+        caller = _Caller(connection, True, f'"{known.schema}".{TABLE}')
     elif name == "SQLiteStore" and known.database != ":memory:":
         import aiosqlite
 

@@ -221,6 +221,17 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         dsn = urlunsplit(("postgresql", netloc, parsed.path, urlencode(connection), ""))
         return cls(dsn, url=url, **kwargs)
 
+    @property
+    def dsn(self) -> str:
+        """The connection string asyncpg connects with (it may hold a password: never log
+        it); a caller's own connection to the store's database can use it."""
+        return self._dsn
+
+    @property
+    def schema(self) -> str:
+        """The schema that holds the store's tables."""
+        return self._schema
+
     # -- connections ----------------------------------------------------------------------
 
     async def _open(self) -> asyncpg.Pool:
