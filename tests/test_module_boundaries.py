@@ -66,7 +66,7 @@ EXECUTION_PATH = {
     "idemstore.execution.outcome_markers",
     "idemstore.runner",
     "idemstore.execution.running_work",
-    "idemstore.sweeper",
+    "idemstore.backends.sweeper",
 }
 
 

@@ -42,16 +42,16 @@ from idemstore.backends.arguments import (
     reserve_arguments,
     wait_arguments,
 )
+from idemstore.backends.stats import DEFAULT_LIMIT
 from idemstore.checkpoints import check_checkpoint
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext, Lease, Outcome, Record, Reservation, Status
 from idemstore.records import check_duration, check_limit
-from idemstore.stats import DEFAULT_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["InlineStoreEnvelope", "StoreEnvelope", "lost_reserve"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.bench.results import Measurement, Timing, on_each_target
 from idemstore.execution import ExecutionPolicy, Replay
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -21,9 +21,9 @@ from idemstore import (
     StoreUnavailableError,
     open_store,
 )
+from idemstore.backends.migrate import load_migrations
 from idemstore.local_servers import free_port
 from idemstore.local_servers.postgres import start_postgres
-from idemstore.migrate import load_migrations
 from idemstore.protocol import Checkpoint, Lease
 from idemstore.testing.fixtures import running
 from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, with_options

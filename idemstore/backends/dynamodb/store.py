@@ -58,17 +58,17 @@ from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
+from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import encode_checkpoint
 from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["DynamoDBStore"]
 

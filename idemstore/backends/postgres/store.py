@@ -22,6 +22,7 @@ import asyncpg
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import StoreEnvelope
+from idemstore.backends.migrate import AppliedMigration, Migration, load_migrations
 from idemstore.backends.postgres.caller_connections import (
     IDENTITY,
     Identity,
@@ -63,18 +64,17 @@ from idemstore.backends.postgres.statements import (
 )
 from idemstore.backends.postgres.stats import STATS, counted
 from idemstore.backends.postgres.sweeping import HeapSweep
+from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import ConfigurationError, SchemaError
-from idemstore.migrate import AppliedMigration, Migration, load_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["PostgresStore"]
 

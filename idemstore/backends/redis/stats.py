@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from idemstore.stats import StatsTally
+    from idemstore.backends.stats import StatsTally
 
 __all__ = ["BATCH", "FIELDS", "METHOD", "tally_rows"]
 

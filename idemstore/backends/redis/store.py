@@ -54,18 +54,18 @@ from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, METHOD, tally_rows
 from idemstore.backends.redis.urls import parse_redis_url
+from idemstore.backends.stats import StatsTally
+from idemstore.backends.urls import redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.stats import StatsTally
-from idemstore.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["RedisStore"]
 

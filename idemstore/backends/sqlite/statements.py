@@ -13,7 +13,7 @@ from idemstore.protocol import Record, Status
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from idemstore.migrate import Migration
+    from idemstore.backends.migrate import Migration
 
 __all__ = [
     "CHECKPOINT",

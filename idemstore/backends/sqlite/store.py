@@ -31,6 +31,13 @@ import aiosqlite
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import SQLITE_BUSY, retrying
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
+from idemstore.backends.migrate import (
+    AppliedMigration,
+    Migration,
+    load_migrations,
+    migrate_hint,
+    pending_migrations,
+)
 from idemstore.backends.sqlite.client_errors import driver_errors
 from idemstore.backends.sqlite.options import OPTIONS
 from idemstore.backends.sqlite.statements import (
@@ -51,6 +58,7 @@ from idemstore.backends.sqlite.statements import (
 )
 from idemstore.backends.sqlite.stats import STATS, counted
 from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
+from idemstore.backends.urls import parse_store_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import (
@@ -58,21 +66,13 @@ from idemstore.errors import (
     SchemaError,
     StoreUnavailableError,
 )
-from idemstore.migrate import (
-    AppliedMigration,
-    Migration,
-    load_migrations,
-    migrate_hint,
-    pending_migrations,
-)
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["SQLiteStore"]
 

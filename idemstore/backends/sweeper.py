@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Sweeper"]
 
-logger = logging.getLogger("idemstore.sweeper")
+logger = logging.getLogger("idemstore.backends.sweeper")
 
 
 class Sweeper(AsyncContext):
