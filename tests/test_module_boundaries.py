@@ -64,8 +64,12 @@ EXECUTION_PATH = {
     "idemstore.execution",
     "idemstore.execution.lease_keeping",
     "idemstore.execution.outcome_markers",
-    "idemstore.runner",
+    "idemstore.execution.policy",
+    "idemstore.execution.recovery_points",
     "idemstore.execution.running_work",
+    "idemstore.execution.settling",
+    "idemstore.execution.state_machine",
+    "idemstore.runner",
     "idemstore.backends.sweeper",
 }
 
