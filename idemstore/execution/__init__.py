@@ -68,7 +68,12 @@ wait_timeout=None, on_failure="release", on_takeover="run", max_response_bytes=N
     - ``settled``, ``finished`` (settled, released or held), ``lease`` (the latest),
       ``fence``, ``key``, ``scope``, ``lapsed`` (a heartbeat found the lease lapsed),
       ``takeover`` and ``previous_fence`` (the holder taken over from, or ``None``);
-      ``await checkpoint(name, data)`` and ``checkpoints``: ``idemstore.execution.recovery_points``.
+      ``await checkpoint(name, data)`` and ``checkpoints``: ``idemstore.execution.recovery_points``;
+      ``policy`` (the ``ExecutionPolicy`` that began it).
+    - The transitions the execution path's own helpers drive (``idemstore.execution.settling``,
+      ``ExecutionPolicy.begin``): ``check_running()``, ``await start_committing()`` (running →
+      committing, returns the lease), ``await fenced_out()`` (committing → released),
+      ``observe(observation)``. Nothing outside ``Execution`` reads or writes its state.
 
 ``Replay``: ``response`` (the recorded bytes), ``fence``, ``record``.
 
