@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from idemstore.registry import engines
+from idemstore.backends.registry import engines
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "local" / "results.json"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from idemstore.backends.registry import Engine, FixtureVariant
+from idemstore.backends.sweeper import Sweeper
+from idemstore.backends.urls import open_store, register_backend
 from idemstore.errors import (
     CanonicalizationError,
     ConfigurationError,
@@ -30,12 +33,9 @@ from idemstore.protocol import (
     Reservation,
     Status,
 )
-from idemstore.registry import Engine, FixtureVariant
 from idemstore.runner import Idempotency, Result
 from idemstore.serializers import JSONSerializer, Serializer
-from idemstore.sweeper import Sweeper
 from idemstore.telemetry import instrument, uninstrument
-from idemstore.urls import open_store, register_backend
 
 __version__ = "0.1.0"
 

@@ -18,11 +18,11 @@ from idemstore.argument_types import (
     positive_float,
     positive_int,
 )
+from idemstore.backends.urls import open_store
 from idemstore.errors import ConfigurationError, IdemstoreError, MissingDependencyError
 from idemstore.install_lines import install_line
 from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
 from idemstore.protocol import offers
-from idemstore.urls import open_store
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
 SCENARIO_NAMES = (
@@ -55,9 +55,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from typing import Any
 
+    from idemstore.backends.registry import Engine
+    from idemstore.backends.schema import SchemaMode
     from idemstore.protocol import Record
-    from idemstore.registry import Engine
-    from idemstore.schema import SchemaMode
 
 __all__ = ["main"]
 
@@ -117,7 +117,7 @@ async def _inspect(args: argparse.Namespace) -> int:
 
 
 async def _sweep(args: argparse.Namespace) -> int:
-    from idemstore.sweeper import Sweeper
+    from idemstore.backends.sweeper import Sweeper
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -150,7 +150,7 @@ async def _sweep(args: argparse.Namespace) -> int:
 async def _stats(args: argparse.Namespace) -> int:
     import json
 
-    from idemstore.stats import SupportsStats, format_stats
+    from idemstore.backends.stats import SupportsStats, format_stats
     from idemstore.telemetry import backend_name
 
     async with open_store(args.url) as store:
@@ -233,7 +233,7 @@ def _print_wrapped(text: str, width: int) -> None:
 
 
 async def _options(args: argparse.Namespace) -> int:
-    from idemstore.registry import engines, load_target
+    from idemstore.backends.registry import engines, load_target
 
     if args.engine is None:
         print(f"{'engine':<10}  schemes")
@@ -258,7 +258,7 @@ async def _options(args: argparse.Namespace) -> int:
 
 def _engine_named(name: str) -> Engine:
     """The engine called ``name``, or whose scheme (or a URL of it) ``name`` is."""
-    from idemstore.registry import engine_for_scheme, engines, scheme_of
+    from idemstore.backends.registry import engine_for_scheme, engines, scheme_of
 
     wanted = name.lower()
     engine = {engine.name: engine for engine in engines()}.get(wanted) or engine_for_scheme(
@@ -271,7 +271,7 @@ def _engine_named(name: str) -> Engine:
 
 
 async def _migrate(args: argparse.Namespace) -> int:
-    from idemstore.schema import run_schema
+    from idemstore.backends.schema import run_schema
 
     mode: SchemaMode = "status" if args.status else "plan" if args.dry_run else "apply"
     report = await run_schema(args.url, mode)

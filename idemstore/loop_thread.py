@@ -22,8 +22,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
-from idemstore.running_work import current_execution, running
-from idemstore.urls import open_store
+from idemstore.backends.urls import open_store
+from idemstore.execution.running_work import current_execution, running
 
 if TYPE_CHECKING:
     import concurrent.futures

@@ -17,12 +17,14 @@ __all__ = [
     "AsyncContext",
     "Checkpoint",
     "CheckpointingStore",
+    "CheckpointsInTransaction",
     "ForwardingStore",
     "IdempotencyStore",
     "Lease",
     "Outcome",
     "Record",
     "Reservation",
+    "SettlesInTransaction",
     "Status",
     "answers_inline",
     "offers",
@@ -426,3 +428,34 @@ def answers_inline(store: object) -> bool:
     if isinstance(declared, property) and declared.fget is not None:
         return declared.fget(store) is True
     return declared is True
+
+
+@runtime_checkable
+class SettlesInTransaction(Protocol):
+    """A store whose completion can run inside a transaction of the caller's connection."""
+
+    async def check_connection(self, connection: object) -> None:
+        """``ConfigurationError`` unless ``connection`` is this store's engine, reaches the
+        store's database, and has a transaction open. Writes nothing."""
+        ...
+
+    async def complete_within(
+        self, connection: object, lease: Lease, response: bytes, retention: float
+    ) -> bool:
+        """``complete``'s fenced statement on ``connection`` (checked by ``check_connection``),
+        in its open transaction: ``False`` when the fence no longer holds."""
+        ...
+
+
+@runtime_checkable
+class CheckpointsInTransaction(Protocol):
+    """A store whose checkpoint can run inside a transaction of the caller's connection."""
+
+    async def check_connection(self, connection: object) -> None: ...
+
+    async def checkpoint_within(
+        self, connection: object, lease: Lease, name: str, data: bytes
+    ) -> bool:
+        """``checkpoint``'s fenced statement on ``connection``, in its open transaction:
+        ``False`` when the fence no longer holds."""
+        ...

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypedDict, TypeVar, U
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
 from idemstore.execution import ExecutionPolicy, Replay, Result, TakeoverPolicy
+from idemstore.execution.running_work import running
 from idemstore.fingerprint_fields import field_selection
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint as canonical_fingerprint
-from idemstore.running_work import running
 from idemstore.serializers import JSONSerializer, Serializer, return_type
 
 if TYPE_CHECKING:

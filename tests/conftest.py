@@ -83,7 +83,7 @@ async def silent_endpoint() -> AsyncIterator[tuple[int, list[asyncio.StreamWrite
 @pytest.fixture
 def scratch_registry() -> Iterator[None]:
     """Registrations a test makes are undone afterwards."""
-    from idemstore import registry
+    from idemstore.backends import registry
 
     engines, schemes = dict(registry._ENGINES), dict(registry._SCHEMES)
     yield

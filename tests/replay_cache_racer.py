@@ -15,7 +15,7 @@ import sys
 
 async def _racer(url: str, keys: list[str], rounds: int, tasks_per_key: int) -> None:
     from idemstore import ConflictError, Idempotency, fingerprint, open_store
-    from idemstore.cached import CachedStore
+    from idemstore.backends.cached import CachedStore
 
     pid = os.getpid()
     async with CachedStore(open_store(url), max_entries=1000) as store:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from idemstore import open_store
-from idemstore.cached import CachedStore
-from idemstore.registry import Engine, FixtureVariant, register_backend
+from idemstore.backends.cached import CachedStore
+from idemstore.backends.registry import Engine, FixtureVariant, register_backend
 
 __all__ = ["ENGINE", "cached_postgres_store", "cached_redis_store"]
 
@@ -31,7 +31,7 @@ ENGINE = register_backend(
     Engine(
         name="replay-cache",
         schemes=("replay-cache",),
-        store="idemstore.cached:CachedStore",
+        store="idemstore.backends.cached:CachedStore",
         variants=(
             FixtureVariant("cached-redis", "cached_redis_store", cross_process=False),
             FixtureVariant("cached-postgres", "cached_postgres_store", cross_process=False),

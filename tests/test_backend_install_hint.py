@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from idemstore.backends.registry import Engine, register_backend
+from idemstore.backends.urls import open_store
 from idemstore.cli import main
 from idemstore.errors import MissingDependencyError
-from idemstore.registry import Engine, register_backend
-from idemstore.urls import open_store
 
 ACME = "pip install 'acme-idemstore'"
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from idemstore import cli
+from idemstore.backends.registry import engines
+from idemstore.backends.urls import open_store
 from idemstore.bench import SCENARIOS, BenchConfig, Target, run_bench
 from idemstore.bench.floors import FLOOR_TABLE, floor_for_url
 from idemstore.bench.hasher_scenario import SHAPES, run_hasher
@@ -41,8 +43,6 @@ from idemstore.bench.scenarios import (
 )
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import Record
-from idemstore.registry import engines
-from idemstore.urls import open_store
 from tests.conftest import make_venv
 from tests.contract.test_contract_kit import run_python
 

@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from idemstore import SchemaError
+from idemstore.backends.migrate import migrate_hint, run_migrations
+from idemstore.backends.urls import open_store
 from idemstore.cli import main
-from idemstore.migrate import migrate_hint, run_migrations
 from idemstore.testing.fixtures.postgres import with_options
-from idemstore.urls import open_store
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:

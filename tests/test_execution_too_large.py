@@ -98,7 +98,7 @@ async def test_a_refusing_store_leaves_the_key_recording_the_size(
 async def test_a_response_that_looks_like_a_marker_round_trips() -> None:
     # The marker can never be mistaken for a real response: one that starts like it is
     # recorded escaped and replayed exactly.
-    from idemstore.outcome_markers import MARKER_PREFIX
+    from idemstore.execution.outcome_markers import MARKER_PREFIX
 
     async with open_store("memory://") as store:
         idem = Idempotency(store)

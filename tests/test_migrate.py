@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from idemstore import SchemaError
-from idemstore.cli import main
-from idemstore.migrate import (
+from idemstore.backends.migrate import (
     MIGRATION_NAME,
     SCHEMA_FILE,
     AppliedMigration,
@@ -24,6 +23,7 @@ from idemstore.migrate import (
     pending_migrations,
     run_migrations,
 )
+from idemstore.cli import main
 from tests.conftest import ROOT, make_venv
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def fake_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *names: str) -> N
     folder.mkdir()
     for name in names:
         (folder / name).write_text("SELECT 1;\n")
-    monkeypatch.setattr("idemstore.migrate._migrations_root", lambda: tmp_path)
+    monkeypatch.setattr("idemstore.backends.migrate._migrations_root", lambda: tmp_path)
 
 
 def test_the_runner_never_applies_the_schema_file(

@@ -62,11 +62,15 @@ def test_the_check_sees_a_private_import() -> None:
 # every submodule would share).
 EXECUTION_PATH = {
     "idemstore.execution",
-    "idemstore.lease_keeping",
-    "idemstore.outcome_markers",
+    "idemstore.execution.lease_keeping",
+    "idemstore.execution.outcome_markers",
+    "idemstore.execution.policy",
+    "idemstore.execution.recovery_points",
+    "idemstore.execution.running_work",
+    "idemstore.execution.settling",
+    "idemstore.execution.state_machine",
     "idemstore.runner",
-    "idemstore.running_work",
-    "idemstore.sweeper",
+    "idemstore.backends.sweeper",
 }
 
 
@@ -180,7 +184,7 @@ def test_telemetry_imports_nothing_of_the_execution_path() -> None:
     # decision, not an accident.
     assert imported == {
         "idemstore.errors",
-        "idemstore.execution_hooks",
+        "idemstore.execution.hooks",
         "idemstore.install_lines",
         "idemstore.protocol",
     }

@@ -1,6 +1,9 @@
-"""Size limits that keep the package readable: no module of idemstore over 600 lines, no
+"""Size limits that keep the package readable: no module of idemstore over 550 lines, no
 function over 80 (an argparse declaration excepted: it is a table written as calls). Two
-changes of one session went past the module limit unnoticed before this test."""
+changes of one session went past the module limit unnoticed before this test.
+
+A module near the limit is a sign that it holds two concepts: find the one that wants its own
+name and move it whole (docs/architecture.md), never cut a file at a line count."""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "idemstore"
-MODULE_LINES = 600
+MODULE_LINES = 550
+# Over the limit for now, each with its reason; the entry goes when the module is split.
+OVER_THE_LIMIT: set[str] = set()
 FUNCTION_LINES = 80
 # Argument-parser declarations: one add_argument call after another.
 PARSERS = {"idemstore/cli.py:build_parser"}
@@ -28,13 +33,21 @@ def relative(path: Path) -> str:
     return path.relative_to(PACKAGE.parent).as_posix()
 
 
-def test_no_module_of_the_package_is_over_600_lines() -> None:
+def test_no_module_of_the_package_is_over_550_lines() -> None:
     long = {
         relative(path): lines
         for path in sorted(PACKAGE.rglob("*.py"))
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
+        and relative(path) not in OVER_THE_LIMIT
     }
     assert long == {}
+
+
+def test_every_module_let_over_the_limit_still_is() -> None:
+    # An exception outlives its reason unnoticed otherwise.
+    for name in OVER_THE_LIMIT:
+        path = PACKAGE.parent / name
+        assert len(path.read_text(encoding="utf-8").splitlines()) > MODULE_LINES, name
 
 
 def test_no_function_of_the_package_is_over_80_lines_but_the_argument_parsers() -> None:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from idemstore.backends.registry import Engine, engines, load_target, register_backend
 from idemstore.cli import build_parser, main
-from idemstore.registry import Engine, engines, load_target, register_backend
 from tests.conftest import ROOT
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def test_options_print_with_every_engine_driver_unimportable() -> None:
     script = textwrap.dedent(
         """
         import sys
-        from idemstore.registry import engines
+        from idemstore.backends.registry import engines
         drivers = {e.driver for e in engines() if e.driver} | {"botocore"}
         for driver in drivers:
             sys.modules[driver] = None  # import raises ImportError

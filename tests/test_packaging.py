@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import idemstore
-from idemstore.migrate import load_migrations
+from idemstore.backends.migrate import load_migrations
 from tests.conftest import ROOT, make_venv, output_of
 from tests.test_readme import assert_quickstart_output, noxfile_constant, quickstart_source
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from idemstore.registry import fixture_variants
+from idemstore.backends.registry import fixture_variants
 from tests.process_race import race
 
 # Fixture variants whose store several processes can share (the registry says which):

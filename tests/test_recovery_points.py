@@ -9,7 +9,7 @@ import pytest
 
 from idemstore import Checkpoint, ConfigurationError, Execution, ExecutionPolicy, LeaseLostError
 from idemstore.backends.memory import MemoryStore
-from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
+from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 
 
 class _WithoutCheckpoints:

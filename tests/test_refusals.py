@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from idemstore import errors
-from idemstore.refusals import Refusal, refusal_of
+from idemstore.execution.refusals import Refusal, refusal_of
 
 KEYED = {"key": "k", "scope": "", "record": None}
 

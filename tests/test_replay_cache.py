@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from idemstore import ConfigurationError, Idempotency, InvalidKeyError, Outcome, fingerprint
+from idemstore.backends.cached import CachedStore
 from idemstore.backends.memory import MemoryStore
-from idemstore.cached import CachedStore
 from idemstore.testing import FakeClock
 from idemstore.testing.stores import WrappedStore
 

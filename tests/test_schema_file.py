@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore.migrate import load_migrations, run_migrations, schema_file
+from idemstore.backends.migrate import load_migrations, run_migrations, schema_file
 from idemstore.testing.fixtures.postgres import drop_schema, new_schema
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from idemstore.backends.registry import load_target
 from idemstore.backends.store_options import Option, Options, at_least, one_of
+from idemstore.backends.urls import open_store, parse_store_url
 from idemstore.errors import ConfigurationError
-from idemstore.registry import load_target
-from idemstore.urls import open_store, parse_store_url
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "backends"
 MARKED = re.compile(

@@ -38,7 +38,7 @@ async def test_sweeper_survives_a_failing_sweep(caplog: pytest.LogCaptureFixture
             return await super().sweep(limit=limit)
 
     store = FlakyStore()
-    with caplog.at_level(logging.ERROR, logger="idemstore.sweeper"):
+    with caplog.at_level(logging.ERROR, logger="idemstore.backends.sweeper"):
         async with Sweeper(store, every=0.02) as sweeper:
             for _ in range(100):
                 if calls >= 3:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from idemstore.backends.memory import MemoryStore
-from idemstore.eager_tasks import EAGER
+from idemstore.execution.eager_tasks import EAGER
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from idemstore.mcp.tool_calls import ServerResponse, ToolCall, ToolCallCore, decoded
 

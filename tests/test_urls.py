@@ -11,8 +11,8 @@ from idemstore import (
     register_backend,
 )
 from idemstore.backends.memory import MemoryStore
-from idemstore.registry import engine_for_scheme, engines, load_target, scheme_of
-from idemstore.urls import known_schemes, redact_url
+from idemstore.backends.registry import engine_for_scheme, engines, load_target, scheme_of
+from idemstore.backends.urls import known_schemes, redact_url
 
 
 def test_memory_url_builds_a_memory_store() -> None:
@@ -141,9 +141,9 @@ def test_every_error_has_one_root() -> None:
 async def test_one_full_declaration_reaches_open_store_migrate_and_bench(
     scratch_registry: None,
 ) -> None:
+    from idemstore.backends.schema import run_schema
     from idemstore.bench.floors import MemoryFloor, floor_for_url
     from idemstore.bench.runner import name_targets
-    from idemstore.schema import run_schema
 
     register_backend(
         Engine(

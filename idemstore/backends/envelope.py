@@ -20,7 +20,7 @@ What a subclass may rely on:
 - ``StoreEnvelope._connect()`` opens the engine connection once, under a lock, and never
   leaves one behind when ``close()`` ran while it was being opened;
 - ``checkpoint`` (recovery points) checks the name and data against
-  ``idemstore.recovery_points``' limits before anything else, and calls ``_checkpoint``;
+  ``idemstore.checkpoints``' limits before anything else, and calls ``_checkpoint``;
 - ``lost_reserve`` classifies a reserve that found a live record it may not take.
 
 The operations are written once for both envelopes. They add no await, task or lock: an
@@ -42,16 +42,16 @@ from idemstore.backends.arguments import (
     reserve_arguments,
     wait_arguments,
 )
+from idemstore.backends.stats import DEFAULT_LIMIT
+from idemstore.checkpoints import check_checkpoint
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext, Lease, Outcome, Record, Reservation, Status
 from idemstore.records import check_duration, check_limit
-from idemstore.recovery_points import check_checkpoint
-from idemstore.stats import DEFAULT_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["InlineStoreEnvelope", "StoreEnvelope", "lost_reserve"]
 

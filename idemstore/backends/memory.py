@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Self
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import InlineStoreEnvelope, lost_reserve
+from idemstore.backends.stats import StatsTally, StoreStats
 from idemstore.backends.store_options import Option, Options, at_least, check_clock
+from idemstore.backends.urls import parse_store_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Checkpoint, Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.stats import StatsTally, StoreStats
-from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -26,11 +26,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.urls import pop_bool, pop_float, pop_int, pop_str
 from idemstore.errors import ConfigurationError
-from idemstore.urls import pop_bool, pop_float, pop_int, pop_str
 
 if TYPE_CHECKING:
-    from idemstore.urls import StoreURL
+    from idemstore.backends.urls import StoreURL
 
 __all__ = ["Check", "Option", "Options", "at_least", "check_clock", "one_of"]
 

@@ -19,10 +19,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.bench.results import Measurement, Timing, Unavailable
 from idemstore.consumers import ConsumerDoor, Disposition
 from idemstore.runner import Idempotency
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence

@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from idemstore.backends.registry import engine_for_url, engines
 from idemstore.bench.peers_scenario import timed_sides
 from idemstore.bench.scenarios import STORE_SCENARIOS, TARGET_PROBES, rounds_of
-from idemstore.registry import engine_for_url, engines
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from idemstore.backends.registry import Engine
     from idemstore.bench.runner import BenchConfig
-    from idemstore.registry import Engine
 
 __all__ = ["ONCE_PER_BENCH", "Plan", "plan_run", "step_count"]
 

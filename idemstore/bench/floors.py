@@ -18,7 +18,7 @@ follows an insert with ``finish``, the engine's bare overwrite (``UPDATE``, ``SE
 ``UpdateItem``), so two writes are compared with two writes.
 
 Every floor leaves nothing behind: its table, file, items or keys go on ``close``. Which floor
-an engine uses is its registry entry's ``floor`` (``idemstore.registry``): a class here, or
+an engine uses is its registry entry's ``floor`` (``idemstore.backends.registry``): a class here, or
 anywhere, with ``from_url(url)``.
 """
 
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from idemstore.backends.registry import engine_for_url, load_target
+from idemstore.backends.urls import redact_url, require_driver
 from idemstore.errors import ConfigurationError
-from idemstore.registry import engine_for_url, load_target
-from idemstore.urls import redact_url, require_driver
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,6 +1,6 @@
 """``idemstore bench --local``: start a server on loopback for every engine that has a launcher.
 
-An engine's launcher is its registry entry's ``launcher`` (``idemstore.registry``); the
+An engine's launcher is its registry entry's ``launcher`` (``idemstore.backends.registry``); the
 built-in ones below start Redis, PostgreSQL and a DynamoDB endpoint.
 
 The engines are started by the same ``idemstore.local_servers`` functions the test fixtures
@@ -16,9 +16,9 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.registry import engines
 from idemstore.bench.results import Unavailable
 from idemstore.local_servers import ServerUnavailableError, ports_from
-from idemstore.registry import engines
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from idemstore.backends.registry import engine_for_url
+from idemstore.backends.urls import redact_url
 from idemstore.bench.results import Measurement, Timing, Unavailable
 from idemstore.bench.scenarios import ON_REQUEST, keep_going, merge, rounds_of
-from idemstore.registry import engine_for_url
-from idemstore.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -168,8 +168,8 @@ def _order_id(order: dict[str, Any]) -> str:
 
 
 async def _idemstore_async(url: str) -> _Side:
+    from idemstore.backends.urls import open_store
     from idemstore.runner import Idempotency
-    from idemstore.urls import open_store
 
     store = open_store(url)
     await store.__aenter__()

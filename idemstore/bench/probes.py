@@ -272,8 +272,8 @@ async def _call(app: Any, key: str | None) -> int:
 
 async def run_middleware(load: Load, prefix: str) -> list[Measurement] | Unavailable:
     """``IdempotencyMiddleware`` (memory store) against the bare app, request by request."""
+    from idemstore.backends.urls import open_store
     from idemstore.http.asgi import IdempotencyMiddleware
-    from idemstore.urls import open_store
 
     count = _samples(load, MAX_PROBE_SAMPLES)
     async with open_store(MIDDLEWARE_STORE) as store:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from idemstore.backends.cached import CachedStore
 from idemstore.bench.results import Measurement
 from idemstore.bench.scenarios import REPLAY_KEYS, merge, rounds_of, run_store
-from idemstore.cached import CachedStore
 
 if TYPE_CHECKING:
     from idemstore.bench.results import Timing

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from idemstore import __version__
+from idemstore.backends.registry import engine_for_scheme, engine_for_url, engines, scheme_of
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.bench.consumers_scenario import run_consumers
 from idemstore.bench.estimate import ONCE_PER_BENCH, step_count
 from idemstore.bench.floors import floor_for_url
@@ -45,8 +47,6 @@ from idemstore.bench.scenarios import (
 from idemstore.bench.settle_scenario import run_settle
 from idemstore.bench.sync_scenario import run_sync
 from idemstore.bench.telemetry_overhead import run_telemetry
-from idemstore.registry import engine_for_scheme, engine_for_url, engines, scheme_of
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -284,7 +284,7 @@ def embedded_targets(tmpdir: Path) -> list[Target]:
 
 async def _migrate(store: IdempotencyStore, url: str) -> None:
     """Bring the store's schema up to date (a fresh local server has none), whatever its kind."""
-    from idemstore.schema import schema_manager
+    from idemstore.backends.schema import schema_manager
 
     await schema_manager(store, url).apply()
 

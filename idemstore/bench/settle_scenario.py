@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.bench.results import Measurement, NotApplicable, Timing, on_each_target
 from idemstore.execution import ExecutionPolicy, Replay
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,8 +71,8 @@ async def _caller(store: IdempotencyStore) -> _Caller:
         import asyncpg
 
         # The DSN and schema the store itself uses: the same database, by construction.
-        connection = await asyncpg.connect(known._dsn)
-        caller = _Caller(connection, True, f'"{known._schema}".{TABLE}')
+        connection = await asyncpg.connect(known.dsn)
+        caller = _Caller(connection, True, f'"{known.schema}".{TABLE}')
     elif name == "SQLiteStore" and known.database != ":memory:":
         import aiosqlite
 

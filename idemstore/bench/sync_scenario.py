@@ -14,10 +14,10 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.bench.results import Measurement, Timing, on_each_target
 from idemstore.runner import Idempotency
 from idemstore.sync import Idempotency as SyncIdempotency
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

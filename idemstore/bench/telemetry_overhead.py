@@ -19,9 +19,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from idemstore import telemetry
+from idemstore.backends.urls import open_store
 from idemstore.bench.results import Measurement, Timing, Unavailable
 from idemstore.runner import Idempotency
-from idemstore.urls import open_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable

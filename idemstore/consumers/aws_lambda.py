@@ -29,7 +29,7 @@ replays (``on_duplicate``) and counts as done.
 **HTTP** (API Gateway REST and HTTP APIs, function URLs): the ``Idempotency-Key`` header
 keys the request; the fingerprint covers method, path, query and body. A retry gets the
 recorded response plus ``Idempotent-Replayed: true``; refusals are the HTTP door's problem
-documents (``idemstore.http.problems``): 409 in progress, 422 conflict, 400 invalid key.
+documents (``idemstore.problems``): 409 in progress, 422 conflict, 400 invalid key.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from idemstore import current_execution, fingerprint, sync
 from idemstore.consumers.messages import UNKEYABLE, Message, MessageKeying, message_id
 from idemstore.consumers.sqs import sqs_message
+from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.fingerprint_fields import field_selection
-from idemstore.http.problems import problem, refusal_problem
-from idemstore.refusals import Refusal, refusal_of
+from idemstore.problems import problem, refusal_problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

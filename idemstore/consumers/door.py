@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from idemstore import ExecutionPolicy, current_execution
 from idemstore.consumers.messages import UNKEYABLE, MessageKeying, message_id
-from idemstore.refusals import Refusal, refusal_of
+from idemstore.execution.refusals import Refusal, refusal_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

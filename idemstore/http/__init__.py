@@ -3,4 +3,4 @@
 (``idemstore.http.fastapi``) apps, on one set of rules: who the caller is
 (``idemstore.http.callers``), what identifies a request (``idemstore.http.request_identity``),
 how a response is recorded (``idemstore.http.recording``) and how a refusal is answered
-(``idemstore.http.problems``). A door module keeps only its framework's wire."""
+(``idemstore.problems``). A door module keeps only its framework's wire."""

@@ -10,7 +10,7 @@ the recorded response plus ``Idempotent-Replayed: true``; other outcomes, as the
 - a keyed request whose caller nobody can tell (no principal, no credential): 400;
 
 each as ``application/problem+json`` with a ``detail`` that says what to do. Every refusal of
-the execution path is answered from one table (``idemstore.http.problems``, docs/refusals.md).
+the execution path is answered from one table (``idemstore.problems``, docs/refusals.md).
 
 Who the caller is comes from ``idemstore.http.callers``. A route whose principal is only
 known after the app authenticated the request (a FastAPI dependency) takes the reserve over:
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from idemstore.callers import DEFAULT_SOURCES, CallerSources, Principal, asgi_headers
 from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
+from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.fingerprint_fields import field_selection
 from idemstore.http.callers import CallerFunction, CallerRule, user_principal
 from idemstore.http.options import (
@@ -37,15 +38,14 @@ from idemstore.http.options import (
     required_predicate,
     store_of,
 )
-from idemstore.http.problems import Problem, problem, refusal_problem
 from idemstore.http.recording import Captured, Recorder, send_response
 from idemstore.http.request_identity import (
     header_values,
     parse_idempotency_key,
     request_fingerprint,
 )
+from idemstore.problems import Problem, problem, refusal_problem
 from idemstore.records import MAX_KEY_LENGTH, check_identity
-from idemstore.refusals import Refusal, refusal_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -8,9 +8,9 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypedDict
 
+from idemstore.backends.urls import open_store
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import IdempotencyStore
-from idemstore.urls import open_store
 
 if TYPE_CHECKING:
     from idemstore.callers import CallerSources

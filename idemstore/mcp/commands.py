@@ -12,13 +12,13 @@ import sys
 from typing import Any
 
 from idemstore.argument_types import positive_float, positive_int
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.errors import ConfigurationError
 from idemstore.mcp.caller_tokens import add_arguments as add_verifier_arguments
 from idemstore.mcp.caller_tokens import verifier_from_args
 from idemstore.mcp.gateway_settings import defer_defaults
 from idemstore.mcp.relay_options import RelayOptions
 from idemstore.mcp.relay_options import add_arguments as add_relay_arguments
-from idemstore.urls import open_store, redact_url
 
 __all__ = ["add_gateway_parser", "add_proxy_parser"]
 

@@ -23,10 +23,11 @@ import os
 import signal
 import stat
 import sys
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import ConfigurationError
 from idemstore.mcp import sep3182
+from idemstore.mcp.lines import CHUNK, ByteReader, ByteWriter, LineReader, LineTooLong, written
 from idemstore.mcp.tool_calls import (
     Answer,
     RelayOptions,
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore
 
 __all__ = [
-    "ByteReader",
-    "ByteWriter",
     "IdempotentProxy",
     "default_key_scope",
     "run_stdio_proxy",
@@ -54,97 +53,7 @@ __all__ = [
 
 logger = logging.getLogger("idemstore.mcp.proxy")
 
-_CHUNK = 256 * 1024
 _DEFAULT_MAX_LINE = 256 * 1024 * 1024
-
-
-class ByteReader(Protocol):
-    """What the proxy reads from: ``asyncio.StreamReader`` fits."""
-
-    async def read(self, n: int = -1, /) -> bytes:
-        """Up to ``n`` bytes; ``b""`` at end of stream."""
-        ...
-
-
-class ByteWriter(Protocol):
-    """What the proxy writes to: ``asyncio.StreamWriter`` fits."""
-
-    def write(self, data: bytes, /) -> None: ...
-
-    async def drain(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class _LineTooLong(Exception):
-    pass
-
-
-class _LineReader:
-    """Newline-delimited messages up to ``limit`` bytes (asyncio's readline stops at 64 KiB)."""
-
-    __slots__ = ("_buffer", "_eof", "_limit", "_reader", "_scanned")
-
-    def __init__(self, reader: ByteReader, limit: int) -> None:
-        self._reader = reader
-        self._limit = limit
-        self._buffer = bytearray()
-        self._scanned = 0  # bytes already searched for a newline, so long lines stay O(n)
-        self._eof = False
-
-    async def readline(self) -> bytes:
-        """The next line with its newline; the unterminated tail at EOF; ``b""`` after that.
-
-        Raises ``_LineTooLong`` once a line past ``limit`` has been skipped whole.
-        """
-        while True:
-            index = self._buffer.find(b"\n", self._scanned)
-            if index >= 0:
-                line = bytes(self._buffer[: index + 1])
-                del self._buffer[: index + 1]
-                self._scanned = 0
-                return line
-            self._scanned = len(self._buffer)
-            if self._scanned > self._limit:
-                await self._skip_line()
-                raise _LineTooLong
-            if self._eof:
-                line = bytes(self._buffer)
-                self._buffer.clear()
-                self._scanned = 0
-                return line
-            chunk = await self._reader.read(_CHUNK)
-            if chunk:
-                self._buffer += chunk
-            else:
-                self._eof = True
-
-    async def _skip_line(self) -> None:
-        self._buffer.clear()
-        self._scanned = 0
-        while not self._eof:
-            chunk = await self._reader.read(_CHUNK)
-            if not chunk:
-                self._eof = True
-                return
-            index = chunk.find(b"\n")
-            if index >= 0:
-                self._buffer += chunk[index + 1 :]
-                return
-
-
-async def _written(
-    writer: ByteWriter | None, lock: asyncio.Lock, data: bytes
-) -> BaseException | None:
-    """Write ``data`` whole, one writer at a time; the error when the other side has gone."""
-    assert writer is not None
-    async with lock:
-        try:
-            writer.write(data)
-            await writer.drain()
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            return exc
-    return None
 
 
 class _Answer:
@@ -283,11 +192,11 @@ class IdempotentProxy:
     ) -> None:
         """Each line ``side`` sends to ``on_line``, until EOF; ``on_too_long`` for a line past
         the limit (skipped whole)."""
-        lines = _LineReader(reader, self._max_line)
+        lines = LineReader(reader, self._max_line)
         while True:
             try:
                 line = await lines.readline()
-            except _LineTooLong:
+            except LineTooLong:
                 await on_too_long()
                 continue
             if not line:
@@ -377,7 +286,7 @@ class IdempotentProxy:
         return post, exchange
 
     async def _send_server(self, data: bytes) -> None:
-        failure = await _written(self._server_writer, self._server_lock, data)
+        failure = await written(self._server_writer, self._server_lock, data)
         if failure is not None:
             raise ServerGone from failure
 
@@ -412,7 +321,7 @@ class IdempotentProxy:
             await self._send_client(line)
 
     async def _send_client(self, data: bytes) -> None:
-        if await _written(self._client_writer, self._client_lock, data) is not None:
+        if await written(self._client_writer, self._client_lock, data) is not None:
             logger.debug("client output closed; dropped %d bytes", len(data))
 
 
@@ -444,7 +353,7 @@ class _FileReader:
         self._fd = fd
 
     async def read(self, n: int = -1, /) -> bytes:
-        return await asyncio.to_thread(os.read, self._fd, n if n > 0 else _CHUNK)
+        return await asyncio.to_thread(os.read, self._fd, n if n > 0 else CHUNK)
 
 
 class _FileWriter:
@@ -482,7 +391,7 @@ async def _stdio() -> tuple[ByteReader, ByteWriter]:
     writer: ByteWriter
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if _pollable(stdin):
-        stream = asyncio.StreamReader(limit=_CHUNK)
+        stream = asyncio.StreamReader(limit=CHUNK)
         pipe = os.fdopen(stdin, "rb", buffering=0, closefd=False)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), pipe)
         reader = stream
@@ -505,7 +414,7 @@ def _keep_pipe_reads_on_the_heap() -> None:
     heap. Without this, whether the relay pays mmap, mremap and munmap on every line it reads
     depends on what happened to be freed while the modules were imported.
     """
-    block = bytearray(_CHUNK * 4)
+    block = bytearray(CHUNK * 4)
     del block
 
 
@@ -536,7 +445,7 @@ async def run_stdio_proxy(
     finally:
         os.close(server_end)  # the server holds it now: its exit is our end of input
     assert process.stdin is not None
-    server_reader = asyncio.StreamReader(limit=_CHUNK)
+    server_reader = asyncio.StreamReader(limit=CHUNK)
     server_output, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(server_reader),
         os.fdopen(output, "rb", buffering=0),

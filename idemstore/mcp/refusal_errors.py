@@ -5,7 +5,7 @@ of the execution path with the error object ``refusal_error`` builds, so a clien
 same ``code`` and ``data.type`` whichever consumer answers::
 
     except Exception as exc:
-        refusal = refusal_of(exc)            # idemstore.refusals
+        refusal = refusal_of(exc)            # idemstore.execution.refusals
         if refusal is None:
             raise
         error = refusal_error(refusal, key, str(exc))
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from idemstore.execution.refusals import Refusal
 from idemstore.mcp import sep3182
-from idemstore.refusals import Refusal
 
 __all__ = ["REFUSAL_ERRORS", "refusal_error"]
 

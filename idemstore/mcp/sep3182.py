@@ -81,7 +81,7 @@ IN_PROGRESS = "idempotency_key_in_progress"
 CONFLICT = "idempotency_key_conflict"
 INVALID_KEY = "idempotency_key_invalid"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
-# Beyond the SEP's own (idemstore.refusals): never retryable under the same key.
+# Beyond the SEP's own (idemstore.execution.refusals): never retryable under the same key.
 OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
 OUTCOME_UNRECORDED = "idempotency_outcome_unrecorded"
 SCHEMA_MISSING = "idempotency_schema_missing"

@@ -39,6 +39,7 @@ from idemstore.errors import (
     MissingDependencyError,
 )
 from idemstore.execution import ExecutionPolicy, TakeoverPolicy
+from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
 from idemstore.mcp import sep3182
@@ -57,7 +58,6 @@ from idemstore.mcp.server_wire import (
     wire_error,
 )
 from idemstore.records import MAX_KEY_LENGTH, check_identity
-from idemstore.refusals import Refusal, refusal_of
 
 try:
     import mcp_types

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore.errors import InProgressError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
+from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.mcp import json_splice, sep3182
 from idemstore.mcp.outcome_policy import KeyKind, decide
 from idemstore.mcp.refusal_errors import refusal_error
 from idemstore.mcp.tool_call_keys import dumps, error_line
-from idemstore.refusals import Refusal, refusal_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine

@@ -58,10 +58,10 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from idemstore.eager_tasks import start_task
 from idemstore.errors import ConfigurationError, IdemstoreError
 from idemstore.execution import Execution
-from idemstore.execution_hooks import current_observer
+from idemstore.execution.eager_tasks import start_task
+from idemstore.execution.hooks import current_observer
 from idemstore.mcp import sep3182
 from idemstore.mcp.outcome_policy import KeyKind
 from idemstore.mcp.relay_options import RelayOptions

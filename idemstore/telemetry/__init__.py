@@ -3,7 +3,7 @@
 Nothing here runs until ``instrument()`` is called: stores are not wrapped, consumers take their
 plain path, and the ``opentelemetry`` packages are not even imported. After it, stores opened
 with ``open_store`` record through the OpenTelemetry API, and so do the calls consumers and the
-sweeper make (``instrument()`` registers an observer with ``idemstore.execution_hooks``, which
+sweeper make (``instrument()`` registers an observer with ``idemstore.execution.hooks``, which
 the execution path reports to; it hands them a recording view of a store built directly, and
 never changes the caller's store). With no SDK configured that API does nothing, so the numbers
 appear once the application installs a ``MeterProvider``/``TracerProvider`` (or passes them).
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
-from idemstore.execution_hooks import register_observer
+from idemstore.execution.hooks import register_observer
 from idemstore.install_lines import install_hint
 from idemstore.telemetry.attributes import backend_name
 

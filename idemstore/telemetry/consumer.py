@@ -1,6 +1,6 @@
 """The consumer side: what the execution path reports, recorded as spans and metrics.
 
-``instrument()`` registers a ``ConsumerObserver`` with ``idemstore.execution_hooks``; the
+``instrument()`` registers a ``ConsumerObserver`` with ``idemstore.execution.hooks``; the
 execution path reports to it and this module knows nothing of the execution path itself.
 
 One span per keyed call, from ``begin`` until its execution is finished. The span is current
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.trace import Span
 
-    from idemstore.execution_hooks import FinishedState, HeartbeatFailure
+    from idemstore.execution.hooks import FinishedState, HeartbeatFailure
     from idemstore.protocol import IdempotencyStore
     from idemstore.telemetry.instruments import Instruments
 
@@ -48,7 +48,7 @@ _UNTRACED = contextlib.nullcontext()
 
 
 class ConsumerObserver:
-    """The ``idemstore.execution_hooks.ExecutionObserver`` that records into ``instruments``."""
+    """The ``idemstore.execution.hooks.ExecutionObserver`` that records into ``instruments``."""
 
     __slots__ = ("_last", "instruments")
 

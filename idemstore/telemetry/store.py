@@ -32,8 +32,13 @@ if TYPE_CHECKING:
 
     from opentelemetry.trace import Span
 
-    from idemstore.protocol import IdempotencyStore, Lease, Record, Reservation
-    from idemstore.settling import SettlesInTransaction
+    from idemstore.protocol import (
+        IdempotencyStore,
+        Lease,
+        Record,
+        Reservation,
+        SettlesInTransaction,
+    )
     from idemstore.telemetry.instruments import Instruments
 
 __all__ = ["InstrumentedStore"]

@@ -15,11 +15,11 @@ suite runs on, as a test id of its own:
 
 - a store URL: opened afresh for every test. ``{tmp_path}`` in it becomes the test's temporary
   directory and ``{unique}`` a fresh token (for a key prefix, a table, a schema), so every test
-  sees an empty store; its schema is brought up to date first (``idemstore.schema``);
+  sees an empty store; its schema is brought up to date first (``idemstore.backends.schema``);
 - ``package.module:factory``: called for every test, with no arguments; it returns a store, a
   store URL, or an awaitable of either;
 - the id of a registered fixture variant (``sqlite-file``, ``postgres``, ``redis-cluster``…,
-  see ``idemstore.registry``).
+  see ``idemstore.backends.registry``).
 
 With no ``idemstore_contract`` the suite runs on every registered fixture variant: that is
 what idemstore's own test run does. The suite's tests take the fixture ``store``; a test
@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
+from idemstore.backends.registry import engines, fixture_variants, load_target, scheme_of
+from idemstore.backends.schema import run_schema
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.install_lines import install_hint
-from idemstore.registry import engines, fixture_variants, load_target, scheme_of
-from idemstore.schema import run_schema
 from idemstore.testing.clocks import FakeClock
 from idemstore.testing.faults import FaultProxy
 from idemstore.testing.fixtures import backend_unavailable
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from idemstore import ConfigurationError, open_store
-from idemstore.registry import engine_for_url
+from idemstore.backends.registry import engine_for_url
 from idemstore.testing.fixtures import require_driver
 
 BAD_URLS = [

@@ -23,8 +23,8 @@ from idemstore import (
 )
 from idemstore.backends.dynamodb import DynamoDBStore
 from idemstore.backends.dynamodb.items import ITEM_LIMIT
+from idemstore.checkpoints import MAX_CHECKPOINT_DATA, MAX_CHECKPOINTS
 from idemstore.local_servers import free_port
-from idemstore.recovery_points import MAX_CHECKPOINT_DATA, MAX_CHECKPOINTS
 from idemstore.testing import FakeClock, FaultProxy
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from idemstore import (
     StoreUnavailableError,
     open_store,
 )
+from idemstore.backends.migrate import load_migrations
 from idemstore.local_servers import free_port
 from idemstore.local_servers.postgres import start_postgres
-from idemstore.migrate import load_migrations
 from idemstore.protocol import Checkpoint, Lease
 from idemstore.testing.fixtures import running
 from idemstore.testing.fixtures.postgres import drop_schema, migrate_schema, with_options
@@ -586,7 +586,7 @@ async def test_wait_still_wakes_after_the_listener_connection_drops(
         waiter = asyncio.create_task(store.wait(lease.key, timeout=30))
         (pid,) = await _until(lambda: _listener_pids(admin, store._channel))
         assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-        await _until(lambda: asyncio.sleep(0, store._listener is None))
+        await _until(lambda: asyncio.sleep(0, not store._listener.up))
         assert await store.complete(lease, b"done")
         record = await asyncio.wait_for(waiter, 10)
     assert record is not None and record.response == b"done"

@@ -27,10 +27,10 @@ from idemstore import (
     StoreUnavailableError,
     open_store,
 )
+from idemstore.backends.migrate import load_migrations
 from idemstore.backends.sqlite import SQLiteStore, split_statements
 from idemstore.backends.sqlite import store as sqlite_backend
 from idemstore.cli import main
-from idemstore.migrate import load_migrations
 from idemstore.protocol import Checkpoint, Lease
 from idemstore.testing import FakeClock
 from tests.conftest import ROOT

@@ -23,6 +23,9 @@ from typing import Any, Self
 import pytest
 
 from idemstore import Checkpoint, Lease, Outcome, Record, Reservation, Status
+from idemstore.backends.registry import Engine, FixtureVariant, register_backend
+from idemstore.backends.urls import parse_store_url
+from idemstore.checkpoints import check_checkpoint
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext
 from idemstore.records import (
@@ -34,9 +37,6 @@ from idemstore.records import (
     lease_owns_nothing,
     new_token,
 )
-from idemstore.recovery_points import check_checkpoint
-from idemstore.registry import Engine, FixtureVariant, register_backend
-from idemstore.urls import parse_store_url
 
 __all__ = ["ENGINE", "SnapshotStore", "snapshot_store_url"]
 

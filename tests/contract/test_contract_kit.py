@@ -125,8 +125,8 @@ def test_the_registry_gives_the_sixth_backend_urls_a_schema_and_a_bench_name(
         from idemstore import open_store
         from idemstore.bench.floors import floor_for_url
         from idemstore.bench.runner import name_targets
-        from idemstore.registry import known_schemes
-        from idemstore.schema import run_schema
+        from idemstore.backends.registry import known_schemes
+        from idemstore.backends.schema import run_schema
 
         assert "snapshot" in known_schemes()
         assert type(open_store("snapshot://")) is sixth.SnapshotStore

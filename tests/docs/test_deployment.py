@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from idemstore.backends.urls import redact_url
 from idemstore.local_servers import ServerUnavailableError, free_port, wait_for_port
-from idemstore.urls import redact_url
 from tests.docs.markdown_blocks import ROOT, Block, blocks_of
 from tests.loopback_process import stop_process
 

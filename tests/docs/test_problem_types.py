@@ -8,8 +8,8 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 
 import pytest
 
-from idemstore.http.problems import DEFAULT_DOCS_URL, DOCS_URL_ENV, problem_type
-from idemstore.refusals import Refusal
+from idemstore.execution.refusals import Refusal
+from idemstore.problems import DEFAULT_DOCS_URL, DOCS_URL_ENV, problem_type
 from tests.docs import rendered_site
 from tests.docs.markdown_blocks import ROOT
 

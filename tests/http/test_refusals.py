@@ -10,8 +10,8 @@ import pytest
 from idemstore import open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.errors import ResponseTooLargeError, StoreUnavailableError
-from idemstore.http.problems import REFUSAL_PROBLEMS, problem_type, refusal_problem
-from idemstore.refusals import Refusal
+from idemstore.execution.refusals import Refusal
+from idemstore.problems import REFUSAL_PROBLEMS, problem_type, refusal_problem
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
 from tests.http.conftest import calls, client_of, keyed, post_twice

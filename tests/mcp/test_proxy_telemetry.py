@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.urls import open_store
 from idemstore.mcp.proxy import IdempotentProxy
-from idemstore.urls import open_store
 from tests.mcp.raw import executions, unmarked
 from tests.mcp.test_proxy_library import start  # noqa: F401  (the harness fixture)
 from tests.telemetry.conftest import telemetry  # noqa: F401  (the in-memory SDK fixture)

@@ -10,9 +10,9 @@ import pytest
 
 from idemstore import open_store
 from idemstore.backends.memory import MemoryStore
+from idemstore.execution.refusals import Refusal
 from idemstore.mcp import sep3182
 from idemstore.mcp.refusal_errors import REFUSAL_ERRORS, refusal_error
-from idemstore.refusals import Refusal
 from idemstore.testing import FakeClock
 from tests.mcp_server.conftest import call, connect, error_of
 from tests.mcp_server.servers import Tools, build

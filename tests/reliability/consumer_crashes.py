@@ -362,7 +362,7 @@ def campaign(
     timeout: float = 120.0,
 ) -> dict[str, Any]:
     """Run one broker's campaign; the history check's counts (``ok`` when it passed)."""
-    from idemstore.schema import run_schema
+    from idemstore.backends.schema import run_schema
 
     started = time.monotonic()
     target = _Broker(broker, lease)

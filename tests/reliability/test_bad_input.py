@@ -25,13 +25,13 @@ from idemstore import (
     ResponseTooLargeError,
     Status,
 )
+from idemstore.backends.registry import known_schemes
 from idemstore.records import (
     MAX_DURATION,
     MAX_FINGERPRINT_LENGTH,
     MAX_KEY_LENGTH,
     MAX_SCOPE_LENGTH,
 )
-from idemstore.registry import known_schemes
 from tests.reliability.hypothesis_settings import OVER_ONE_FIXTURE
 
 if TYPE_CHECKING:

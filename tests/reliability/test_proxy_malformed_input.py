@@ -27,8 +27,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from idemstore.backends.registry import fixture_variants
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
-from idemstore.registry import fixture_variants
 from tests.mcp.raw import ROOT, RawPeer, executions, mock_command, proxy_command, unmarked
 from tests.reliability.hypothesis_settings import OVER_ONE_FIXTURE
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from idemstore import ExecutionPolicy, Replay, open_store
-from idemstore.settling import in_transaction_store
+from idemstore.execution.settling import in_transaction_store
 from tests.settling.business import open_business
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from idemstore import open_store
+from idemstore.backends.stats import StoreStats, SupportsStats
 from idemstore.cli import main
-from idemstore.stats import StoreStats, SupportsStats
 
 if TYPE_CHECKING:
     from idemstore import IdempotencyStore

@@ -8,13 +8,13 @@ import hashlib
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from idemstore.protocol import Checkpoint, Record, Status
-from idemstore.recovery_points import (
+from idemstore.checkpoints import (
     MAX_CHECKPOINT_DATA,
     MAX_CHECKPOINT_NAME,
     decode_checkpoints,
     encode_checkpoint,
 )
+from idemstore.protocol import Checkpoint, Record, Status
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -73,7 +73,7 @@ __all__ = [
 # compressed       BOOL
 # ttl              N  whole epoch seconds for DynamoDB TTL: expires_at + clock_skew, rounded up
 # op               S  nonce of the last complete/release/extend/checkpoint (see _confirmed_retry)
-# checkpoints      L  recovery points, oldest first: each a B of idemstore.recovery_points' form
+# checkpoints      L  recovery points, oldest first: each a B of idemstore.checkpoints' form
 
 TTL_ATTRIBUTE = "ttl"
 ITEM_LIMIT = 400 * 1024  # DynamoDB's item size limit, names and values together

@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from idemstore.backends.store_options import Option, Options, at_least, check_clock
+from idemstore.backends.urls import redact_url
 from idemstore.errors import ConfigurationError
 from idemstore.records import MAX_KEY_LENGTH, check_duration
-from idemstore.urls import redact_url
 
 __all__ = ["CHAIN", "OPTIONS", "check_region"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from idemstore.backends.dynamodb.items import names
-from idemstore.stats import StatsTally
+from idemstore.backends.stats import StatsTally
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
     # The store's request function: one operation name and its parameters, the answer back.
     Call = Callable[..., Awaitable[dict[str, Any]]]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import NO_PAUSE, retrying
 from idemstore.backends.dynamodb.client_errors import driver_errors
+from idemstore.backends.dynamodb.holder_writes import HolderWrites
 from idemstore.backends.dynamodb.item_limit import (
     checkpoint_bytes,
     checkpoint_too_large,
@@ -27,7 +28,6 @@ from idemstore.backends.dynamodb.item_limit import (
 )
 from idemstore.backends.dynamodb.items import (
     CHECKPOINT_CONDITION,
-    CHECKPOINT_ENTRY_BYTES,
     CHECKPOINT_UPDATE,
     COMPLETE_UPDATE,
     DROP_CHECKPOINTS_UPDATE,
@@ -35,18 +35,13 @@ from idemstore.backends.dynamodb.items import (
     EXTEND_UPDATE,
     HOLDER_CONDITION,
     HOLDER_NAMES,
-    ITEM_LIMIT,
     RELEASE_UPDATE,
     RESERVE_CONDITION,
     RESERVE_NAMES,
     RESERVE_UPDATE,
-    ROOM_CONDITION,
-    checkpoint_sizes,
-    confirmed_retry,
     decode_record,
     encode_response,
     error_code,
-    held_by,
     integer,
     item_checkpoints,
     names,
@@ -58,17 +53,17 @@ from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
+from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
-from idemstore.errors import ConfigurationError, ResponseTooLargeError, StoreUnavailableError
+from idemstore.checkpoints import encode_checkpoint
+from idemstore.errors import ConfigurationError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.recovery_points import encode_checkpoint
-from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["DynamoDBStore"]
 
@@ -109,6 +104,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         "_config",
         "_endpoint_url",
         "_errors",
+        "_holder",
         "_profile",
         "_region",
         "_session",
@@ -168,6 +164,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             where += f" at {redact_url(endpoint_url)}"
         self._errors = driver_errors(where, self._url)
         self._tables = Table(table, self._url, self._errors)
+        self._holder = HolderWrites(self._call, clock, self._skew)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -338,7 +335,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         if kept and not takeover:
             # One update cannot keep checkpoints for a takeover only: a record past retention
             # that held some is acquired afresh, so drop them before the owner starts.
-            await self._holder_write(
+            await self._holder.write(
                 lease, DROP_CHECKPOINTS_UPDATE, HOLDER_CONDITION, (*HOLDER_NAMES, "#cp"), {}, now
             )
             kept = ()
@@ -358,106 +355,11 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             item = read.get("Item")
         return item
 
-    async def _holder_write(
-        self,
-        lease: Lease,
-        update: str,
-        condition: str,
-        placeholders: tuple[str, ...],
-        values: dict[str, Any],
-        now: float,
-    ) -> bool:
-        """A write only the lease holder may make; ``False`` when fenced out."""
-        refused = await self._try_holder_write(lease, update, condition, placeholders, values, now)
-        return refused is None
-
-    async def _try_holder_write(
-        self,
-        lease: Lease,
-        update: str,
-        condition: str,
-        placeholders: tuple[str, ...],
-        values: dict[str, Any],
-        now: float,
-    ) -> Mapping[str, Any] | None:
-        """A write only the lease holder may make: ``None`` once it landed, else the item
-        whose condition refused it as the endpoint returned it (``{}``: none)."""
-        op = new_token()
-        try:
-            await self._call(
-                "update_item",
-                Key=partition_key(lease.scope, lease.key),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names(*placeholders),
-                ExpressionAttributeValues={
-                    ":token": text(lease.token),
-                    ":fence": integer(lease.fence),
-                    ":in_progress": text(Status.IN_PROGRESS.value),
-                    ":horizon": self._horizon(now),
-                    ":op": text(op),
-                    **values,
-                },
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except Exception as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            if confirmed_retry(exc, op):
-                return None
-            item: Mapping[str, Any] = getattr(exc, "response", {}).get("Item") or {}
-            return item
-        return None
-
-    async def _write_within_limit(
-        self,
-        lease: Lease,
-        update: str,
-        condition: str,
-        placeholders: tuple[str, ...],
-        values: dict[str, Any],
-        besides: int,
-        too_large: Callable[[int, int], ResponseTooLargeError],
-    ) -> bool:
-        """A holder write after which the item, ``besides`` bytes plus the checkpoints it
-        already holds, stays within ``ITEM_LIMIT``; ``False`` when fenced out. An item that
-        would not fit raises ``too_large(size, checkpoints)`` and is left as it was."""
-        if besides > ITEM_LIMIT:
-            raise too_large(besides, 0)  # refused before any I/O
-        most = (ITEM_LIMIT - besides) // CHECKPOINT_ENTRY_BYTES
-        while True:
-            now = self._clock()
-            refused = await self._try_holder_write(
-                lease,
-                update,
-                condition + ROOM_CONDITION,
-                (*placeholders, "#cp"),
-                {**values, ":most": integer(most)},
-                now,
-            )
-            if refused is None:
-                return True
-            if not refused:
-                # Gone, or an endpoint that ignores ReturnValuesOnConditionCheckFailure.
-                read = await self._call(
-                    "get_item", Key=partition_key(lease.scope, lease.key), ConsistentRead=True
-                )
-                refused = read.get("Item") or {}
-            if not held_by(refused, lease, now - self._skew):
-                return False
-            held = checkpoint_sizes(refused)
-            size = besides + sum(1 + entry for entry in held)
-            if size > ITEM_LIMIT:
-                raise too_large(size, len(held))
-            # They fit as they are: only an append in between could refuse the write again,
-            # and each append brings the item closer to a refusal, so this ends.
-            most = len(held)
-
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         stored, compressed = encode_response(response, self._compress_min_bytes)
         now = self._clock()
         expires_at = min(now + retention, _MAX_DEADLINE)
-        return await self._write_within_limit(
+        return await self._holder.within_limit(
             lease,
             COMPLETE_UPDATE,
             HOLDER_CONDITION,
@@ -475,7 +377,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
 
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         entry = encode_checkpoint(name, data)
-        return await self._write_within_limit(
+        return await self._holder.within_limit(
             lease,
             CHECKPOINT_UPDATE,
             CHECKPOINT_CONDITION,
@@ -486,7 +388,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         )
 
     async def _release(self, lease: Lease) -> bool:
-        return await self._holder_write(
+        return await self._holder.write(
             lease,
             RELEASE_UPDATE,
             HOLDER_CONDITION,
@@ -499,7 +401,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         now = self._clock()
         deadline = min(now + lease_ttl, _MAX_DEADLINE)
         expires_at = min(now + retention_while_held(lease_ttl, lease.retention), _MAX_DEADLINE)
-        extended = await self._holder_write(
+        extended = await self._holder.write(
             lease,
             EXTEND_UPDATE,
             EXTEND_CONDITION,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from idemstore.backends.postgres.statements import hash64
-from idemstore.registry import imported_on_first_use
+from idemstore.backends.registry import imported_on_first_use
 
 __all__ = ["PostgresStore", "hash64"]
 

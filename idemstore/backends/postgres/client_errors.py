@@ -7,9 +7,9 @@ import re
 import asyncpg
 
 from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
+from idemstore.backends.migrate import migrate_hint
 from idemstore.backends.postgres.statements import quote_ident
 from idemstore.errors import SchemaError, StoreUnavailableError
-from idemstore.migrate import migrate_hint
 
 __all__ = ["connect_timed_out", "driver_errors", "migrate_command", "missing_privilege"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from idemstore.backends.urls import redact_url
 from idemstore.errors import ConfigurationError
-from idemstore.urls import redact_url
 
 __all__ = ["split_host_list"]
 

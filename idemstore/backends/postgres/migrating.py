@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from idemstore.backends.migrate import AppliedMigration, Migration, pending_migrations
 from idemstore.backends.postgres.client_errors import missing_privilege
 from idemstore.backends.postgres.statements import quote_ident
-from idemstore.migrate import AppliedMigration, Migration, pending_migrations
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from idemstore.checkpoints import decode_checkpoints
 from idemstore.protocol import Record, Status
-from idemstore.recovery_points import decode_checkpoints
 
 __all__ = ["KNOWN_KEYS", "KnownKeys", "record_from_row"]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemstore.stats import counted_in_one_query
+from idemstore.backends.stats import counted_in_one_query
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["STATS", "counted"]
 

@@ -22,6 +22,7 @@ import asyncpg
 
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.envelope import StoreEnvelope
+from idemstore.backends.migrate import AppliedMigration, Migration, load_migrations
 from idemstore.backends.postgres.caller_connections import (
     IDENTITY,
     Identity,
@@ -34,7 +35,7 @@ from idemstore.backends.postgres.client_errors import (
     migrate_command,
 )
 from idemstore.backends.postgres.host_lists import split_host_list
-from idemstore.backends.postgres.listening import Subscription
+from idemstore.backends.postgres.listening import Listener, Subscription
 from idemstore.backends.postgres.migrating import applied_migrations, apply_pending, migration_sql
 from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.reserving import KnownKeys, record_from_row
@@ -63,24 +64,19 @@ from idemstore.backends.postgres.statements import (
 )
 from idemstore.backends.postgres.stats import STATS, counted
 from idemstore.backends.postgres.sweeping import HeapSweep
+from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import ConfigurationError, SchemaError
-from idemstore.migrate import AppliedMigration, Migration, load_migrations
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
-from idemstore.urls import parse_store_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["PostgresStore"]
-
-# How long after a failed listener connection ``wait`` tries again.
-_LISTENER_RETRY = 1.0
-
 
 # The store's statements by name, each with ``{s}`` where its quoted schema goes.
 _TEMPLATES = {
@@ -128,11 +124,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_errors",
         "_identity",
         "_known",
-        "_listen",
-        "_listen_dsn",
         "_listener",
-        "_listener_lock",
-        "_listener_retry_at",
         "_lock_key",
         "_max_inactive_lifetime",
         "_migrate_hint",
@@ -145,7 +137,6 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_sql",
         "_statement_cache_size",
         "_sweeping",
-        "_waiters",
     )
 
     def __init__(
@@ -189,8 +180,6 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         self._statement_cache_size = statement_cache_size
         self._max_inactive_lifetime = max_inactive_connection_lifetime
         self._auto_migrate = auto_migrate
-        self._listen = listen
-        self._listen_dsn = listen_dsn or dsn
         self._sweeping = HeapSweep(sweep_batch_size)
         # One NOTIFY channel per schema; the payload names the key by its lock hash.
         self._channel = "idemstore_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
@@ -199,10 +188,14 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         self._lock_key = lock_keys(schema)
         self._ready = False
         self._identity: Identity | None = None
-        self._listener: asyncpg.Connection | None = None
-        self._listener_lock: asyncio.Lock | None = None
-        self._listener_retry_at = 0.0
-        self._waiters: dict[int, set[asyncio.Event]] = {}
+        self._listener = Listener(
+            listen_dsn or dsn,
+            self._channel,
+            enabled=listen,
+            connect_timeout=self._connect_timeout,
+            command_timeout=self._command_timeout,
+            errors=self._errors.catches,
+        )
         self._known = KnownKeys()
 
     @classmethod
@@ -220,6 +213,17 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         netloc = host_list or parsed.netloc
         dsn = urlunsplit(("postgresql", netloc, parsed.path, urlencode(connection), ""))
         return cls(dsn, url=url, **kwargs)
+
+    @property
+    def dsn(self) -> str:
+        """The connection string asyncpg connects with (it may hold a password: never log
+        it); a caller's own connection to the store's database can use it."""
+        return self._dsn
+
+    @property
+    def schema(self) -> str:
+        """The schema that holds the store's tables."""
+        return self._schema
 
     # -- connections ----------------------------------------------------------------------
 
@@ -403,7 +407,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             return None
         return Lease(lease.scope, lease.key, lease.token, lease.fence, deadline, lease.retention)
 
-    # -- settling in the caller's transaction (idemstore.settling) ----------------------------
+    # -- settling in the caller's transaction (idemstore.execution.settling) -----------------
 
     async def _store_identity(self, *, fresh: bool = False) -> Identity:
         if self._identity is None or fresh:
@@ -483,9 +487,9 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
 
         async def subscribe() -> Subscription:
             # Registered before the listener may connect: a NOTIFY meanwhile is not lost.
-            subscription = Subscription(self._waiters, lock_key, self._listening)
+            subscription = self._listener.subscribe(lock_key)
             try:
-                await self._ensure_listener()
+                await self._listener.ensure(lambda: self._closed)
             except BaseException:
                 # Cut off by the wait's deadline while connecting: the loop never sees it.
                 subscription.close()
@@ -517,79 +521,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         """One COUNT ... FILTER query (``postgres.stats.STATS``); ``limit`` does not apply."""
         return counted(await self._fetchrow("stats"))
 
-    # -- LISTEN/NOTIFY --------------------------------------------------------------------------
-
-    def _listening(self) -> bool:
-        return self._listener is not None and not self._listener.is_closed()
-
-    def _on_notify(self, connection: Any, pid: int, channel: str, payload: str) -> None:
-        try:
-            lock_key = int(payload)
-        except ValueError:
-            return
-        # A hash collision only wakes a waiter that then finds its key still held.
-        for event in self._waiters.get(lock_key, ()):
-            event.set()
-
-    def _on_listener_lost(self, connection: Any) -> None:
-        if self._listener is connection:
-            self._listener = None
-            self._listener_retry_at = asyncio.get_running_loop().time() + _LISTENER_RETRY
-        # Waiters look again at once and, with no listener, poll from now on.
-        for events in self._waiters.values():
-            for event in events:
-                event.set()
-
-    async def _ensure_listener(self) -> bool:
-        """Whether a listener connection is up; tries to open one unless a recent try failed.
-
-        Never raises: without a listener ``wait`` polls.
-        """
-        if not self._listen or self._closed:
-            return False
-        if self._listener is not None and not self._listener.is_closed():
-            return True
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._listener_retry_at:
-            return False
-        if self._listener_lock is None:
-            self._listener_lock = asyncio.Lock()
-        async with self._listener_lock:
-            if self._listener is not None and not self._listener.is_closed():
-                return True
-            if loop.time() < self._listener_retry_at:
-                return False
-            connection = None
-            try:
-                connection = await asyncpg.connect(
-                    self._listen_dsn,
-                    timeout=self._connect_timeout,
-                    command_timeout=self._command_timeout,
-                    statement_cache_size=0,
-                    server_settings={"application_name": "idemstore-listener"},
-                )
-                await connection.add_listener(self._channel, self._on_notify)
-                connection.add_termination_listener(self._on_listener_lost)
-            except self._errors.catches:
-                self._listener_retry_at = loop.time() + _LISTENER_RETRY
-                if connection is not None:
-                    connection.terminate()
-                return False
-            if self._closed:
-                connection.terminate()
-                return False
-            self._listener = connection
-            return True
-
     # -- lifecycle --------------------------------------------------------------------------
 
     async def _disconnect(self, connection: asyncpg.Pool | None) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.terminate()
-        for events in self._waiters.values():
-            for event in events:
-                event.set()
+        self._listener.close()
         if connection is not None:
             await self._discard(connection)
 

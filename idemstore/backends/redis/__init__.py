@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from idemstore.backends.redis.codec import record_key
-from idemstore.registry import imported_on_first_use
+from idemstore.backends.registry import imported_on_first_use
 
 __all__ = ["RedisStore", "record_key"]
 

@@ -4,7 +4,7 @@ A record is one hash. Fields: st (p = in progress, c = completed, r = released t
 tok, fen, ca / ea / la (created, retention deadline, lease deadline: microseconds of the server
 clock), tk (1 when the lease was a takeover), res (the response, raw bytes), op (the nonce of
 the complete or release that finished the lease), cp (the checkpoints: concatenated entries of
-``idemstore.recovery_points``), cn (the nonce of the last checkpoint appended). The key
+``idemstore.checkpoints``), cn (the nonce of the last checkpoint appended). The key
 expires by itself at ea + grace; until then the scripts treat it as gone once ea has passed,
 so no read ever returns an expired record, yet the fence still continues.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from idemstore.checkpoints import decode_checkpoints
 from idemstore.protocol import Record, Status
-from idemstore.recovery_points import decode_checkpoints
 
 __all__ = [
     "GLOB_SPECIAL",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from idemstore.backends.stats import StatsTally
+
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-    from idemstore.stats import StatsTally
+    from idemstore.backends.stats import StoreStats
 
-__all__ = ["BATCH", "FIELDS", "METHOD", "tally_rows"]
+__all__ = ["BATCH", "FIELDS", "METHOD", "count_records", "tally_rows"]
 
 # Records per SCAN step and per pipelined HMGET.
 BATCH = 1000
@@ -32,3 +34,27 @@ def tally_rows(tally: StatsTally, rows: Iterable[Any]) -> None:
             float(expires) / 1e6,
             None if lease is None else float(lease) / 1e6,
         )
+
+
+async def count_records(
+    names: AsyncIterator[bytes],
+    read: Callable[[list[bytes]], Awaitable[Iterable[Any]]],
+    now: float,
+    limit: int,
+) -> StoreStats:
+    """The stats of at most ``limit`` of the records ``names`` yields, ``read`` (an HMGET of
+    ``FIELDS`` per name, pipelined) by batches of ``BATCH``; ``now`` is the server's clock."""
+    complete = True
+    tally = StatsTally(now)
+    batch: list[bytes] = []
+    async for name in names:
+        if tally.scanned + len(batch) >= limit:
+            complete = False
+            break
+        batch.append(name)
+        if len(batch) >= BATCH:
+            tally_rows(tally, await read(batch))
+            batch = []
+    if batch:
+        tally_rows(tally, await read(batch))
+    return tally.result(complete=complete, method=METHOD)

@@ -33,7 +33,6 @@ from idemstore.backends.redis.clients import (
 )
 from idemstore.backends.redis.cluster_wait import TOPOLOGY_ERRORS, run_on_key_primary
 from idemstore.backends.redis.codec import (
-    GLOB_SPECIAL,
     MAX_DURATION,
     decode_record,
     integer,
@@ -41,6 +40,7 @@ from idemstore.backends.redis.codec import (
     record_key,
     seconds,
 )
+from idemstore.backends.redis.keyspace import prefix_keys
 from idemstore.backends.redis.notifier import (
     Notifier,
     ShardNotifiers,
@@ -52,20 +52,19 @@ from idemstore.backends.redis.persistence import PrimaryPersistence
 from idemstore.backends.redis.replication import run_replicated
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
-from idemstore.backends.redis.stats import BATCH, FIELDS, METHOD, tally_rows
+from idemstore.backends.redis.stats import BATCH, FIELDS, count_records
 from idemstore.backends.redis.urls import parse_redis_url
+from idemstore.backends.urls import redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
-from idemstore.stats import StatsTally
-from idemstore.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["RedisStore"]
 
@@ -480,20 +479,8 @@ class RedisStore(StoreEnvelope[Any]):
             raise self._errors.translate(exc) from exc
         return removed
 
-    async def _prefix_keys(self, client: Any, count: int) -> AsyncIterator[bytes]:
-        """The store's keys by SCAN (every primary on a cluster), each step within
-        ``socket_timeout`` (the data connections have no timeout of their own)."""
-        pattern = self._prefix.translate(GLOB_SPECIAL).encode() + b"{*"
-        names = client.scan_iter(match=pattern, count=count)
-        try:
-            while True:
-                async with asyncio.timeout(self._attempt_timeout):
-                    name = await anext(names, None)
-                if name is None:
-                    return
-                yield name
-        finally:
-            await names.aclose()
+    def _prefix_keys(self, client: Any, count: int) -> AsyncIterator[bytes]:
+        return prefix_keys(client, self._prefix, count, self._attempt_timeout)
 
     async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
         # A key past retention has at most the grace period (plus rounding) left to live;
@@ -511,26 +498,18 @@ class RedisStore(StoreEnvelope[Any]):
         """Read at most ``limit`` records: SCAN of the prefix (every primary on a cluster)
         and one HMGET of four fields per record, pipelined by ``stats.BATCH``. Redis keeps
         no count by state, so this is a pass over the keyspace, bounded by ``limit``."""
-        complete = True
         try:
             client = await self._connect()
             async with asyncio.timeout(self._attempt_timeout):
                 seconds, micros = await client.time()
-            tally = StatsTally(seconds + micros / 1e6)
-            names: list[bytes] = []
-            async for name in self._prefix_keys(client, BATCH):
-                if tally.scanned + len(names) >= limit:
-                    complete = False
-                    break
-                names.append(name)
-                if len(names) >= BATCH:
-                    tally_rows(tally, await self._pipelined(client, "hmget", names, *FIELDS))
-                    names = []
-            if names:
-                tally_rows(tally, await self._pipelined(client, "hmget", names, *FIELDS))
+            return await count_records(
+                self._prefix_keys(client, BATCH),
+                lambda names: self._pipelined(client, "hmget", names, *FIELDS),
+                seconds + micros / 1e6,
+                limit,
+            )
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
-        return tally.result(complete=complete, method=METHOD)
 
     async def _pipelined(self, client: Any, command: str, names: list[bytes], *args: str) -> Any:
         """``command`` on each of ``names``, pipelined, within ``socket_timeout``, holding

@@ -9,8 +9,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from idemstore.backends.redis.replication import DEFAULT_SENTINEL_PORT, service_of
+from idemstore.backends.urls import StoreURL, malformed_url_error, parse_store_url, redact_url
 from idemstore.errors import ConfigurationError
-from idemstore.urls import StoreURL, malformed_url_error, parse_store_url, redact_url
 
 __all__ = ["DEFAULT_PORT", "RedisURL", "parse_redis_url"]
 

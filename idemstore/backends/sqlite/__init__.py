@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from idemstore.backends.registry import imported_on_first_use
 from idemstore.backends.sqlite.statements import split_statements
-from idemstore.registry import imported_on_first_use
 
 __all__ = ["SQLiteStore", "split_statements"]
 

@@ -7,7 +7,7 @@ import sqlite3
 from idemstore.backends.driver_errors import DriverErrors, Rule, message_has, unavailable
 from idemstore.errors import ResponseTooLargeError, SchemaError, StoreUnavailableError
 
-__all__ = ["driver_errors"]
+__all__ = ["driver_errors", "read_timed_out"]
 
 
 def _too_big(exc: BaseException) -> bool:
@@ -57,4 +57,12 @@ def driver_errors(database: str, busy_timeout: float) -> DriverErrors:
             ),
         ),
         otherwise=unavailable(where),
+    )
+
+
+def read_timed_out(database: str) -> StoreUnavailableError:
+    """What a ``wait`` whose reads could not finish within its timeout raises."""
+    return StoreUnavailableError(
+        f"the SQLite database {database!r} could not be read within the wait's "
+        "timeout (does another connection hold a lock on it?)"
     )

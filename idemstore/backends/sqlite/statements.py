@@ -6,14 +6,15 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from idemstore.checkpoints import decode_checkpoints
 from idemstore.errors import SchemaError
 from idemstore.protocol import Record, Status
-from idemstore.recovery_points import decode_checkpoints
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from idemstore.migrate import Migration
+    from idemstore.backends.migrate import Migration
+    from idemstore.protocol import Lease
 
 __all__ = [
     "CHECKPOINT",
@@ -30,6 +31,7 @@ __all__ = [
     "SWEEP",
     "VERSIONS_EXISTS",
     "decode_record",
+    "holder_params",
     "live_record",
     "split_statements",
     "statements_of",
@@ -210,3 +212,15 @@ def decode_record(row: Sequence[Any]) -> Record:
         lease_expires_at=row[9] if status is Status.IN_PROGRESS else None,
         checkpoints=decode_checkpoints(row[10]),
     )
+
+
+def holder_params(lease: Lease, now: float) -> dict[str, Any]:
+    """The named parameters that fence a holder's statement (``COMPLETE``, ``CHECKPOINT``,
+    ``RELEASE``, ``EXTEND``) to ``lease``, at ``now``."""
+    return {
+        "scope": lease.scope,
+        "key": lease.key,
+        "token": lease.token,
+        "fence": lease.fence,
+        "now": now,
+    }

@@ -22,7 +22,6 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import unquote
 
@@ -31,7 +30,15 @@ import aiosqlite
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import SQLITE_BUSY, retrying
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
-from idemstore.backends.sqlite.client_errors import driver_errors
+from idemstore.backends.migrate import (
+    AppliedMigration,
+    Migration,
+    load_migrations,
+    pending_migrations,
+)
+from idemstore.backends.sqlite.caller_connections import main_file, usable_connection
+from idemstore.backends.sqlite.client_errors import driver_errors, read_timed_out
+from idemstore.backends.sqlite.migrating import absent_file, applied_versions, migration_script
 from idemstore.backends.sqlite.options import OPTIONS
 from idemstore.backends.sqlite.statements import (
     CHECKPOINT,
@@ -41,38 +48,30 @@ from idemstore.backends.sqlite.statements import (
     RELEASE,
     RESERVE,
     SELECT_ROW,
-    SELECT_VERSIONS,
     SELECT_VISIBLE,
     SWEEP,
-    VERSIONS_EXISTS,
     decode_record,
+    holder_params,
     live_record,
     statements_of,
 )
 from idemstore.backends.sqlite.stats import STATS, counted
-from idemstore.backends.sqlite.transactions import busy, in_thread, one_hop, stopped
+from idemstore.backends.sqlite.transactions import in_thread, one_hop, stopped, worth_retrying
+from idemstore.backends.urls import parse_store_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
+from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import (
     ConfigurationError,
     SchemaError,
     StoreUnavailableError,
 )
-from idemstore.migrate import (
-    AppliedMigration,
-    Migration,
-    load_migrations,
-    migrate_hint,
-    pending_migrations,
-)
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
-from idemstore.recovery_points import decode_checkpoints, encode_checkpoint
-from idemstore.urls import parse_store_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
-    from idemstore.stats import StoreStats
+    from idemstore.backends.stats import StoreStats
 
 __all__ = ["SQLiteStore"]
 
@@ -87,14 +86,6 @@ SWEEP_BATCH = 500
 BUSY_ATTEMPT = 0.025
 # Between attempts the store sleeps in asyncio (backoff.SQLITE_BUSY) until the configured
 # busy_timeout is spent.
-
-# The main database file of each caller connection given as connection=..., asked once
-# per connection object (PRAGMA database_list): a connection never changes its main file.
-_MAIN_FILES: weakref.WeakKeyDictionary[aiosqlite.Connection, str] = weakref.WeakKeyDictionary()
-
-
-def _busy(exc: Exception) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and busy(exc)
 
 
 class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
@@ -260,7 +251,9 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         Each attempt blocks at most ``BUSY_ATTEMPT`` in SQLite; the waits between attempts are
         asyncio sleeps, where a cancellation lands at once.
         """
-        return retrying(attempt, retry_on=_busy, backoff=SQLITE_BUSY, within=self._busy_timeout)
+        return retrying(
+            attempt, retry_on=worth_retrying, backoff=SQLITE_BUSY, within=self._busy_timeout
+        )
 
     @contextlib.asynccontextmanager
     async def _write(self, conn: aiosqlite.Connection) -> AsyncIterator[float]:
@@ -334,11 +327,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
             return None
         if await asyncio.to_thread(os.path.exists, self._database):
             return None
-        return (
-            f"the SQLite database {self._database} does not exist; "
-            + migrate_hint(f"sqlite:///{self._database}")
-            + " to create it with the schema"
-        )
+        return absent_file(self._database)
 
     async def applied_migrations(self) -> list[AppliedMigration]:
         """The versions table, in order; empty when it (or the database file) does not exist
@@ -348,14 +337,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         conn = await self._connect()
         with self._errors():
             async with self._lock:
-                return await self._retrying(lambda: self._versions(conn))
-
-    @staticmethod
-    async def _versions(conn: aiosqlite.Connection) -> list[AppliedMigration]:
-        if not list(await conn.execute_fetchall(VERSIONS_EXISTS)):
-            return []
-        rows = await conn.execute_fetchall(SELECT_VERSIONS)
-        return [AppliedMigration(row[0], row[1], row[2]) for row in rows]
+                return await self._retrying(lambda: applied_versions(conn))
 
     async def apply_migrations(self, available: Sequence[Migration]) -> list[Migration]:
         """Apply each pending migration in its own ``BEGIN IMMEDIATE`` transaction.
@@ -368,7 +350,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         with self._errors():
             while True:
                 async with self._write(conn):
-                    pending = pending_migrations(available, await self._versions(conn))
+                    pending = pending_migrations(available, await applied_versions(conn))
                     if not pending:
                         break
                     for statement in statements_of(pending[0]):
@@ -378,8 +360,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
 
     def migration_sql(self, migration: Migration) -> str:
         """The statements ``apply_migrations`` runs for ``migration``, as one script."""
-        body = ";\n\n".join(s.rstrip(";") for s in statements_of(migration))
-        return f"BEGIN IMMEDIATE;\n\n{body};\n\nCOMMIT;\n"
+        return migration_script(migration)
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -418,56 +399,27 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         assert row, "reserve left a row alone, so the row exists"
         return lost_reserve(decode_record(row[0]), fingerprint)
 
-    def _holder_params(self, lease: Lease, now: float) -> dict[str, Any]:
-        return {
-            "scope": lease.scope,
-            "key": lease.key,
-            "token": lease.token,
-            "fence": lease.fence,
-            "now": now,
-        }
-
     async def _complete(self, lease: Lease, response: bytes, retention: float) -> bool:
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> bool:
-            params = self._holder_params(lease, now)
+            params = holder_params(lease, now)
             params.update(response=response, retention=retention)
             return bool(raw.execute(COMPLETE, params).fetchall())
 
         with self._errors():
             return await self._transact(conn, body)
 
-    # -- settling in the caller's transaction (idemstore.settling) ----------------------------
+    # -- settling in the caller's transaction (idemstore.execution.settling) -----------------
 
     async def check_connection(self, connection: object) -> None:
         """``ConfigurationError`` unless ``connection`` is an aiosqlite connection to this
         store's database file, with a transaction open."""
         self._check_open()
-        if not isinstance(connection, aiosqlite.Connection):
-            raise ConfigurationError(
-                "connection=... on a SQLite store needs an aiosqlite connection to "
-                f"{self._database!r}, not {type(connection).__name__}"
-            )
-        if self._database == ":memory:":
-            raise ConfigurationError(
-                "connection=... needs a store in a database file your connection can "
-                "open too: a sqlite:///:memory: store's database is private to the store"
-            )
-        if not connection.in_transaction:
-            raise ConfigurationError(
-                "connection=... needs the connection's transaction open (BEGIN, or a "
-                "write that opened one): nothing was recorded"
-            )
+        caller = usable_connection(connection, self._database)
         await self._connected()  # the schema is there before anyone completes through it
-        main = _MAIN_FILES.get(connection)
-        if main is None:
-            with self._errors():
-                rows = await connection.execute_fetchall("PRAGMA database_list")
-            # An empty name is a private (in-memory or temporary) database.
-            named = next((str(row[2]) for row in rows if row[1] == "main"), "")
-            main = await asyncio.to_thread(os.path.realpath, named) if named else ""
-            _MAIN_FILES[connection] = main
+        with self._errors():
+            main = await main_file(caller)
         if main != self._real_database:
             raise ConfigurationError(
                 f"connection=... was given a connection to {main or 'a private database'}"
@@ -481,7 +433,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         """``complete``'s fenced statement, on ``connection`` (see ``check_connection``). The
         caller's connection waits for the write lock as the caller configured it."""
         assert isinstance(connection, aiosqlite.Connection), "check_connection came first"
-        params = self._holder_params(lease, self._clock())
+        params = holder_params(lease, self._clock())
         params.update(response=response, retention=retention)
         with self._errors():
             return bool(await connection.execute_fetchall(COMPLETE, params))
@@ -491,7 +443,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
     ) -> bool:
         """``_checkpoint``'s fenced statement, on ``connection`` (see ``check_connection``)."""
         assert isinstance(connection, aiosqlite.Connection), "check_connection came first"
-        params = self._holder_params(lease, self._clock())
+        params = holder_params(lease, self._clock())
         params["entry"] = encode_checkpoint(name, data)
         with self._errors():
             return bool(await connection.execute_fetchall(CHECKPOINT, params))
@@ -501,7 +453,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         entry = encode_checkpoint(name, data)
 
         def body(raw: sqlite3.Connection, now: float) -> bool:
-            params = self._holder_params(lease, now) | {"entry": entry}
+            params = holder_params(lease, now) | {"entry": entry}
             return bool(raw.execute(CHECKPOINT, params).fetchall())
 
         with self._errors():
@@ -511,7 +463,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> bool:
-            return bool(raw.execute(RELEASE, self._holder_params(lease, now)).fetchall())
+            return bool(raw.execute(RELEASE, holder_params(lease, now)).fetchall())
 
         with self._errors():
             return await self._transact(conn, body)
@@ -520,7 +472,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         conn = await self._connected()
 
         def body(raw: sqlite3.Connection, now: float) -> list[Any]:
-            params = self._holder_params(lease, now)
+            params = holder_params(lease, now)
             params["lease_ttl"] = lease_ttl
             params["held"] = retention_while_held(lease_ttl, lease.retention)
             return raw.execute(EXTEND, params).fetchall()
@@ -545,10 +497,7 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         return await wait_for_holder(read, timeout=timeout, unavailable=self._timed_out)
 
     def _timed_out(self, exc: TimeoutError) -> StoreUnavailableError:
-        return StoreUnavailableError(
-            f"the SQLite database {self._database!r} could not be read within the wait's "
-            "timeout (does another connection hold a lock on it?)"
-        )
+        return read_timed_out(self._database)
 
     async def _delete(self, key: str, scope: str) -> bool:
         conn = await self._connected()

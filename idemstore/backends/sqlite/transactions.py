@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
-__all__ = ["busy", "in_thread", "one_hop", "stopped"]
+__all__ = ["busy", "in_thread", "one_hop", "stopped", "worth_retrying"]
 
 _T = TypeVar("_T")
 
@@ -39,6 +39,11 @@ def busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is SQLITE_BUSY (any extended code): another connection holds a lock."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def worth_retrying(exc: Exception) -> bool:
+    """Whether an attempt that raised ``exc`` may be tried again: the file was busy."""
+    return isinstance(exc, sqlite3.OperationalError) and busy(exc)
 
 
 def _raw(conn: aiosqlite.Connection) -> sqlite3.Connection:

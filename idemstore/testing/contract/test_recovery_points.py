@@ -10,10 +10,11 @@ from typing import cast
 import pytest
 
 from idemstore import ExecutionPolicy, IdempotencyStore, LeaseLostError, Outcome, Status
+from idemstore.checkpoints import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
 from idemstore.execution import Execution, current_execution
 from idemstore.protocol import Checkpoint, CheckpointingStore, Lease, offers
-from idemstore.recovery_points import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
 from idemstore.testing.contract.test_store_contract import FP, LONG, SHORT, SLACK, new_key
+from idemstore.testing.stores import WrappedStore
 
 
 @pytest.fixture
@@ -209,15 +210,22 @@ async def test_a_workflow_resumes_after_the_last_checkpoint_of_a_killed_owner(
     ]
 
 
+class _Paused(WrappedStore):
+    """The store, but an owner's heartbeats never reach it (a paused process)."""
+
+    async def _extend(self, lease: Lease, lease_ttl: float) -> Lease | None:
+        return lease
+
+
 async def test_a_stale_owner_checkpoint_raises_lease_lost(
     checkpointing: CheckpointingStore,
 ) -> None:
     policy = ExecutionPolicy(checkpointing, lease_ttl=SHORT, retention=LONG)
     key = new_key()
-    stale = await policy.begin(key, FP)
+    # A paused owner: its heartbeats never reach the store, so its lease lapses.
+    paused = ExecutionPolicy(_Paused(checkpointing), lease_ttl=SHORT, retention=LONG)
+    stale = await paused.begin(key, FP)
     assert isinstance(stale, Execution)
-    # Stop its heartbeat without giving the key up (a paused owner), so its lease lapses.
-    await stale._keeper.stop()
     await asyncio.sleep(SHORT + SLACK)
     taker = await policy.begin(key, FP)
     assert isinstance(taker, Execution) and taker.takeover

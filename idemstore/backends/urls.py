@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from idemstore import telemetry
-from idemstore.errors import ConfigurationError, MissingDependencyError
-from idemstore.registry import (
+from idemstore.backends.registry import (
     engine_for_scheme,
     known_schemes,
     load_target,
     register_backend,
     scheme_of,
 )
+from idemstore.errors import ConfigurationError, MissingDependencyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,10 +1,12 @@
-"""The ASGI middleware's error answers: RFC 9457 problem documents, and one per refusal kind.
+"""RFC 9457 problem documents, one per refusal kind: the answer of every door that speaks HTTP
+(the HTTP doors in ``idemstore.http``, the Lambda handler's API Gateway events), so it lives in
+the core, which every door may import.
 
 ``REFUSAL_PROBLEMS`` is the HTTP column of the refusal table (docs/refusals.md): every refusal
-the execution path can produce (``idemstore.refusals``) has exactly one answer here, and the
-middleware answers every refusal it meets through ``refusal_problem``. ``Retry-After`` is sent
-exactly when the refusal is retryable, and a refusal no retry can fix is never a 503: both
-follow from ``Refusal.retryable`` (a test holds the table to it).
+the execution path can produce (``idemstore.execution.refusals``) has exactly one answer here,
+and the middleware answers every refusal it meets through ``refusal_problem``. ``Retry-After``
+is sent exactly when the refusal is retryable, and a refusal no retry can fix is never a 503:
+both follow from ``Refusal.retryable`` (a test holds the table to it).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from idemstore.refusals import Refusal
+from idemstore.execution.refusals import Refusal
 
 __all__ = [
     "DEFAULT_DOCS_URL",

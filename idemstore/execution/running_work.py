@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from idemstore.execution import Execution
+    from idemstore.execution.state_machine import Execution
 
 __all__ = ["current_execution", "refuse_plain_function", "running"]
 

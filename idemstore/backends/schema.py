@@ -1,7 +1,7 @@
 """The schema protocol: ``status`` / ``plan`` / ``apply``, whatever form a schema takes.
 
-An engine's registry entry (``idemstore.registry.Engine.schema``) names its schema kind:
-``SQL_MIGRATIONS`` (numbered SQL files, ``idemstore.migrate.SQLMigrations``), ``TABLE`` (a
+An engine's registry entry (``idemstore.backends.registry.Engine.schema``) names its schema kind:
+``SQL_MIGRATIONS`` (numbered SQL files, ``idemstore.backends.migrate.SQLMigrations``), ``TABLE`` (a
 table the store creates and describes itself, ``TableSchema``), a ``"module:Class"`` adapter
 of its own, or ``None`` (nothing to migrate). ``schema_manager(store, url)`` builds the
 adapter; ``idemstore migrate`` and ``idemstore bench --local`` go through it and never ask
@@ -14,10 +14,16 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from idemstore.backends.migrate import SQLMigrations, StoreSchemaTool
+from idemstore.backends.registry import (
+    SQL_MIGRATIONS,
+    TABLE,
+    engine_for_url,
+    load_target,
+    scheme_of,
+)
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.errors import SchemaError
-from idemstore.migrate import SQLMigrations, StoreSchemaTool
-from idemstore.registry import SQL_MIGRATIONS, TABLE, engine_for_url, load_target, scheme_of
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -39,7 +39,8 @@ __all__ = [
     "scheme_of",
 ]
 
-# Schema kinds ``idemstore.schema`` implements; an engine may also name its own adapter class.
+# Schema kinds ``idemstore.backends.schema`` implements; an engine may also name its own
+# adapter class.
 SQL_MIGRATIONS = "sql-migrations"  # migrations/<engine name>/NNNN_*.sql, via SupportsMigrations
 TABLE = "table"  # a table the store creates and describes itself, via SupportsTableSchema
 

@@ -2,10 +2,10 @@
 own transaction, recorded in a versions table with a checksum so an edited file is caught.
 
 The runner is engine-neutral; a store whose engine declares the ``SQL_MIGRATIONS`` schema kind
-(``idemstore.registry``) implements ``SupportsMigrations`` and reads ``migrations/<engine>/``.
-``SQLMigrations`` adapts such a store to the schema protocol of ``idemstore.schema`` (status /
-plan / apply), which is what ``idemstore migrate URL`` runs; ``run_migrations(url)`` is the
-same for callers that want the typed ``MigrationRun``.
+(``idemstore.backends.registry``) implements ``SupportsMigrations`` and reads
+``migrations/<engine>/``. ``SQLMigrations`` adapts such a store to the schema protocol of
+``idemstore.backends.schema`` (status / plan / apply), which is what ``idemstore migrate URL``
+runs; ``run_migrations(url)`` is the same for callers that want the typed ``MigrationRun``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
+from idemstore.backends.registry import SQL_MIGRATIONS, engine_for_url, scheme_of
+from idemstore.backends.urls import open_store, redact_url
 from idemstore.errors import SchemaError
 from idemstore.protocol import offers
-from idemstore.registry import SQL_MIGRATIONS, engine_for_url, scheme_of
-from idemstore.urls import open_store, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -114,7 +114,7 @@ def _migrations_root() -> Path:
     packaged = resources.files("idemstore").joinpath("_migrations")
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "migrations"
+    return Path(__file__).resolve().parents[2] / "migrations"
 
 
 def migrations_dir(engine: str) -> Path:
@@ -346,8 +346,8 @@ async def run_migrations(
 
     ``dry_run`` plans (returns each pending migration's SQL) and ``status`` reads the versions
     table; neither writes. A second run applies nothing. Stores whose schema is not SQL
-    migration files return a run whose ``engine`` is ``None`` (``idemstore.schema.run_schema``
-    covers every kind).
+    migration files return a run whose ``engine`` is ``None``
+    (``idemstore.backends.schema.run_schema`` covers every kind).
     """
     store = open_store(url, **options)
     try:

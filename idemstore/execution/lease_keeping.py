@@ -8,7 +8,7 @@ that holds a lease of its own. Extends the lease about every third of ``lease_tt
 construction (the first time after ``first_beat`` seconds when that is sooner) until ``await
 stop()`` (which returns the latest lease) or until an extend finds it lost (``lapsed``). A
 failing beat (lease lost, or the store raised) is reported to the registered observer
-(``idemstore.execution_hooks``).
+(``idemstore.execution.hooks``).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from idemstore.eager_tasks import start_task
 from idemstore.errors import LeaseLostError
-from idemstore.execution_hooks import current_observer
+from idemstore.execution.eager_tasks import start_task
+from idemstore.execution.hooks import current_observer
 from idemstore.protocol import answers_inline
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
-    from idemstore.execution_hooks import HeartbeatFailure
+    from idemstore.execution.hooks import HeartbeatFailure
     from idemstore.protocol import IdempotencyStore, Lease, Reservation
 
 __all__ = [

@@ -18,35 +18,18 @@ a rolled-back completion leaves the key in progress, and the policy releases or 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, cast
 
-from idemstore import outcome_markers
 from idemstore.errors import ConfigurationError, LeaseLostError
-from idemstore.protocol import offers
+from idemstore.execution import outcome_markers
+from idemstore.protocol import SettlesInTransaction, offers
 from idemstore.records import check_response
 
 if TYPE_CHECKING:
-    from idemstore.execution import Execution
+    from idemstore.execution.state_machine import Execution
     from idemstore.protocol import IdempotencyStore, Lease
 
-__all__ = ["SettlesInTransaction", "leave_committing", "settle_within"]
-
-
-@runtime_checkable
-class SettlesInTransaction(Protocol):
-    """A store whose completion can run inside a transaction of the caller's connection."""
-
-    async def check_connection(self, connection: object) -> None:
-        """``ConfigurationError`` unless ``connection`` is this store's engine, reaches the
-        store's database, and has a transaction open. Writes nothing."""
-        ...
-
-    async def complete_within(
-        self, connection: object, lease: Lease, response: bytes, retention: float
-    ) -> bool:
-        """``complete``'s fenced statement on ``connection`` (checked by ``check_connection``),
-        in its open transaction: ``False`` when the fence no longer holds."""
-        ...
+__all__ = ["in_transaction_store", "settle_within"]
 
 
 def in_transaction_store(store: IdempotencyStore) -> SettlesInTransaction:
@@ -63,16 +46,19 @@ def in_transaction_store(store: IdempotencyStore) -> SettlesInTransaction:
 
 
 async def settle_within(execution: Execution, response: bytes, connection: object) -> bool:
-    """``execution.settle(response, connection=connection)``: see ``Execution.settle``."""
+    """``execution.settle(response, connection=connection)``: see ``Execution.settle``.
+
+    Drives the execution through its named transitions only: ``check_running``,
+    ``start_committing`` (which the end of its ``async with`` block completes) and
+    ``fenced_out``."""
     response = check_response(response)
-    if execution.finished:
-        execution._claim("committing")  # raises the RuntimeError that says what it is
-    store = in_transaction_store(execution._policy.store)
+    execution.check_running()
+    policy = execution.policy
+    store = in_transaction_store(policy.store)
     # Refusals come before anything changes: the execution stays running and owns its key.
     await store.check_connection(connection)
-    execution._claim("committing")
-    lease = await execution._keeper.stop()
-    limit = execution._policy.max_response_bytes
+    lease = await execution.start_committing()
+    limit = policy.max_response_bytes
     stored = True
     if limit is not None and len(response) > limit:
         # The work's effects commit with the caller's transaction: record that the outcome was
@@ -84,18 +70,12 @@ async def settle_within(execution: Execution, response: bytes, connection: objec
         recorded = outcome_markers.escape(response)
     # Not shielded like the other bookkeeping: the statement belongs to the caller's
     # connection, which the caller rolls back if it is cancelled.
-    if not await store.complete_within(connection, lease, recorded, execution._policy.retention):
+    if not await store.complete_within(connection, lease, recorded, policy.retention):
         # Nothing more to do with a key another owner holds: the execution is over, unsettled,
         # whether the caller catches the error or not.
-        execution._state = "released"
-        if execution._observation is not None:
-            await execution._observation.finishing("released", _recorded(False))
+        await execution.fenced_out()
         raise _lost(lease)
     return stored
-
-
-async def _recorded(done: bool) -> bool:
-    return done
 
 
 def _lost(lease: Lease) -> LeaseLostError:
@@ -107,19 +87,3 @@ def _lost(lease: Lease) -> LeaseLostError:
         scope=lease.scope,
         record=None,
     )
-
-
-async def leave_committing(execution: Execution, exc: BaseException | None) -> None:
-    """The end of the ``async with`` block of an execution settled through a connection."""
-    if exc is None:
-        # The caller committed (or, having swallowed its rollback, holds the key until the
-        # stopped lease lapses): nothing more to write. An observer sees the settlement now
-        # that it is final (a failure is observed as whatever the policy does instead).
-        execution._state = "settled"
-        if execution._observation is not None:
-            await execution._observation.finishing("settled", _recorded(True))
-        return
-    # The caller's transaction rolled back, or something failed after it committed: the policy
-    # applies as to any failure, and its fenced calls find a completed record untouchable.
-    execution._state = "running"
-    await execution.fail(exc)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from idemstore.execution_hooks import current_observer
+from idemstore.execution.hooks import current_observer
 from idemstore.protocol import AsyncContext
 from idemstore.records import check_duration
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Sweeper"]
 
-logger = logging.getLogger("idemstore.sweeper")
+logger = logging.getLogger("idemstore.backends.sweeper")
 
 
 class Sweeper(AsyncContext):

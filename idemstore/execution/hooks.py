@@ -1,10 +1,11 @@
 """What the execution path reports about its work, and the one slot an observer fills.
 
-The execution path (``idemstore.execution``, its heartbeat in ``idemstore.lease_keeping``, and
-the ``Sweeper``) declares here the points it reports and asks ``current_observer()`` at each:
-``None`` (the fast path, one check per keyed call) until ``register_observer`` fills the slot.
-``idemstore.instrument()`` registers OpenTelemetry's observer (``idemstore.telemetry``). This
-module imports neither side, so an observer depends on it and never on the execution path.
+The execution path (``idemstore.execution``, its heartbeat in
+``idemstore.execution.lease_keeping``, and the ``Sweeper``) declares here the points it reports
+and asks ``current_observer()`` at each: ``None`` (the fast path, one check per keyed call)
+until ``register_observer`` fills the slot. ``idemstore.instrument()`` registers
+OpenTelemetry's observer (``idemstore.telemetry``). This module imports neither side, so an
+observer depends on it and never on the execution path.
 
 The points, in the order of one keyed call:
 
