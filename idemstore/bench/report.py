@@ -120,6 +120,7 @@ SCENARIO_LEGEND: dict[str, str] = {
     "sync": "idemstore.sync from a thread (floor: the async runner)",
     "settle": "settling inside the business transaction (floor: commit, then settle)",
     "peers": "idemstore against another library's door on the same server",
+    "consumers": "a message through the consumer door vs. the same consumer without it, per broker",
 }
 # The width a table fits when the output is not a terminal (a pipe, a file, a test).
 DEFAULT_WIDTH = 80

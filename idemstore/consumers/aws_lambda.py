@@ -82,8 +82,12 @@ class LambdaIdempotency:
         lease_ttl: the longest lease an invocation holds (default 30 s); shorter when the
             invocation has less time left (``lease_for``).
         min_remaining: seconds an invocation must have left to start a handler (default 1).
-        retention, on_failure, on_takeover, max_response_bytes, serializer: as
-            ``idemstore.Idempotency``. A duplicate in flight never waits: it is refused.
+        retention: as ``idemstore.Idempotency``.
+        on_failure: as ``idemstore.Idempotency``.
+        on_takeover: as ``idemstore.Idempotency``.
+        max_response_bytes: as ``idemstore.Idempotency``.
+        serializer: as ``idemstore.Idempotency``. A duplicate in flight never waits: it is
+            refused.
 
     Build it at module level (outside the handler), so a warm container reuses its
     connections. ``close()`` ends its loop threads.

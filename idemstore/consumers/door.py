@@ -143,10 +143,11 @@ class ConsumerDoor:
             from it means the message cannot be keyed: it is dead-lettered.
         scope: the records' scope (default ``"consumer"``); name the queue in it when
             message ids are only unique per queue.
-        fingerprint_include, fingerprint_exclude: JSON pointers into a JSON body that the
-            fingerprint is limited to, or leaves out (``"/sent_at"``); by default the
-            fingerprint covers the body's bytes. The same key with another fingerprint is a
-            conflict: dead-lettered.
+        fingerprint_include: JSON pointers into a JSON body that the fingerprint is limited
+            to; by default the fingerprint covers the body's bytes. The same key with another
+            fingerprint is a conflict: dead-lettered.
+        fingerprint_exclude: JSON pointers into a JSON body that the fingerprint leaves out
+            (``"/sent_at"``).
         busy_delay: seconds before a message whose key another consumer holds comes back.
         failure_delay: seconds before a message whose handler raised comes back.
         on_duplicate: called with the message and the recorded result (as the serializer

@@ -78,10 +78,12 @@ class JetStreamConsumer:
     ``door``.
 
     Args:
-        door, handler: as for the other adapters.
+        door: the ``ConsumerDoor``.
+        handler: ``async def handler(message: Message)``; what it returns is recorded.
         js: a ``JetStreamContext`` (``nc.jetstream()``).
-        subject, durable, stream: what to consume, the durable consumer's name, and its
-            stream (looked up from the subject when ``None``).
+        subject: what to consume.
+        durable: the durable consumer's name.
+        stream: its stream (looked up from the subject when ``None``).
         batch: messages per fetch, handled concurrently.
         fetch_timeout: seconds a fetch waits for messages.
         ack_wait: the consumer's ``AckWait`` when it is created (default: the lease's

@@ -100,8 +100,10 @@ class RedisStreamConsumer:
     Args:
         door: the ``ConsumerDoor``.
         redis: a ``redis.asyncio.Redis`` client.
-        stream, group, consumer: the stream, its consumer group (created, with the stream,
-            from the stream's start if missing), and this consumer's name in it.
+        stream: the stream.
+        group: its consumer group (created, with the stream, from the stream's start if
+            missing).
+        consumer: this consumer's name in the group.
         handler: ``async def handler(message: Message)``; what it returns is recorded.
         count: entries per read; handled concurrently.
         block: seconds a read waits for new entries.
