@@ -39,6 +39,7 @@ _MAX_DEPTH = 1000
 # decimal digits, so it needs neither a float round trip nor the exponent rules.
 _EXACT_INT = 2**53
 _LEAST_EXACT_INT = -_EXACT_INT  # a constant: negating the name would build an int per test
+_MAX_DOUBLE = 1.7976931348623157e308
 
 _TOO_DEEP = (
     f"value is nested too deeply (over {_MAX_DEPTH} levels, or past the interpreter's"
@@ -330,20 +331,24 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
             if kind is str:
                 continue
             if kind is float:
-                if item % 1.0:
-                    # Not integral, or NaN. Inside these ranges repr writes what ECMAScript
-                    # does: plain, or with an exponent of two or three digits.
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
+                # Compared before anything is computed: most doubles fall in a range where
+                # repr already writes what ECMAScript does.
+                if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    if item % 1.0:
+                        continue  # plain decimals, alike in both
+                    new = int(item)  # JCS writes an integral double's digits, no ".0"
+                elif (
+                    1e21 <= item <= _MAX_DOUBLE
+                    or -_MAX_DOUBLE <= item <= -1e21
+                    or -1e-9 < item < 1e-9
+                ):
+                    # Exponents of two or three digits, alike in both (the bounds keep the
+                    # infinities out); and zero, which JCS writes 0 whatever its sign.
+                    if item:
                         continue
-                    new = _odd_float(item, run)
-                elif _LEAST_EXACT_INT <= item <= _EXACT_INT:
-                    new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
-                elif item >= 1e21 or item <= -1e21:
-                    # Both write these with a two- or three-digit exponent (infinities took
-                    # the branch above: their remainder is NaN).
-                    continue
+                    new = 0
                 else:
-                    new = _odd_float(item, run)
+                    new = _odd_float(item, run)  # and NaN and the infinities, refused there
             elif kind is int:
                 if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
@@ -373,7 +378,7 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     except RecursionError:
         raise _Failure(_TOO_DEEP, key) from None
     result = obj if changed is None else changed
-    if not keys.isascii() and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
+    if not keys.isascii() and len(obj) > 1 and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
         return _in_utf16_order(result)
     return result
 
@@ -403,14 +408,18 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
             if kind is str:
                 continue
             if kind is float:
-                if item % 1.0:
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
+                if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    if item % 1.0:
                         continue
-                    new = _odd_float(item, run)
-                elif _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)
-                elif item >= 1e21 or item <= -1e21:
-                    continue
+                elif (
+                    1e21 <= item <= _MAX_DOUBLE
+                    or -_MAX_DOUBLE <= item <= -1e21
+                    or -1e-9 < item < 1e-9
+                ):
+                    if item:
+                        continue
+                    new = 0
                 else:
                     new = _odd_float(item, run)
             elif kind is int:

@@ -23,13 +23,14 @@ import json
 import math
 import random
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
     "ARBITRARY_SHAPES",
+    "ValueBuilder",
     "arbitrary_double",
     "arbitrary_floats",
     "arbitrary_mix",
@@ -57,6 +58,12 @@ _CHARACTER_RANGES: tuple[tuple[int, int, int], ...] = (
     (0x10000, 0x10FFFF, 24),  # astral: emoji, math letters, unassigned planes
 )
 _RANGE_WEIGHTS = [weight for _, _, weight in _CHARACTER_RANGES]
+
+
+class ValueBuilder(Protocol):
+    """Builds a value of about ``size`` bytes of JSON, the same for the same seed."""
+
+    def __call__(self, size: int, seed: int = 0, /) -> dict[str, Any]: ...
 
 
 def arbitrary_double(rng: random.Random) -> float:
@@ -179,8 +186,8 @@ def arbitrary_mix(size: int, seed: int = 0) -> dict[str, Any]:
 
 
 # The generated shapes the bench times beside its realistic ones, under the names it reports.
-ARBITRARY_SHAPES: dict[str, Callable[[int], dict[str, Any]]] = {
-    "any floats": arbitrary_floats,
-    "any strings": arbitrary_strings,
-    "any mix": arbitrary_mix,
+ARBITRARY_SHAPES: dict[str, ValueBuilder] = {
+    "any-float": arbitrary_floats,
+    "any-string": arbitrary_strings,
+    "any-mix": arbitrary_mix,
 }

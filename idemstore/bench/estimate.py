@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from idemstore.bench.hasher_scenario import HASHERS, SHAPES
 from idemstore.bench.peers_scenario import timed_sides
 from idemstore.bench.scenarios import STORE_SCENARIOS, TARGET_PROBES, rounds_of
 from idemstore.registry import engine_for_url, engines
@@ -42,7 +43,7 @@ ONCE_PER_BENCH: tuple[str, ...] = (
 ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers")
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
-TIMED_SIDES = {"hasher": 3 * 3, "proxy": 3, "gateway": 1}  # hasher: 3 hashers on 3 shapes
+TIMED_SIDES = {"hasher": len(HASHERS) * len(SHAPES), "proxy": 3, "gateway": 1}
 # Seconds a step takes besides its timed load, measured on the project's 2-core VM (shared: a
 # load average of 6 to 9) with `--duration 0.5` and 1: fixed sample counts (probes, middleware,
 # telemetry) and interpreter start-ups (gateway: 2 processes; proxy: 5 every round).
