@@ -42,6 +42,7 @@ SCENARIO_NAMES = (
     "sync",
     "settle",
     "peers",
+    "cost",
 )
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_OPS = 2000

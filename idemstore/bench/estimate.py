@@ -38,9 +38,10 @@ ONCE_PER_BENCH: tuple[str, ...] = (
     "sync",
     "settle",
     "peers",
+    "cost",
 )
 # Of those, the ones measured on each target in turn (one worker, a fixed operation count).
-ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers")
+ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers", "cost")
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
 TIMED_SIDES = {"hasher": len(HASHERS) * len(SHAPES), "proxy": 3, "gateway": 1}
@@ -58,6 +59,7 @@ SETUP_SECONDS = {
     "sync": 4.0,  # per target: 9 to 13 s for memory and sqlite together
     "settle": 1.0,  # per target: opening a second connection, the business table
     "peers": 1.5,  # per target with a peer engine: opening each library, its table
+    "cost": 3.0,  # per target: 1,600 calls on one worker, six store openings
     "telemetry": 1.4,
     "middleware": 1.1,
 }

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from idemstore.bench.cost_scenario import cost_note
 from idemstore.bench.peers_scenario import peer_note
 from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
 
@@ -242,6 +243,8 @@ def note_lines(result: BenchResult) -> list[str]:
                 )
         elif m.scenario == "gateway":
             lines.extend(_gateway_note(where, notes))
+        elif m.scenario == "cost" and (cost := cost_note(m)) is not None:
+            lines.append(cost)
         elif (peer := peer_note(m)) is not None:
             lines.append(peer)
         elif m.scenario == "telemetry" and m.backend == TELEMETRY_RERUN:

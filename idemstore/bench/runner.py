@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from idemstore import __version__
+from idemstore.bench.cost_scenario import run_cost
 from idemstore.bench.estimate import ONCE_PER_BENCH, step_count
 from idemstore.bench.floors import floor_for_url
 from idemstore.bench.gateway_scenario import run_gateway
@@ -338,6 +339,7 @@ _ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
     "sync": ("sync runner (idemstore.sync overhead)", run_sync),
     "settle": ("settle in the caller's transaction (vs. commit, then settle)", run_settle),
     "peers": ("peers (idemkit, powertools) on the same servers", run_peers),
+    "cost": ("cost (bytes per record, work per call) on each engine", run_cost),
 }
 
 

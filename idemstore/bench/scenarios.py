@@ -70,6 +70,7 @@ SCENARIOS: tuple[str, ...] = (
     "sync",
     "settle",
     "peers",
+    "cost",
 )
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a

@@ -1,0 +1,253 @@
+"""The ``cost`` bench scenario: what one record and one call cost each engine.
+
+On each target, one worker writes ``records`` new keys (``reserve`` + ``complete``, as
+``Idempotency.run`` does) with responses of each size in ``RESPONSE_SIZES``, then replays each
+of them once, while the engine's meter (``engine_meters``) reads what the engine holds and
+what it did. Per record: the bytes the engine holds (a linear fit over the two response
+sizes gives a fixed part and a part per response byte). Per new call and per replay, where
+the engine shows it: round trips (Redis: read events), commands, transactions (PostgreSQL),
+WAL bytes, network bytes and server CPU seconds. A phase of no calls, read the same way,
+is subtracted: what the meter and the store's connecting cost.
+
+The store is closed after each phase and opened for the next one (PostgreSQL publishes a
+session's transaction count when it ends), except the memory store, whose records would go
+with it. DynamoDB is sized by AWS's rules instead (``dynamodb_units``): its items read back,
+and the capacity units each call takes from them.
+
+The plan (``idemstore plan``) reads its inputs from a committed run of this scenario
+(``measured_costs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import TYPE_CHECKING, Any
+
+from idemstore.bench.dynamodb_units import STORAGE_OVERHEAD_BYTES, write_units
+from idemstore.bench.engine_meters import DynamoDBMeter, RedisMeter, meter_for
+from idemstore.bench.results import Measurement, Timing, on_each_target
+from idemstore.bench.scenarios import FINGERPRINT, LEASE_TTL, RETENTION, SCOPE, payload
+from idemstore.registry import engine_for_url
+from idemstore.urls import open_store, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from idemstore.bench.engine_meters import Meter
+    from idemstore.bench.results import Unavailable
+    from idemstore.bench.runner import Target
+    from idemstore.bench.scenarios import Load
+    from idemstore.protocol import IdempotencyStore
+
+__all__ = ["RESPONSE_SIZES", "cost_note", "run_cost"]
+
+# Two response sizes, for a fixed part and a part per response byte.
+RESPONSE_SIZES = (256, 4096)
+# New keys per response size, at most (a smaller --ops lowers it): enough pages that an 8 KB
+# page of PostgreSQL or a 4 KB page of SQLite is a small part of the delta.
+RECORDS = 400
+# PostgreSQL publishes a closed session's statistics as its backend exits, just after.
+STATISTICS_SETTLE = 0.3
+# DynamoDB: items read back to size them.
+SIZED_ITEMS = 20
+
+
+async def _calls(count: int, call: Callable[[int], Any]) -> Timing:
+    timing = Timing()
+    started = time.perf_counter()
+    for j in range(count):
+        await timing.time_call(call(j))
+    timing.seconds = time.perf_counter() - started
+    return timing
+
+
+async def _reserve_complete(store: IdempotencyStore, key: str, response: bytes) -> bool:
+    reservation = await store.reserve(
+        key, FINGERPRINT, scope=SCOPE, lease_ttl=LEASE_TTL, retention=RETENTION
+    )
+    if reservation.lease is None:
+        raise RuntimeError(f"{key} was not acquired: the keys of a cost run are new")
+    # A copy per record, as each real response is its own: the memory store would otherwise
+    # hold one shared object for all of them.
+    await store.complete(reservation.lease, response[:-1] + response[-1:])
+    return True
+
+
+async def _replay(store: IdempotencyStore, key: str) -> bool:
+    reservation = await store.reserve(
+        key, FINGERPRINT, scope=SCOPE, lease_ttl=LEASE_TTL, retention=RETENTION
+    )
+    if reservation.record is None or reservation.record.response is None:
+        raise RuntimeError(f"{key} was not replayed")
+    return False
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before[name] for name in after if name in before}
+
+
+class _Engine:
+    """One target's store (opened and closed by phase) and its meter."""
+
+    def __init__(self, url: str, meter: Meter, keep_open: bool) -> None:
+        self.url = url
+        self.meter = meter
+        self.keep_open = keep_open
+        self.store: IdempotencyStore | None = None
+
+    async def phase(
+        self, count: int, call: Callable[[IdempotencyStore, int], Any]
+    ) -> tuple[Timing, dict[str, float], dict[str, float]]:
+        """``count`` calls; the deltas of what the engine holds and of its activity."""
+        if self.store is None:
+            self.store = open_store(self.url)
+            await self.store.__aenter__()
+        store = self.store
+        held = await self.meter.held()
+        before = await self.meter.activity()
+        timing = await _calls(count, lambda j: call(store, j))
+        held_after = await self.meter.held()
+        if not self.keep_open:
+            await self.close()
+            await asyncio.sleep(STATISTICS_SETTLE)
+        return timing, _delta(held_after, held), _delta(await self.meter.activity(), before)
+
+    async def close(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            await store.close()
+
+
+def _per(counters: dict[str, float], idle: dict[str, float], count: int) -> dict[str, float]:
+    return {
+        name: round((value - idle.get(name, 0.0)) / count, 9) for name, value in counters.items()
+    }
+
+
+def _fit(by_size: dict[int, float]) -> dict[str, float]:
+    """``bytes = fixed + per_byte * response_bytes`` through the two measured sizes."""
+    (small, low), (large, high) = sorted(by_size.items())
+    per_byte = (high - low) / (large - small)
+    return {"fixed": round(low - per_byte * small, 1), "per_response_byte": round(per_byte, 4)}
+
+
+async def _dynamodb_units(
+    meter: DynamoDBMeter, engine: _Engine, keys: Sequence[str], prefix: str
+) -> dict[str, float]:
+    """Item sizes read back, and the units each call takes by AWS's rules: a new key's
+    reserve (an update creating the in-progress item), its complete (an update to the
+    completed item) and a replay (a reserve whose condition fails on the completed item)."""
+    completed = statistics.mean(await meter.item_sizes(SCOPE, keys[:SIZED_ITEMS]))
+    held = f"{prefix}in-progress"
+
+    async def reserve_only(store: IdempotencyStore, _j: int) -> bool:
+        await store.reserve(
+            held, FINGERPRINT, scope=SCOPE, lease_ttl=LEASE_TTL, retention=RETENTION
+        )
+        return True
+
+    await engine.phase(1, reserve_only)
+    (in_progress,) = await meter.item_sizes(SCOPE, [held])
+    return {
+        "item_bytes": round(completed, 1),
+        "in_progress_item_bytes": float(in_progress),
+        "storage_bytes": round(completed + STORAGE_OVERHEAD_BYTES, 1),
+        "write_units_new": float(
+            write_units(0, in_progress) + write_units(in_progress, round(completed))
+        ),
+        "write_units_replay": float(write_units(round(completed))),
+        "read_units_replay": 0.0,
+    }
+
+
+async def _one_size(
+    engine: _Engine, size: int, keys: Sequence[str], idle: dict[str, float], prefix: str
+) -> tuple[Timing, dict[str, float], dict[str, Any]]:
+    """New keys with responses of ``size`` bytes, then their replays: the fresh calls' timing,
+    the bytes held per record by measure, and the notes of this size."""
+    count, response, meter = len(keys), payload(size), engine.meter
+    timing, held, fresh = await engine.phase(
+        count, lambda store, j: _reserve_complete(store, keys[j], response)
+    )
+    _, _, replayed = await engine.phase(count, lambda store, j: _replay(store, keys[j]))
+    notes: dict[str, Any] = {
+        f"per_new_call_{size}": _per(fresh, idle, count),
+        f"per_replay_{size}": _per(replayed, idle, count),
+    }
+    if isinstance(meter, DynamoDBMeter):
+        notes[f"dynamodb_{size}"] = await _dynamodb_units(meter, engine, keys, prefix)
+    elif isinstance(meter, RedisMeter):
+        notes[f"key_bytes_per_record_{size}"] = round(await meter.key_bytes(SCOPE, keys) / count, 1)
+    return timing, {name: value / count for name, value in held.items()}, notes
+
+
+async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
+    entry = engine_for_url(target.url)
+    meter = meter_for(target.url)
+    count = RECORDS if load.ops is None else max(1, min(RECORDS, load.ops))
+    await meter.open()
+    engine = _Engine(target.url, meter, keep_open=entry is not None and entry.name == "memory")
+    notes: dict[str, Any] = {"records": count, "response_sizes": list(RESPONSE_SIZES)}
+    subject = Timing()
+    held_by_size: dict[str, dict[int, float]] = {}
+    try:
+        _, _, idle = await engine.phase(0, lambda _store, _j: None)
+        for size in RESPONSE_SIZES:
+            keys = [f"{prefix}{size}-{j}" for j in range(count)]
+            timing, held, size_notes = await _one_size(engine, size, keys, idle, prefix)
+            subject.latencies_ns += timing.latencies_ns
+            subject.seconds += timing.seconds
+            notes.update(size_notes)
+            for name, value in held.items():
+                held_by_size.setdefault(name, {})[size] = value
+    finally:
+        await engine.close()
+        await meter.close()
+    notes["bytes_per_record"] = {
+        name: {str(size): round(value, 1) for size, value in by_size.items()}
+        for name, by_size in held_by_size.items()
+    }
+    notes["bytes_fit"] = {name: _fit(by_size) for name, by_size in held_by_size.items()}
+    return Measurement(
+        backend=target.name,
+        scenario="cost",
+        concurrency=1,
+        subject=subject,
+        url=redact_url(target.url),
+        notes=notes,
+    )
+
+
+async def run_cost(
+    targets: Sequence[Target], load: Load, prefix: str
+) -> list[Measurement | Unavailable]:
+    """The scenario on every target; one without a meter, or failing, is ``Unavailable``."""
+    return await on_each_target(targets, "cost", lambda target: _one_target(target, load, prefix))
+
+
+def cost_note(measurement: Measurement) -> str | None:
+    """One line under the table: bytes per record and what a new call costs the engine."""
+    notes = measurement.notes
+    fit = notes.get("bytes_fit", {}).get("bytes")
+    size = RESPONSE_SIZES[0]
+    dynamodb = notes.get(f"dynamodb_{size}")
+    parts = [f"cost {measurement.backend}:"]
+    if fit is not None:
+        parts.append(
+            f"{fit['fixed']:.0f} B/record + {fit['per_response_byte']:.2f} B per response byte"
+        )
+    if dynamodb is not None:
+        parts.append(
+            f"{dynamodb['item_bytes']:.0f} B item at {size} B, {dynamodb['write_units_new']:.0f}"
+            f" WCU new, {dynamodb['write_units_replay']:.0f} WCU replay"
+        )
+    call = notes.get(f"per_new_call_{size}", {})
+    if "round_trips" in call:
+        parts.append(f"{call['round_trips']:.1f} round trips/call")
+    if "transactions" in call:
+        parts.append(f"{call['transactions']:.1f} transactions/call")
+    if "cpu_seconds" in call:
+        parts.append(f"{call['cpu_seconds'] * 1e6:.0f} µs CPU/call")
+    return " ".join(parts) if len(parts) > 1 else None
