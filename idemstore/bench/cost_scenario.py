@@ -52,6 +52,9 @@ RECORDS = 400
 STATISTICS_SETTLE = 0.3
 # DynamoDB: items read back to size them.
 SIZED_ITEMS = 20
+# The sweep phase: records live this long (seconds), and are swept this much later.
+SWEEP_RETENTION = 1.0
+SWEEP_GRACE = 1.5
 
 
 async def _calls(count: int, call: Callable[[int], Any]) -> Timing:
@@ -162,6 +165,43 @@ async def _dynamodb_units(
     }
 
 
+async def _sweep(
+    engine: _Engine, count: int, idle: dict[str, float], prefix: str
+) -> dict[str, Any]:
+    """What removing expired records costs: ``count`` records written with a retention of
+    ``SWEEP_RETENTION``, then swept in batches of ``count`` once they expired; rows removed a
+    second by one sweeper, and the engine's work per row removed."""
+    keys = [f"{prefix}expiring-{j}" for j in range(count)]
+    response = payload(RESPONSE_SIZES[0])
+
+    async def short_lived(store: IdempotencyStore, j: int) -> bool:
+        reservation = await store.reserve(
+            keys[j], FINGERPRINT, scope=SCOPE, lease_ttl=SWEEP_RETENTION, retention=SWEEP_RETENTION
+        )
+        if reservation.lease is not None:
+            await store.complete(reservation.lease, response)
+        return True
+
+    await engine.phase(count, short_lived)
+    await asyncio.sleep(SWEEP_RETENTION + SWEEP_GRACE)
+    removed = 0
+
+    async def sweep_all(store: IdempotencyStore, _j: int) -> bool:
+        nonlocal removed
+        while (swept := await store.sweep(limit=count)) > 0:
+            removed += swept
+        return True
+
+    timing, _, work = await engine.phase(1, sweep_all)
+    if not removed:
+        return {"removed": 0}
+    return {
+        "removed": removed,
+        "rows_per_second": round(removed / timing.seconds, 1),
+        "per_row": _per(work, idle, removed),
+    }
+
+
 async def _one_size(
     engine: _Engine, size: int, keys: Sequence[str], idle: dict[str, float], prefix: str
 ) -> tuple[Timing, dict[str, float], dict[str, Any]]:
@@ -202,6 +242,8 @@ async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
             notes.update(size_notes)
             for name, value in held.items():
                 held_by_size.setdefault(name, {})[size] = value
+        if not isinstance(meter, DynamoDBMeter):  # DynamoDB's TTL deletes for free, unasked
+            notes["sweep"] = await _sweep(engine, count, idle, prefix)
     finally:
         await engine.close()
         await meter.close()
