@@ -3,11 +3,11 @@
 On each target, one worker writes ``records`` new keys (``reserve`` + ``complete``, as
 ``Idempotency.run`` does) with responses of each size in ``RESPONSE_SIZES``, then replays each
 of them once, while the engine's meter (``engine_meters``) reads what the engine holds and
-what it did. Per record: the bytes the engine holds (a linear fit over the two response
-sizes gives a fixed part and a part per response byte). Per new call and per replay, where
-the engine shows it: round trips (Redis: read events), commands, transactions (PostgreSQL),
-WAL bytes, network bytes and server CPU seconds. A phase of no calls, read the same way,
-is subtracted: what the meter and the store's connecting cost.
+what it did. Per record: the bytes the engine holds at each size (the plan interpolates
+between them: storage is not linear across a TOAST threshold or an encoding change). Per new
+call and per replay, where the engine shows it: round trips (Redis: read events), commands,
+transactions (PostgreSQL), WAL bytes, network bytes and server CPU seconds. A phase of no
+calls, read the same way, is subtracted: what the meter and the store's connecting cost.
 
 The store is closed after each phase and opened for the next one (PostgreSQL publishes a
 session's transaction count when it ends), except the memory store, whose records would go
@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RESPONSE_SIZES", "cost_note", "run_cost"]
 
-# Two response sizes, for a fixed part and a part per response byte.
-RESPONSE_SIZES = (256, 4096)
+# Response sizes: a small one, one past what Redis keeps in a listpack and DynamoDB
+# compresses from, and one PostgreSQL moves out of the row (TOAST, from about 2 KB).
+RESPONSE_SIZES = (256, 1024, 4096)
 # New keys per response size, at most (a smaller --ops lowers it): enough pages that an 8 KB
 # page of PostgreSQL or a 4 KB page of SQLite is a small part of the delta.
 RECORDS = 400
@@ -127,13 +128,6 @@ def _per(counters: dict[str, float], idle: dict[str, float], count: int) -> dict
     return {
         name: round((value - idle.get(name, 0.0)) / count, 9) for name, value in counters.items()
     }
-
-
-def _fit(by_size: dict[int, float]) -> dict[str, float]:
-    """``bytes = fixed + per_byte * response_bytes`` through the two measured sizes."""
-    (small, low), (large, high) = sorted(by_size.items())
-    per_byte = (high - low) / (large - small)
-    return {"fixed": round(low - per_byte * small, 1), "per_response_byte": round(per_byte, 4)}
 
 
 async def _dynamodb_units(
@@ -251,7 +245,6 @@ async def _one_target(target: Target, load: Load, prefix: str) -> Measurement:
         name: {str(size): round(value, 1) for size, value in by_size.items()}
         for name, by_size in held_by_size.items()
     }
-    notes["bytes_fit"] = {name: _fit(by_size) for name, by_size in held_by_size.items()}
     return Measurement(
         backend=target.name,
         scenario="cost",
@@ -270,22 +263,18 @@ async def run_cost(
 
 
 def cost_note(measurement: Measurement) -> str | None:
-    """One line under the table: bytes per record and what a new call costs the engine."""
+    """One line under the table: bytes per record by response size, and what a new call
+    costs the engine."""
     notes = measurement.notes
-    fit = notes.get("bytes_fit", {}).get("bytes")
-    size = RESPONSE_SIZES[0]
-    dynamodb = notes.get(f"dynamodb_{size}")
+    sizes = "/".join(str(size) for size in RESPONSE_SIZES)
     parts = [f"cost {measurement.backend}:"]
-    if fit is not None:
-        parts.append(
-            f"{fit['fixed']:.0f} B/record + {fit['per_response_byte']:.2f} B per response byte"
-        )
-    if dynamodb is not None:
-        parts.append(
-            f"{dynamodb['item_bytes']:.0f} B item at {size} B, {dynamodb['write_units_new']:.0f}"
-            f" WCU new, {dynamodb['write_units_replay']:.0f} WCU replay"
-        )
-    call = notes.get(f"per_new_call_{size}", {})
+    held = notes.get("bytes_per_record", {}).get("bytes")
+    if held:
+        parts.append(f"B/record at {sizes} B: " + "/".join(f"{v:.0f}" for v in held.values()))
+    items = [notes.get(f"dynamodb_{size}") for size in RESPONSE_SIZES]
+    if all(items):
+        parts.append(f"item B at {sizes} B: " + "/".join(f"{i['item_bytes']:.0f}" for i in items))
+    call = notes.get(f"per_new_call_{RESPONSE_SIZES[0]}", {})
     if "round_trips" in call:
         parts.append(f"{call['round_trips']:.1f} round trips/call")
     if "transactions" in call:
