@@ -271,8 +271,8 @@ def cost_note(measurement: Measurement) -> str | None:
     held = notes.get("bytes_per_record", {}).get("bytes")
     if held:
         parts.append(f"B/record at {sizes} B: " + "/".join(f"{v:.0f}" for v in held.values()))
-    items = [notes.get(f"dynamodb_{size}") for size in RESPONSE_SIZES]
-    if all(items):
+    items = [i for size in RESPONSE_SIZES if (i := notes.get(f"dynamodb_{size}")) is not None]
+    if items and len(items) == len(RESPONSE_SIZES):
         parts.append(f"item B at {sizes} B: " + "/".join(f"{i['item_bytes']:.0f}" for i in items))
     call = notes.get(f"per_new_call_{RESPONSE_SIZES[0]}", {})
     if "round_trips" in call:
