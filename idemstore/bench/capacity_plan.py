@@ -38,6 +38,7 @@ __all__ = [
     "EnginePlan",
     "RedisAssumptions",
     "Workload",
+    "held_bytes",
     "parse_duration",
     "plan",
     "render",
@@ -150,6 +151,12 @@ def _count(n: float) -> str:
         if n >= size:
             return f"{n / size:.3g}{unit}"
     return f"{n:.3g}"
+
+
+def held_bytes(workload: Workload, engine: str) -> float:
+    """What ``engine`` holds for the workload's records: records x the measured bytes of one
+    record at its response size (DynamoDB: the items, without the 100 B billed beside each)."""
+    return workload.records * MEASURED[engine].record_bytes.at(workload.response_bytes)
 
 
 def _common_rows(w: Workload, costs: EngineCosts) -> list[tuple[str, str]]:
