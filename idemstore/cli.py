@@ -448,22 +448,17 @@ def _add_plan_parser(commands: Any) -> None:
             " (docs/capacity.md)."
         ),
     )
-    plan.add_argument("--rps", type=positive_float, required=True, help="keyed requests a second")
-    plan.add_argument(
-        "--retention", type=_duration, default=86400.0, help="e.g. 24h, 30m, 7d (default 24h)"
-    )
-    plan.add_argument("--response-bytes", type=non_negative_int, default=1024, metavar="B")
-    plan.add_argument(
-        "--retry-rate", type=float, default=0.05, help="share of requests that are retries"
-    )
-    plan.add_argument("--engine", action="append", metavar="E", help="one engine (repeatable)")
-    plan.add_argument(
-        "--redis-calls-per-core", type=positive_float, metavar="N", help="instead of measured"
-    )
-    plan.add_argument("--redis-shard-gb", type=positive_float, default=25.0, metavar="GB")
-    plan.add_argument("--dynamodb-write-price", type=positive_float, metavar="USD_PER_MILLION")
-    plan.add_argument("--dynamodb-wcu-hour", type=positive_float, metavar="USD")
-    plan.add_argument("--dynamodb-gb-month", type=positive_float, metavar="USD")
+    add = plan.add_argument
+    add("--rps", type=positive_float, required=True, metavar="N", help="keyed requests a second")
+    add("--retention", type=_duration, default=86400.0, metavar="D", help="24h (default), 7d, …")
+    add("--response-bytes", type=non_negative_int, default=1024, metavar="B", help="default 1024")
+    add("--retry-rate", type=float, default=0.05, metavar="R", help="retried share (default 0.05)")
+    add("--engine", action="append", metavar="E", help="only this engine (repeatable)")
+    add("--redis-calls-per-core", type=positive_float, metavar="N", help="instead of measured")
+    add("--redis-shard-gb", type=positive_float, default=25.0, metavar="GB", help="default 25")
+    add("--dynamodb-write-price", type=positive_float, metavar="USD", help="per million WRU")
+    add("--dynamodb-wcu-hour", type=positive_float, metavar="USD", help="per WCU-hour")
+    add("--dynamodb-gb-month", type=positive_float, metavar="USD", help="per GB-month")
     plan.set_defaults(handler=_plan)
 
 
