@@ -39,7 +39,6 @@ _MAX_DEPTH = 1000
 # decimal digits, so it needs neither a float round trip nor the exponent rules.
 _EXACT_INT = 2**53
 _LEAST_EXACT_INT = -_EXACT_INT  # a constant: negating the name would build an int per test
-_MAX_DOUBLE = 1.7976931348623157e308
 
 _TOO_DEEP = (
     f"value is nested too deeply (over {_MAX_DEPTH} levels, or past the interpreter's"
@@ -338,8 +337,8 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                         continue  # plain decimals, alike in both
                     new = int(item)  # JCS writes an integral double's digits, no ".0"
                 elif (
-                    1e21 <= item <= _MAX_DOUBLE
-                    or -_MAX_DOUBLE <= item <= -1e21
+                    1e21 <= item <= 1.7976931348623157e308
+                    or -1.7976931348623157e308 <= item <= -1e21
                     or -1e-9 < item < 1e-9
                 ):
                     # Exponents of two or three digits, alike in both (the bounds keep the
@@ -413,8 +412,8 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                         continue
                     new = int(item)
                 elif (
-                    1e21 <= item <= _MAX_DOUBLE
-                    or -_MAX_DOUBLE <= item <= -1e21
+                    1e21 <= item <= 1.7976931348623157e308
+                    or -1.7976931348623157e308 <= item <= -1e21
                     or -1e-9 < item < 1e-9
                 ):
                     if item:
