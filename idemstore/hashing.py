@@ -236,15 +236,14 @@ def _float_for_encoder(value: float, run: _Run) -> object:
 
 def _odd_float(value: float, run: _Run) -> object:
     """``_float_for_encoder`` for the only floats the passes below send: NaN, infinities,
-    1e-9 <= |x| < 1e-4 and integral 2**53 < |x| < 1e21, the ranges where repr and
-    ECMAScript disagree. Their repr is re-laid out directly: this is the float-heavy hot path.
+    1e-9 <= |x| < 1e-4 and 1e16 <= |x| < 1e21, the ranges where repr and ECMAScript
+    disagree (repr writes an exponent in both, ECMAScript none or one of one digit). Their
+    repr is re-laid out directly: this is the float-heavy hot path.
     """
     text = float.__repr__(value)
     mantissa, e, exponent = text.partition("e")
-    if not e:
-        if "n" in text:  # "nan", "inf" and "-inf" are the only reprs with an "n"
-            raise _Failure(f"{text} is not a JSON number")
-        return int(value)  # below 1e16 repr has all the digits: "9007199254740994.0"
+    if not e:  # "nan", "inf" or "-inf": every finite double these ranges hold has an "e"
+        raise _Failure(f"{text} is not a JSON number")
     if exponent[0] == "+":  # 1e16 <= |x| < 1e21: the digits, padded with zeros
         point = mantissa.find(".")
         shift = int(exponent) - (0 if point < 0 else len(mantissa) - point - 1)
