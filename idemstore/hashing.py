@@ -93,14 +93,12 @@ _encode = _one_call_encoder()
 # UTF-8 encoding work on wider characters). A caller's string can hold that same sequence
 # (as the characters or as their escapes); a mark count that does not add up then sends the
 # value through again with a lone surrogate as the mark, which no string the caller may pass
-# can contain (every string with one is refused). One control was too few: a string with a
-# U+001F anywhere in it cost every value holding it a second pass.
+# can contain (every string with one is refused). One control was too few: any U+001F in a
+# value cost it a second pass.
 _MARK = "\x1f\x1e\x1d"
 _SURROGATE_MARK = "\udfff"
-# Each mark as the encoder writes it.
-_WRITTEN = {_MARK: "\\u001f\\u001e\\u001d", _SURROGATE_MARK: _SURROGATE_MARK}
-# The codec's own function: str.encode looks the codec up by name on every call, which took
-# three quarters of the time sorting a key by its UTF-16 code units.
+_WRITTEN = {_MARK: "\\u001f\\u001e\\u001d", _SURROGATE_MARK: _SURROGATE_MARK}  # as written
+# The codec's own function: str.encode looked the codec up by name for every key sorted.
 _utf16_units = codecs.utf_16_be_encode
 _sha256 = hashlib.sha256
 
@@ -335,13 +333,9 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                     if item % 1.0:
                         continue  # plain decimals, alike in both
                     new = int(item)  # JCS writes an integral double's digits, no ".0"
-                elif (
-                    1e21 <= item <= 1.7976931348623157e308
-                    or -1.7976931348623157e308 <= item <= -1e21
-                    or -1e-9 < item < 1e-9
-                ):
-                    # Exponents of two or three digits, alike in both (the bounds keep the
-                    # infinities out); and zero, which JCS writes 0 whatever its sign.
+                elif 1e21 <= item < 1e309 or -1e309 < item <= -1e21 or -1e-9 < item < 1e-9:
+                    # Exponents of two or three digits, alike in both (1e309 is infinity,
+                    # kept out); and zero, which JCS writes 0 whatever its sign.
                     if item:
                         continue
                     new = 0
@@ -383,10 +377,8 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
 
 def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` for the encoder to write in UTF-16 order, though it sorts by code point:
-    sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay.
-
-    Keys from both sides of the gap mostly differ elsewhere first, and then both orders
-    agree: ``obj`` is returned as it is, and the encoder sorts it without a Python call."""
+    sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay; ``obj``
+    itself when both orders agree (keys mostly differ before the gap decides)."""
     order = sorted(obj, key=_utf16_units)
     if order == sorted(obj):
         return obj
@@ -410,11 +402,7 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                     if item % 1.0:
                         continue
                     new = int(item)
-                elif (
-                    1e21 <= item <= 1.7976931348623157e308
-                    or -1.7976931348623157e308 <= item <= -1e21
-                    or -1e-9 < item < 1e-9
-                ):
+                elif 1e21 <= item < 1e309 or -1e309 < item <= -1e21 or -1e-9 < item < 1e-9:
                     if item:
                         continue
                     new = 0
