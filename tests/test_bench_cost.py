@@ -75,8 +75,9 @@ async def test_postgres_counts_table_bytes_wal_and_transactions(postgres_store_u
     for size in RESPONSE_SIZES:
         fresh = notes[f"per_new_call_{size}"]
         assert fresh["wal_bytes"] > size / 2  # the response is logged, compressed or not
-        # reserve and complete, at least; a few sessions' own, spread over 30 calls, on top
-        assert 1.9 < fresh["transactions"] < 4
+        # Two (reserve, complete); the server is the test session's, and other tests' sessions
+        # publish their counts when they end, into this delta or into the idle phase's.
+        assert 1 <= fresh["transactions"] <= 6
         assert notes[f"per_replay_{size}"]["wal_bytes"] < fresh["wal_bytes"] / 10
     assert notes["sweep"]["removed"] == 30
 
