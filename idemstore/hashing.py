@@ -17,9 +17,9 @@ that is unquoted afterwards.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
-import operator
 import re
 from math import isfinite
 from typing import TYPE_CHECKING, Any
@@ -88,17 +88,18 @@ _encode = _one_call_encoder()
 
 # Wraps the JCS text of a number the encoder cannot be made to write (such as 1e-7, which
 # repr writes 1e-07): the encoder quotes it as a string, and the quotes and marks are removed
-# afterwards. First a control character, which the encoder writes escaped ("\u001f"), so the
-# text stays ASCII where the value is (a surrogate would make the encoder, the unmarking
-# and the UTF-8 encoding work on wider characters). A caller's string can hold that same
-# escape (as the character or as its six characters); a mark count that does not add up
-# then sends the value through again with a lone surrogate as the mark, which no string the
-# caller may pass can contain (every string with one is refused).
-_MARK = "\x1f"
+# afterwards. First three control characters, which the encoder writes escaped, so the text
+# stays ASCII where the value is (a surrogate would make the encoder, the unmarking and the
+# UTF-8 encoding work on wider characters). A caller's string can hold that same sequence
+# (as the characters or as their escapes); a mark count that does not add up then sends the
+# value through again with a lone surrogate as the mark, which no string the caller may pass
+# can contain (every string with one is refused). One control was too few: any U+001F in a
+# value cost it a second pass.
+_MARK = "\x1f\x1e\x1d"
 _SURROGATE_MARK = "\udfff"
-# Each mark as the encoder writes it.
-_WRITTEN = {_MARK: "\\u001f", _SURROGATE_MARK: _SURROGATE_MARK}
-_utf16_units = operator.methodcaller("encode", "utf-16-be")
+_WRITTEN = {_MARK: "\\u001f\\u001e\\u001d", _SURROGATE_MARK: _SURROGATE_MARK}  # as written
+# The codec's own function: str.encode looked the codec up by name for every key sorted.
+_utf16_units = codecs.utf_16_be_encode
 _sha256 = hashlib.sha256
 
 _NON_BMP = re.compile("[\U00010000-\U0010ffff]")
@@ -233,15 +234,14 @@ def _float_for_encoder(value: float, run: _Run) -> object:
 
 def _odd_float(value: float, run: _Run) -> object:
     """``_float_for_encoder`` for the only floats the passes below send: NaN, infinities,
-    1e-9 <= |x| < 1e-4 and integral 2**53 < |x| < 1e21, the ranges where repr and
-    ECMAScript disagree. Their repr is re-laid out directly: this is the float-heavy hot path.
+    1e-9 <= |x| < 1e-4 and 1e16 <= |x| < 1e21, the ranges where repr and ECMAScript
+    disagree (repr writes an exponent in both, ECMAScript none or one of one digit). Their
+    repr is re-laid out directly: this is the float-heavy hot path.
     """
     text = float.__repr__(value)
     mantissa, e, exponent = text.partition("e")
-    if not e:
-        if "n" in text:  # "nan", "inf" and "-inf" are the only reprs with an "n"
-            raise _Failure(f"{text} is not a JSON number")
-        return int(value)  # below 1e16 repr has all the digits: "9007199254740994.0"
+    if not e:  # "nan", "inf" or "-inf": every finite double these ranges hold has an "e"
+        raise _Failure(f"{text} is not a JSON number")
     if exponent[0] == "+":  # 1e16 <= |x| < 1e21: the digits, padded with zeros
         point = mantissa.find(".")
         shift = int(exponent) - (0 if point < 0 else len(mantissa) - point - 1)
@@ -327,20 +327,20 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
             if kind is str:
                 continue
             if kind is float:
-                if item % 1.0:
-                    # Not integral, or NaN. Inside these ranges repr writes what ECMAScript
-                    # does: plain, or with an exponent of two or three digits.
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
+                # Compared before anything is computed: most doubles fall in a range where
+                # repr already writes what ECMAScript does.
+                if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    if item % 1.0:
+                        continue  # plain decimals, alike in both
+                    new = int(item)  # JCS writes an integral double's digits, no ".0"
+                elif 1e21 <= item < 1e309 or -1e309 < item <= -1e21 or -1e-9 < item < 1e-9:
+                    # Exponents of two or three digits, alike in both (1e309 is infinity,
+                    # kept out); and zero, which JCS writes 0 whatever its sign.
+                    if item:
                         continue
-                    new = _odd_float(item, run)
-                elif _LEAST_EXACT_INT <= item <= _EXACT_INT:
-                    new = int(item)  # JCS writes an integral double's digits, and -0.0 as 0
-                elif item >= 1e21 or item <= -1e21:
-                    # Both write these with a two- or three-digit exponent (infinities took
-                    # the branch above: their remainder is NaN).
-                    continue
+                    new = 0
                 else:
-                    new = _odd_float(item, run)
+                    new = _odd_float(item, run)  # and NaN and the infinities, refused there
             elif kind is int:
                 if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
@@ -370,15 +370,19 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     except RecursionError:
         raise _Failure(_TOO_DEEP, key) from None
     result = obj if changed is None else changed
-    if not keys.isascii() and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
+    if not keys.isascii() and len(obj) > 1 and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
         return _in_utf16_order(result)
     return result
 
 
 def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` for the encoder to write in UTF-16 order, though it sorts by code point:
-    sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay."""
-    return {_Placed(key): obj[key] for key in sorted(obj, key=_utf16_units)}
+    sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay; ``obj``
+    itself when both orders agree (keys mostly differ before the gap decides)."""
+    order = sorted(obj, key=_utf16_units)
+    if order == sorted(obj):
+        return obj
+    return {_Placed(key): obj[key] for key in order}
 
 
 def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
@@ -394,14 +398,14 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
             if kind is str:
                 continue
             if kind is float:
-                if item % 1.0:
-                    if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4 or -1e-9 < item < 1e-9:
+                if 1e-4 <= item < 1e16 or -1e16 < item <= -1e-4:
+                    if item % 1.0:
                         continue
-                    new = _odd_float(item, run)
-                elif _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     new = int(item)
-                elif item >= 1e21 or item <= -1e21:
-                    continue
+                elif 1e21 <= item < 1e309 or -1e309 < item <= -1e21 or -1e-9 < item < 1e-9:
+                    if item:
+                        continue
+                    new = 0
                 else:
                     new = _odd_float(item, run)
             elif kind is int:

@@ -18,6 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import idemstore.hashing
+from idemstore.bench.arbitrary_values import (
+    ARBITRARY_SHAPES,
+    arbitrary_double,
+    arbitrary_mix,
+    arbitrary_string,
+)
 from idemstore.bench.hasher_scenario import SHAPES
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import canonical_json, fingerprint
@@ -523,10 +529,17 @@ def test_string_holding_the_placeholder_mark_raises_instead_of_corrupting_number
     assert caught.value.path == "/b/0"
 
 
-@pytest.mark.parametrize("text", ["\x1f", "\\u001f", '"\x1f5\x1f"', "\x1f1e-7\x1f"])
+MARK = "\x1f\x1e\x1d"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\x1f", "\\u001f", MARK, "\\u001f\\u001e\\u001d", f'"{MARK}5{MARK}"', f"{MARK}1e-7{MARK}",
+     "\\u001f\x1e\x1d", "\x1f\x1e", MARK * 3],
+)  # fmt: skip
 def test_string_holding_the_mark_or_its_escape_is_written_like_rfc8785(text: str) -> None:
-    # 1e-7 reaches the encoder between two marks, which the encoder writes as \u001f; a
-    # caller's string may hold the same, and must come out as itself.
+    # 1e-7 reaches the encoder between two marks (three controls), which the encoder writes
+    # escaped; a caller's string may hold the same, or part of it, and must come out as itself.
     value = {"a": 1e-7, "b": [text, 2.5e-8], text: text}
 
     assert canonical_json(value) == rfc8785.dumps(value)
@@ -631,3 +644,92 @@ def test_fingerprint_is_deterministic() -> None:
 
 def test_fingerprint_passes_default_through() -> None:
     assert fingerprint(Opaque(), default=lambda o: "opaque") == fingerprint("opaque")
+
+
+# --- Arbitrary values: the generator the bench times on --------------------------------
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("shape", sorted(ARBITRARY_SHAPES))
+def test_arbitrary_value_of_every_kind_is_identical_to_rfc8785(shape: str, seed: int) -> None:
+    value = ARBITRARY_SHAPES[shape](3000, seed)
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+    assert fingerprint(value) == hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=0, max_value=2**64), st.integers(min_value=2, max_value=1500))
+def test_arbitrary_mix_of_any_seed_and_size_is_identical_to_rfc8785(seed: int, size: int) -> None:
+    value = arbitrary_mix(size, seed)
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_arbitrary_doubles_and_strings_are_written_like_rfc8785(rng: Any) -> None:
+    doubles = [arbitrary_double(rng) for _ in range(20)]
+    strings = {arbitrary_string(rng, 6): arbitrary_string(rng, 30) for _ in range(6)}
+
+    assert canonical_json([doubles, strings]) == rfc8785.dumps([doubles, strings])
+
+
+@pytest.mark.parametrize("shape", sorted(ARBITRARY_SHAPES))
+def test_arbitrary_value_is_the_same_for_the_same_size_and_seed(shape: str) -> None:
+    build = ARBITRARY_SHAPES[shape]
+
+    assert build(2000, 7) == build(2000, 7)
+    assert build(2000, 7) != build(2000, 8)
+    assert len(json.dumps(build(2000, 7), ensure_ascii=False).encode()) >= 2000
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return list(value) + [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_arbitrary_doubles_span_every_layout_from_subnormal_to_largest() -> None:
+    doubles = [x for x in _leaves(ARBITRARY_SHAPES["any-float"](20_000, 1)) if type(x) is float]
+    magnitudes = {abs(x) for x in doubles if x}
+
+    assert min(magnitudes) < 1e-300 and max(magnitudes) > 1e300
+    for low, high in [(1e-9, 1e-7), (1e-6, 1e-4), (1e-4, 1e16), (1e16, 1e21)]:
+        assert any(low <= m < high for m in magnitudes), (low, high)
+    assert any(x < 0 for x in doubles) and any(x % 1.0 == 0 for x in doubles)
+    # Full precision: most doubles need 16 or 17 significant digits.
+    digits = [
+        len(repr(x).split("e")[0].replace("-", "").replace(".", "").lstrip("0")) for x in doubles
+    ]
+    assert sum(d >= 16 for d in digits) > len(digits) / 2
+
+
+def test_arbitrary_strings_hold_every_range_the_encoder_branches_on() -> None:
+    strings = _leaves(ARBITRARY_SHAPES["any-string"](20_000, 1))
+    text = "".join(leaf for leaf in strings if isinstance(leaf, str))
+
+    assert {"\u2028", "\u2029", '"', "\\", "\x00", "\x1f"} <= set(text)
+    assert any(ord(c) > 0xFFFF for c in text) and any(0xE000 <= ord(c) <= 0xFFFF for c in text)
+    assert any(ord(c) < 0x20 for c in text)
+    assert re.search(r"(.)\1\1\1", text), "no repeated run"
+    text.encode("utf-8")  # no lone surrogate
+
+
+def test_arbitrary_mix_has_objects_whose_utf16_key_order_differs() -> None:
+    def reordered(value: Any) -> int:
+        if isinstance(value, dict):
+            keys = list(value)
+            own = sorted(keys) != sorted(keys, key=lambda k: k.encode("utf-16-be"))
+            return own + sum(reordered(item) for item in value.values())
+        if isinstance(value, list):
+            return sum(reordered(item) for item in value)
+        return 0
+
+    value = arbitrary_mix(20_000, 1)
+    kinds = {type(leaf) for leaf in _leaves(value)}
+
+    assert reordered(value) > 0
+    assert {str, int, float, bool, type(None)} <= kinds

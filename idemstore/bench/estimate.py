@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from idemstore.backends.registry import engine_for_url, engines
+from idemstore.bench.hasher_scenario import HASHERS, SHAPES
 from idemstore.bench.peers_scenario import timed_sides
 from idemstore.bench.scenarios import STORE_SCENARIOS, TARGET_PROBES, rounds_of
 
@@ -38,12 +39,13 @@ ONCE_PER_BENCH: tuple[str, ...] = (
     "settle",
     "peers",
     "consumers",
+    "cost",
 )
 # Of those, the ones measured on each target in turn (one worker, a fixed operation count).
-ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers")
+ONCE_ON_EACH_TARGET: tuple[str, ...] = ("sync", "settle", "peers", "cost")
 # Sides timed one after another for --duration seconds each, by scenario (store scenarios: the
 # store, and its floor when the engine has one).
-TIMED_SIDES = {"hasher": 3 * 3, "proxy": 3, "gateway": 1}  # hasher: 3 hashers on 3 shapes
+TIMED_SIDES = {"hasher": len(HASHERS) * len(SHAPES), "proxy": 3, "gateway": 1}
 # Seconds a step takes besides its timed load, measured on the project's 2-core VM (shared: a
 # load average of 6 to 9) with `--duration 0.5` and 1: fixed sample counts (probes, middleware,
 # telemetry) and interpreter start-ups (gateway: 2 processes; proxy: 5 every round).
@@ -58,6 +60,7 @@ SETUP_SECONDS = {
     "sync": 4.0,  # per target: 9 to 13 s for memory and sqlite together
     "settle": 1.0,  # per target: opening a second connection, the business table
     "peers": 1.5,  # per target with a peer engine: opening each library, its table
+    "cost": 3.0,  # per target: 1,600 calls on one worker, six store openings
     "telemetry": 1.4,
     "middleware": 1.1,
     "consumers": 25.0,  # four brokers started (RabbitMQ: 5 s), 4 rounds of 2 sides each

@@ -1,6 +1,8 @@
 """The ``hasher`` scenario: ``idemstore.fingerprint`` against ``rfc8785`` and
-``json.dumps(sort_keys=True)`` (each + SHA-256) on tool-call arguments of three shapes: a
-realistic mixed call, a float-heavy one and a Unicode-heavy one."""
+``json.dumps(sort_keys=True)`` (each + SHA-256) on tool-call arguments of three realistic
+shapes (a mixed call, a float-heavy one and a Unicode-heavy one) and on three of arbitrary
+values from ``arbitrary_values`` (doubles of every exponent, strings of every code point, a
+random nest of every type)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from idemstore.bench.arbitrary_values import ARBITRARY_SHAPES
 from idemstore.bench.results import Measurement, Timing
 from idemstore.bench.scenarios import keep_going, merge, rounds_of
 from idemstore.hashing import fingerprint
@@ -151,12 +154,14 @@ def unicode_value(size: int) -> dict[str, Any]:
     return value
 
 
-# The argument shapes each hasher is timed on: the realistic mixed call, and the two kinds of
-# value where JCS differs most from what the C encoder writes.
+# The argument shapes each hasher is timed on: the realistic mixed call, the two kinds of
+# value where JCS differs most from what the C encoder writes, and arbitrary values of those
+# kinds (what a caller may send, not what one usually does).
 SHAPES: dict[str, Callable[[int], dict[str, Any]]] = {
     "mixed": hasher_value,
     "float": float_value,
     "unicode": unicode_value,
+    **ARBITRARY_SHAPES,
 }
 
 

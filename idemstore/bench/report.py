@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from idemstore.bench.cost_scenario import cost_note
 from idemstore.bench.peers_scenario import peer_note
 from idemstore.bench.telemetry_overhead import RERUN as TELEMETRY_RERUN
 from idemstore.install_lines import install_hint
@@ -121,6 +122,7 @@ SCENARIO_LEGEND: dict[str, str] = {
     "settle": "settling inside the business transaction (floor: commit, then settle)",
     "peers": "idemstore against another library's door on the same server",
     "consumers": "a message through the consumer door vs. the same consumer without it, per broker",
+    "cost": "what a record and a call cost each engine (bytes, round trips, WAL), for idemstore plan",
 }
 # The width a table fits when the output is not a terminal (a pipe, a file, a test).
 DEFAULT_WIDTH = 80
@@ -277,6 +279,8 @@ def note_lines(result: BenchResult) -> list[str]:
                 )
         elif m.scenario == "gateway":
             lines.extend(_gateway_note(where, notes))
+        elif m.scenario == "cost" and (cost := cost_note(m)) is not None:
+            lines.append(cost)
         elif (peer := peer_note(m)) is not None:
             lines.append(peer)
         elif m.scenario == "telemetry" and m.backend == TELEMETRY_RERUN:

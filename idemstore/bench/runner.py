@@ -28,6 +28,7 @@ from idemstore import __version__
 from idemstore.backends.registry import engine_for_scheme, engine_for_url, engines, scheme_of
 from idemstore.backends.urls import open_store, redact_url
 from idemstore.bench.consumers_scenario import run_consumers
+from idemstore.bench.cost_scenario import run_cost
 from idemstore.bench.estimate import ONCE_PER_BENCH, step_count
 from idemstore.bench.floors import floor_for_url
 from idemstore.bench.gateway_scenario import run_gateway
@@ -340,6 +341,7 @@ _ONCE_RUNNERS: dict[str, tuple[str, _Once]] = {
     "settle": ("settle in the caller's transaction (vs. commit, then settle)", run_settle),
     "peers": ("peers (idemkit, powertools) on the same servers", run_peers),
     "consumers": ("message consumers (per broker, vs. no idemstore)", run_consumers),
+    "cost": ("cost (bytes per record, work per call) on each engine", run_cost),
 }
 
 

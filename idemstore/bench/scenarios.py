@@ -71,10 +71,12 @@ SCENARIOS: tuple[str, ...] = (
     "settle",
     "peers",
     "consumers",
+    "cost",
 )
-# Run only when named (--scenario consumers): they start message brokers, which a default run
-# (the README's first command) must not need.
-ON_REQUEST: tuple[str, ...] = ("consumers",)
+# Run only when named (--scenario consumers, --scenario cost): consumers starts message brokers,
+# which a default run (the README's first command) must not need, and cost measures what a
+# record costs an engine, for `idemstore plan`, not how fast it answers.
+ON_REQUEST: tuple[str, ...] = ("consumers", "cost")
 
 # Every bench record lives in this scope, under keys unique to the run, so a bench against a
 # real store never touches its records; they expire after RETENTION.
