@@ -122,7 +122,7 @@ SCENARIO_LEGEND: dict[str, str] = {
     "settle": "settling inside the business transaction (floor: commit, then settle)",
     "peers": "idemstore against another library's door on the same server",
     "consumers": "a message through the consumer door vs. the same consumer without it, per broker",
-    "cost": "what a record and a call cost each engine (bytes, round trips, WAL), for idemstore plan",
+    "cost": "what a record and a call cost each engine (bytes, round trips, WAL), for plan",
 }
 # The width a table fits when the output is not a terminal (a pipe, a file, a test).
 DEFAULT_WIDTH = 80
