@@ -21,7 +21,7 @@ from idemstore.bench.peers_scenario import (
 from idemstore.bench.report import note_lines
 from idemstore.bench.results import BenchResult, Measurement, Unavailable
 from idemstore.bench.runner import Target
-from idemstore.bench.scenarios import SCENARIOS, Load
+from idemstore.bench.scenarios import ON_REQUEST, SCENARIOS, Load
 
 if TYPE_CHECKING:
     import pytest
@@ -104,10 +104,14 @@ async def test_a_missing_peer_package_is_skipped_with_its_install_line(
 def test_peers_joins_the_default_scenarios_only_when_a_peer_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    on_request = set(ON_REQUEST)
     assert SCENARIO in default_scenarios(SCENARIOS)
+    assert default_scenarios(SCENARIOS) == tuple(s for s in SCENARIOS if s not in on_request)
     for peer in PEERS:
         monkeypatch.setitem(sys.modules, peer.module, None)
-    assert default_scenarios(SCENARIOS) == tuple(s for s in SCENARIOS if s != SCENARIO)
+    assert default_scenarios(SCENARIOS) == tuple(
+        s for s in SCENARIOS if s != SCENARIO and s not in on_request
+    )
 
 
 async def test_a_run_without_a_peer_engine_says_which_targets_it_needs() -> None:

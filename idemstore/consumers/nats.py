@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from idemstore import MissingDependencyError
 from idemstore.consumers.door import RETRY_DELAY, handle_all, logger
 from idemstore.consumers.messages import Message
+from idemstore.install_lines import install_hint
 
 try:
     from nats.errors import TimeoutError as NatsTimeoutError
     from nats.js.api import AckPolicy, ConsumerConfig
 except ImportError as exc:
     raise MissingDependencyError(
-        "idemstore.consumers.nats needs nats-py: pip install 'idemstore[nats]'"
+        "idemstore.consumers.nats needs nats-py: " + install_hint("nats")
     ) from exc
 
 if TYPE_CHECKING:

@@ -69,5 +69,5 @@ raise SystemExit(main([
 def test_a_verified_caller_without_pyjwt_names_the_pip_line() -> None:
     done = _run("-c", WITHOUT_PYJWT)
     assert done.returncode == 2
-    assert "pip install 'idemstore[gateway]'" in done.stderr
+    assert "pip install '.[gateway]'" in done.stderr
     assert "Traceback" not in done.stderr
