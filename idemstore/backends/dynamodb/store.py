@@ -49,6 +49,7 @@ from idemstore.backends.dynamodb.items import (
     partition_key,
     text,
 )
+from idemstore.backends.dynamodb.listing import listed
 from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
@@ -61,9 +62,10 @@ from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
     from idemstore.backends.stats import StoreStats
+    from idemstore.records import RecordQuery
 
 __all__ = ["DynamoDBStore"]
 
@@ -461,6 +463,10 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         """One projected ``Scan`` of at most ``limit`` items (see ``dynamodb.stats``)."""
         # Deadlines count as passed by the same margin every read applies (clock_skew).
         return await count(self._call, self._clock() - self._skew, limit)
+
+    def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        """A paged ``Scan`` with a filter (see ``dynamodb.listing``)."""
+        return listed(self._call, self._clock() - self._skew, query)
 
     async def _enter(self) -> None:
         # Fail at startup, not on the first request, when the endpoint, the credentials or

@@ -36,6 +36,7 @@ from idemstore.backends.postgres.client_errors import (
 )
 from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Listener, Subscription
+from idemstore.backends.postgres.listing import RECORDS
 from idemstore.backends.postgres.migrating import applied_migrations, apply_pending, migration_sql
 from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.reserving import KnownKeys, record_from_row
@@ -72,9 +73,10 @@ from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from idemstore.backends.stats import StoreStats
+    from idemstore.records import RecordQuery
 
 __all__ = ["PostgresStore"]
 
@@ -96,6 +98,7 @@ _TEMPLATES = {
     "applied": APPLIED_MIGRATIONS,
     "versions": CREATE_VERSIONS_TABLE,
     "stats": STATS,
+    "records": RECORDS,
     "identity": IDENTITY,
 }
 
@@ -520,6 +523,16 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     async def _stats(self, limit: int) -> StoreStats:
         """One COUNT ... FILTER query (``postgres.stats.STATS``); ``limit`` does not apply."""
         return counted(await self._fetchrow("stats"))
+
+    async def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        """One statement (``postgres.listing.RECORDS``), the filters by the database clock."""
+        pool = await self._ensure_ready()
+        state = None if query.state is None else query.state.value
+        fetching = pool.fetch(
+            self._sql["records"], query.scope, state, query.older_than, query.limit
+        )
+        for row in await self._errors.awaited(fetching):
+            yield record_from_row(row["scope"], row["key"], row)
 
     # -- lifecycle --------------------------------------------------------------------------
 
