@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
-from idemstore import IdempotencyStore
 from idemstore.protocol import ListingStore, offers
 from idemstore.testing.contract.test_store_contract import FP, LONG, SHORT, SLACK, new_key
+
+if TYPE_CHECKING:
+    from idemstore import IdempotencyStore
 
 
 @pytest.fixture
