@@ -10,6 +10,7 @@ is pushed out before it counts as passed. See docs/backends/dynamodb.md.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import re
@@ -101,6 +102,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
 
     __slots__ = (
         "_auto_create",
+        "_call_timeout",
         "_clock",
         "_compress_min_bytes",
         "_config",
@@ -114,6 +116,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         "_table",
         "_tables",
         "_url",
+        "_where",
     )
 
     def __init__(
@@ -129,6 +132,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         max_attempts: int = 3,
         connect_timeout: float = 2.0,
         read_timeout: float = 5.0,
+        call_timeout: float = 8.0,
         max_pool_connections: int = 50,
         max_key_length: int = MAX_KEY_LENGTH,
         session: Any = None,
@@ -158,12 +162,15 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             "read_timeout": given["read_timeout"],
             "max_pool_connections": max_pool_connections,
         }
+        # Without it, read_timeout times max_attempts plus backoff: about 17 s by default.
+        self._call_timeout: float = given["call_timeout"]
         self._session = session
         self._clock = clock
         self._url = f"dynamodb://{table}"
         where = f"DynamoDB table {table!r}"
         if endpoint_url:
             where += f" at {redact_url(endpoint_url)}"
+        self._where = where
         self._errors = driver_errors(where, self._url)
         self._tables = Table(table, self._url, self._errors)
         self._holder = HolderWrites(self._call, clock, self._skew)
@@ -235,11 +242,17 @@ class DynamoDBStore(StoreEnvelope[_Client]):
     async def _call(self, operation: str, **request: Any) -> dict[str, Any]:
         """One request; every driver error mapped (``ConditionalCheckFailedException`` is
         left to the caller, which needs its ``Item``)."""
-        client = await self._client()
         try:
-            response: dict[str, Any] = await getattr(client, operation)(
-                TableName=self._table, **request
-            )
+            async with asyncio.timeout(self._call_timeout):
+                client = await self._client()
+                response: dict[str, Any] = await getattr(client, operation)(
+                    TableName=self._table, **request
+                )
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"{self._where} did not answer within call_timeout ({self._call_timeout:g} s,"
+                " every attempt included): is the endpoint up? Raise call_timeout if it is slow"
+            ) from exc
         except Exception as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 raise
