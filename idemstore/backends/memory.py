@@ -89,6 +89,9 @@ class MemoryStore(InlineStoreEnvelope):
     answers_inline = True
     """No operation but ``wait`` suspends (see ``idemstore.protocol.answers_inline``)."""
 
+    process_local = True
+    """Its records live in this process: doors warn when a server forks several workers."""
+
     def __init__(
         self,
         *,

@@ -30,9 +30,11 @@ from idemstore.backends.postgres.caller_connections import (
     session_of,
 )
 from idemstore.backends.postgres.client_errors import (
+    OTHER_SCHEMAS,
     connect_timed_out,
     driver_errors,
     migrate_command,
+    unmigrated,
 )
 from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Listener, Subscription
@@ -68,7 +70,7 @@ from idemstore.backends.postgres.sweeping import HeapSweep
 from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
-from idemstore.errors import ConfigurationError, SchemaError
+from idemstore.errors import ConfigurationError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
@@ -171,7 +173,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         super().__init__(max_key_length=max_key_length)
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
-        self._migrate_hint = migrate_command(url or dsn)
+        self._migrate_hint = migrate_command(url or dsn, schema)
         self._errors = driver_errors(self._redacted, self._migrate_hint)
         self._schema = schema
         quoted = quote_ident(schema)
@@ -278,10 +280,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         if self._auto_migrate:
             await self.apply_migrations(available)
             return
-        raise SchemaError(
-            f"the idemstore schema {self._schema!r} at {self._redacted} lacks migration(s) "
-            f"{', '.join(missing)}; {self._migrate_hint}"
-        )
+        with self._errors.translated():
+            rows = await (await self._connect()).fetch(OTHER_SCHEMAS, self._schema)
+        others = [row[0] for row in rows]
+        raise unmigrated(self._schema, self._redacted, missing, others, self._migrate_hint)
 
     async def _fetchrow(self, name: str, *args: Any) -> Any:
         pool = self._connection if self._ready else None
