@@ -34,10 +34,12 @@ EXIT_ABSENT = 1
 DEFAULT_REALM = "user"
 
 
-def add_caller_options(command: argparse.ArgumentParser) -> None:
+def add_caller_options(
+    command: argparse.ArgumentParser, scope_help: str = "the record scope, as stored (default: '')"
+) -> None:
     """``--scope``, or the caller the scope is derived from (``--caller``, ``--user``)."""
     given = command.add_mutually_exclusive_group()
-    given.add_argument("--scope", help="the record scope, as stored (default: '')")
+    given.add_argument("--scope", help=scope_help)
     given.add_argument(
         "--caller",
         metavar="CREDENTIAL",
@@ -90,15 +92,21 @@ def add_record_commands(commands: Any, store_command: StoreCommand, namespace: s
         " sort (SQL), filtered by state, scope and age. Redis and DynamoDB scan until --limit"
         " records match.",
     )
-    keys.add_argument("--state", choices=[state.value for state in RecordState])
-    add_caller_options(keys)
+    keys.add_argument(
+        "--state",
+        choices=[state.value for state in RecordState],
+        help="only records in this state (default: every state)",
+    )
+    add_caller_options(keys, "only records of this scope, as stored (default: every scope)")
     keys.add_argument(
         "--older-than",
         type=duration,
         metavar="D",
         help="only records created more than D ago: 90s, 15m, 2h, 1d",
     )
-    keys.add_argument("--limit", type=positive_int, default=100, help="at most N (default 100)")
+    keys.add_argument(
+        "--limit", type=positive_int, default=100, metavar="N", help="at most N (default 100)"
+    )
     keys.add_argument("--json", action="store_true", help="one JSON object per record")
 
     gone = store_command(
