@@ -245,18 +245,19 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         try:
             async with asyncio.timeout(self._call_timeout):
                 client = await self._client()
-                response: dict[str, Any] = await getattr(client, operation)(
-                    TableName=self._table, **request
-                )
+                try:
+                    response: dict[str, Any] = await getattr(client, operation)(
+                        TableName=self._table, **request
+                    )
+                except Exception as exc:
+                    if error_code(exc) == "ConditionalCheckFailedException":
+                        raise
+                    raise self._errors.translate(exc) from exc
         except TimeoutError as exc:
             raise StoreUnavailableError(
                 f"{self._where} did not answer within call_timeout ({self._call_timeout:g} s,"
                 " every attempt included): is the endpoint up? Raise call_timeout if it is slow"
             ) from exc
-        except Exception as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                raise
-            raise self._errors.translate(exc) from exc
         return response
 
     # -- encoding ----------------------------------------------------------------------------
