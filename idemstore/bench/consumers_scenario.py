@@ -204,6 +204,9 @@ class _RabbitMQ(_Broker):
         class Counting:
             policy = door.policy
 
+            async def check_store(self) -> None:
+                await door.check_store()
+
             async def handle(self, delivery: Delivery, handler: Any) -> Disposition:
                 outcome: Disposition = await door.handle(delivery, handler)
                 handled[0] += 1
