@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from idemstore.backends.forgetting import forget
 from idemstore.backends.registry import Engine, FixtureVariant
 from idemstore.backends.sweeper import Sweeper
 from idemstore.backends.urls import open_store, register_backend
@@ -28,11 +29,13 @@ from idemstore.protocol import (
     CheckpointingStore,
     IdempotencyStore,
     Lease,
+    ListingStore,
     Outcome,
     Record,
     Reservation,
     Status,
 )
+from idemstore.records import RecordState
 from idemstore.runner import Idempotency, Result
 from idemstore.serializers import JSONSerializer, Serializer
 from idemstore.telemetry import instrument, uninstrument
@@ -58,11 +61,13 @@ __all__ = [
     "Lease",
     "LeaseKeeper",
     "LeaseLostError",
+    "ListingStore",
     "MissingDependencyError",
     "Outcome",
     "OutcomeTooLargeError",
     "OutcomeUnknownError",
     "Record",
+    "RecordState",
     "Replay",
     "Reservation",
     "ResponseTooLargeError",
@@ -77,6 +82,7 @@ __all__ = [
     "canonical_json",
     "current_execution",
     "fingerprint",
+    "forget",
     "instrument",
     "open_store",
     "register_backend",

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["concurrency_list", "non_negative_int", "positive_float", "positive_int"]
+__all__ = ["concurrency_list", "duration", "non_negative_int", "positive_float", "positive_int"]
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def positive_float(text: str) -> float:
@@ -37,3 +39,17 @@ def concurrency_list(text: str) -> tuple[int, ...]:
     if not levels or min(levels) < 1:
         raise argparse.ArgumentTypeError(f"every level must be at least 1: {text!r}")
     return levels
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``2h`` or ``1d``: more than 0."""
+    number, unit = (text[:-1], text[-1]) if text[-1:].lower() in _UNITS else (text, "s")
+    try:
+        value = float(number) * _UNITS[unit.lower()]
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a duration such as 90s, 15m, 2h or 1d, not {text!r}"
+        )
+    return value

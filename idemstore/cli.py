@@ -20,9 +20,11 @@ from idemstore.argument_types import (
 )
 from idemstore.backends.urls import open_store
 from idemstore.errors import ConfigurationError, IdemstoreError, MissingDependencyError
+from idemstore.http.callers import NAMESPACE as HTTP_NAMESPACE
 from idemstore.install_lines import install_line
 from idemstore.mcp.commands import add_gateway_parser, add_proxy_parser
 from idemstore.protocol import offers
+from idemstore.record_commands import add_caller_options, add_record_commands, scope_of_arguments
 
 # Kept in step with idemstore.bench (which the CLI imports only when bench runs); a test checks.
 SCENARIO_NAMES = (
@@ -108,10 +110,11 @@ def format_record(record: Record) -> str:
 
 
 async def _inspect(args: argparse.Namespace) -> int:
+    scope = scope_of_arguments(args, HTTP_NAMESPACE)
     async with open_store(args.url) as store:
-        record = await store.get(args.key, scope=args.scope)
+        record = await store.get(args.key, scope=scope)
     if record is None:
-        print(f"no live record for key {args.key!r} in scope {args.scope!r}", file=sys.stderr)
+        print(f"no live record for key {args.key!r} in scope {scope!r}", file=sys.stderr)
         return EXIT_ABSENT
     print(format_record(record))
     return 0
@@ -300,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         " stores, benchmark backends, and deduplicate MCP tool calls.",
     )
     parser.add_argument("--version", action="version", version=f"idemstore {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     migrate = _store_command(
         commands,
@@ -322,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = _store_command(commands, "inspect", _inspect, help="show the live record for a key")
     inspect.add_argument("key", metavar="KEY")
-    inspect.add_argument("--scope", default="", help="the key's scope (default: '')")
+    add_caller_options(inspect)
+    add_record_commands(commands, _store_command, HTTP_NAMESPACE)
 
     sweep = _store_command(commands, "sweep", _sweep, help="remove records past their retention")
     sweep.add_argument(
@@ -512,7 +516,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `idemstore` alone: what it can do, not a usage error
+        parser.print_help()
+        return 0
     args.argv = argv
     handler: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.handler
     try:

@@ -22,6 +22,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
+from idemstore.backends.startup import check_at_startup
 from idemstore.backends.urls import open_store
 from idemstore.execution.running_work import current_execution, running
 
@@ -349,6 +350,7 @@ def loop_over_store(
         store = build()
         try:
             await store.__aenter__()
+            await check_at_startup(store, door=name)  # a missing schema fails the start
             return make(store)
         except BaseException:
             await store.close()

@@ -11,7 +11,10 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from types import TracebackType
+
+    from idemstore.records import RecordState
 
 __all__ = [
     "AsyncContext",
@@ -21,6 +24,7 @@ __all__ = [
     "ForwardingStore",
     "IdempotencyStore",
     "Lease",
+    "ListingStore",
     "Outcome",
     "Record",
     "Reservation",
@@ -264,6 +268,28 @@ class CheckpointingStore(IdempotencyStore, Protocol):
     async def checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         """Append ``Checkpoint(name, data)`` to the record ``lease`` holds; ``False``
         (nothing written) when the lease was fenced out (the owner check of ``complete``)."""
+        ...
+
+
+@runtime_checkable
+class ListingStore(Protocol):
+    """A store that can list its live records, for operators (``idemstore keys``): an
+    optional capability, offered by every built-in store. ``records`` reads the engine
+    (a scan where it cannot query: Redis, DynamoDB), never the hot path's structures, and
+    never returns a released record or one past retention."""
+
+    def records(
+        self,
+        *,
+        scope: str | None = None,
+        state: RecordState | str | None = None,
+        older_than: float | None = None,
+        limit: int = 100,
+    ) -> AsyncIterator[Record]:
+        """At most ``limit`` live records, in no promised order: of ``scope`` (``None``: all
+        scopes), in ``state`` (``in_progress``, ``stuck``: lease past its deadline with no
+        outcome, ``completed``; ``None``: any), created more than ``older_than`` seconds
+        ago; states and ages by the engine's clock (``idemstore.records.RecordQuery``)."""
         ...
 
 

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import secrets
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import ConfigurationError, InvalidKeyError
+
+if TYPE_CHECKING:
+    from idemstore.protocol import Record
 
 __all__ = [
     "MAX_DURATION",
     "MAX_FINGERPRINT_LENGTH",
     "MAX_KEY_LENGTH",
     "MAX_SCOPE_LENGTH",
+    "RecordQuery",
+    "RecordState",
     "check_duration",
     "check_fingerprint",
     "check_identity",
@@ -193,3 +200,58 @@ def new_token() -> str:
         width = 2 * _TOKEN_BYTES
         _random_tokens.extend(batch[i : i + width] for i in range(0, len(batch), width))
         return _random_tokens.pop()
+
+
+class RecordState(enum.StrEnum):
+    """What ``ListingStore.records`` filters on: where a live record stands at the engine's
+    clock. ``in_progress``: its lease is running; ``stuck``: in progress with its lease past
+    its deadline and no outcome (the next ``reserve`` takes it over); ``completed``."""
+
+    IN_PROGRESS = "in_progress"
+    STUCK = "stuck"
+    COMPLETED = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordQuery:
+    """Which live records a listing returns, checked: ``scope`` (``None``: every scope),
+    ``state`` (``None``: every state), ``older_than`` (seconds since ``created_at``, ``None``:
+    any age) and at most ``limit`` of them. Every store judges a record by ``matches`` (an SQL
+    store writes the same rule as its WHERE clause)."""
+
+    scope: str | None = None
+    state: RecordState | None = None
+    older_than: float | None = None
+    limit: int = 100
+
+    @classmethod
+    def checked(
+        cls,
+        scope: object = None,
+        state: object = None,
+        older_than: object = None,
+        limit: object = 100,
+    ) -> RecordQuery:
+        """The query, or ``InvalidKeyError``/``ConfigurationError`` naming the bad value."""
+        if scope is not None:
+            _check_text("scope", scope, MAX_SCOPE_LENGTH, allow_empty=True)
+        known = [s.value for s in RecordState]
+        if state is not None and state not in known:
+            raise ConfigurationError(f"state must be one of {', '.join(known)}, not {state!r}")
+        age = None if older_than is None else check_duration("older_than", older_than)
+        chosen = None if state is None else RecordState(str(state))
+        return cls(scope, chosen, age, check_limit(limit))  # type: ignore[arg-type]
+
+    def matches(self, record: Record, now: float) -> bool:
+        """Whether the live ``record``, read at ``now``, is one this query lists."""
+        if self.scope is not None and record.scope != self.scope:
+            return False
+        if self.older_than is not None and record.created_at > now - self.older_than:
+            return False
+        if self.state is None:
+            return True
+        if record.status.value == "completed":
+            return self.state is RecordState.COMPLETED
+        lease_end = record.lease_expires_at
+        running = lease_end is not None and lease_end > now
+        return self.state is (RecordState.IN_PROGRESS if running else RecordState.STUCK)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
 from idemstore.backends.arguments import (
@@ -46,12 +47,13 @@ from idemstore.backends.stats import DEFAULT_LIMIT
 from idemstore.checkpoints import check_checkpoint
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext, Lease, Outcome, Record, Reservation, Status
-from idemstore.records import check_duration, check_limit
+from idemstore.records import RecordQuery, check_duration, check_limit
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from idemstore.backends.stats import StoreStats
+    from idemstore.records import RecordState
 
 __all__ = ["InlineStoreEnvelope", "StoreEnvelope", "lost_reserve"]
 
@@ -176,6 +178,31 @@ class _Envelope(AsyncContext):
         if self._closed:
             raise self._closed_error()
         return await self._stats(limit)
+
+    async def records(
+        self,
+        *,
+        scope: str | None = None,
+        state: RecordState | str | None = None,
+        older_than: float | None = None,
+        limit: int = 100,
+    ) -> AsyncIterator[Record]:
+        """At most ``limit`` live records matching the filters (``ListingStore``); the
+        ``_records`` hook yields the matching ones, in pages it reads as it goes."""
+        query = RecordQuery.checked(scope, state, older_than, limit)
+        if self._closed:
+            raise self._closed_error()
+        listed = 0
+        pages = self._records(query)
+        try:
+            async for record in pages:
+                yield record
+                listed += 1
+                if listed >= query.limit:
+                    return
+        finally:
+            if isinstance(pages, AsyncGenerator):
+                await pages.aclose()  # the hook's finally runs now, not when collected
 
     # -- the contract ---------------------------------------------------------------------
     #
@@ -319,6 +346,14 @@ class _Envelope(AsyncContext):
 
     async def _stats(self, limit: int) -> StoreStats:
         raise NotImplementedError
+
+    def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        """The live records ``query`` matches (judged by the engine's clock), any order; the
+        envelope stops reading at ``query.limit``."""
+        raise ConfigurationError(
+            f"this store ({type(self).__name__}) cannot list its records: its class writes"
+            " no `_records` hook"
+        )
 
 
 class StoreEnvelope(_Envelope, Generic[C]):

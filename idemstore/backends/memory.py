@@ -19,7 +19,9 @@ from idemstore.protocol import Checkpoint, Lease, Outcome, Record, Reservation, 
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
+
+    from idemstore.records import RecordQuery
 
 __all__ = ["OPTIONS", "MemoryStore"]
 
@@ -86,6 +88,9 @@ class MemoryStore(InlineStoreEnvelope):
 
     answers_inline = True
     """No operation but ``wait`` suspends (see ``idemstore.protocol.answers_inline``)."""
+
+    process_local = True
+    """Its records live in this process: doors warn when a server forks several workers."""
 
     def __init__(
         self,
@@ -296,6 +301,16 @@ class MemoryStore(InlineStoreEnvelope):
             status = "released" if entry.released else entry.status.value
             tally.add(status, entry.created_at, entry.expires_at, entry.lease_expires_at)
         return tally.result(complete=True, method="one pass over the records in this process")
+
+    async def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        """One pass over a copy of this process's records (the dict may change meanwhile)."""
+        now = self._clock()
+        for (scope, key), entry in list(self._entries.items()):
+            if entry.released or entry.expires_at <= now:
+                continue
+            record = self._record(scope, key, entry)
+            if query.matches(record, now):
+                yield record
 
     async def _ping(self) -> None:
         pass

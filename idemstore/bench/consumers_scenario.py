@@ -51,6 +51,9 @@ class _PlainDoor:
 
     policy = _Policy()
 
+    async def check_store(self) -> None:
+        """No store to check (``handle_all`` asks every door before its first batch)."""
+
     async def handle(
         self, delivery: Delivery, handler: Callable[[Message], Awaitable[Any]]
     ) -> Disposition:
@@ -66,6 +69,9 @@ class _Timed:
         self.door = door
         self.policy = door.policy
         self.timing = timing
+
+    async def check_store(self) -> None:
+        await self.door.check_store()
 
     async def handle(
         self, delivery: Delivery, handler: Callable[[Message], Awaitable[Any]]
@@ -197,6 +203,9 @@ class _RabbitMQ(_Broker):
 
         class Counting:
             policy = door.policy
+
+            async def check_store(self) -> None:
+                await door.check_store()
 
             async def handle(self, delivery: Delivery, handler: Any) -> Disposition:
                 outcome: Disposition = await door.handle(delivery, handler)

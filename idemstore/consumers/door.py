@@ -40,6 +40,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from idemstore import ExecutionPolicy, current_execution
+from idemstore.backends.startup import check_at_startup
 from idemstore.consumers.messages import UNKEYABLE, MessageKeying, message_id
 from idemstore.execution.refusals import Refusal, refusal_of
 
@@ -109,6 +110,7 @@ async def handle_all(
 ) -> list[Disposition]:
     """``door.handle`` on every delivery at once; an error of one (a broker call that
     failed) is logged as ``ERROR`` and does not stop the others or the consumer's loop."""
+    await door.check_store()
     pending = list(deliveries)
     outcomes = await asyncio.gather(
         *(door.handle(d, handler) for d in pending), return_exceptions=True
@@ -156,6 +158,7 @@ class ConsumerDoor:
     """
 
     __slots__ = (
+        "_checked",
         "_on_duplicate",
         "busy_delay",
         "failure_delay",
@@ -198,6 +201,15 @@ class ConsumerDoor:
         self.failure_delay = failure_delay
         self._on_duplicate = on_duplicate
         self.keep_visible = keep_visible
+        self._checked = False
+
+    async def check_store(self) -> None:
+        """The startup check of the store (``check_at_startup``), once: ``handle_all`` runs
+        it before a consumer's first batch, so a missing schema stops the consumer with the
+        migrate command instead of sending every message back."""
+        if not self._checked:
+            await check_at_startup(self.policy.store, door="consumer")
+            self._checked = True
 
     def fingerprint(self, message: Message) -> str:
         """The message's fingerprint: its body, or the selected fields of its JSON body."""

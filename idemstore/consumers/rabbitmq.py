@@ -90,6 +90,7 @@ class RabbitMQConsumer:
         self._tasks: set[asyncio.Task[Disposition]] = set()
 
     async def start(self) -> None:
+        await self.door.check_store()  # a missing schema stops it before any message
         self._tag = await self.queue.consume(self._received, no_ack=False)
 
     async def _received(self, raw: Any) -> None:

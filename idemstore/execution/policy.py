@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeAlias
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore, Record
 
 __all__ = ["ExecutionPolicy", "FailurePolicy", "Replay", "Result", "TakeoverPolicy"]
+
+logger = logging.getLogger("idemstore.execution")
 
 FailurePolicy: TypeAlias = Literal["release", "hold"] | Callable[[Exception], bytes | None]
 """What ``on_failure`` accepts (see ``ExecutionPolicy``)."""
@@ -192,6 +195,8 @@ class ExecutionPolicy:
                 assert lease is not None
                 if left <= 0:
                     raise await shielded(give_up_late_lease(store, reservation, self.lease_ttl))
+                if reservation.takeover or logger.isEnabledFor(logging.INFO):
+                    _log_acquired(lease.key, lease.scope, lease.fence, reservation.takeover)
                 if reservation.takeover and self.on_takeover == "refuse":
                     raise await shielded(record_outcome_unknown(store, lease))
                 return Execution(self, lease, store=store, first_beat=left / 3, taken=reservation)
@@ -265,4 +270,26 @@ class ExecutionPolicy:
             fence=claim.fence,
             takeover=claim.takeover,
             previous_fence=claim.previous_fence,
+        )
+
+
+def _log_acquired(key: str, scope: str, fence: int, takeover: bool) -> None:
+    """One structured line per acquisition: INFO when a key is reserved (fence 1: created),
+    WARNING when a lapsed lease was taken over (its owner stopped heartbeating)."""
+    extra = {"idemstore_key": key, "idemstore_scope": scope, "idemstore_fence": fence}
+    if takeover:
+        logger.warning(
+            "idempotency key taken over from a lapsed lease: key %r scope %r fence %d",
+            key,
+            scope,
+            fence,
+            extra={**extra, "idemstore_takeover": True},
+        )
+    else:
+        logger.info(
+            "idempotency key reserved: key %r scope %r fence %d",
+            key,
+            scope,
+            fence,
+            extra={**extra, "idemstore_takeover": False},
         )

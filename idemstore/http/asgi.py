@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from idemstore.backends.startup import warn_if_process_local
 from idemstore.callers import DEFAULT_SOURCES, CallerSources, Principal, asgi_headers
 from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
@@ -44,6 +45,7 @@ from idemstore.http.request_identity import (
     parse_idempotency_key,
     request_fingerprint,
 )
+from idemstore.http.startup import checking_startup
 from idemstore.problems import Problem, problem, refusal_problem
 from idemstore.records import MAX_KEY_LENGTH, check_identity
 
@@ -268,6 +270,7 @@ class IdempotencyMiddleware:
         self._headers = header_names(fingerprint_headers)
         # The store last: every other mistake is reported before a URL's store is built.
         opened, self._owns_store = store_of(store)
+        warn_if_process_local(opened, door="HTTP")  # one set of records per worker?
         self._policy = ExecutionPolicy(
             opened,
             lease_ttl=lease_ttl,
@@ -295,6 +298,8 @@ class IdempotencyMiddleware:
             await self._policy.store.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # the schema, checked at startup (http/startup.py)
+            receive, send = checking_startup(self.store, receive, send, door="ASGI")
         if scope["type"] == "lifespan" and self._owns_store:
             await self.app(scope, receive, self._closing_at_shutdown(send))
             return

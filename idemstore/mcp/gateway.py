@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from idemstore.backends.startup import store_ready
 from idemstore.callers import (
     CallerSources,
     asgi_headers,
@@ -353,7 +354,7 @@ class McpGateway:
             return error_response(200, "ok")
         failures = []
         try:
-            await self._store.ping()
+            await store_ready(self._store)  # reachable, and its schema migrated
         except Exception as exc:
             failures.append(f"store: {type(exc).__name__}")
         try:

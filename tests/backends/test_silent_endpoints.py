@@ -1,17 +1,18 @@
 """An endpoint that accepts connections and never answers fails the store within the
 driver's connect bound, typed, saying it timed out connecting, and nothing tries again:
-PostgreSQL's ``connect_timeout``, Redis's ``socket_connect_timeout``."""
+PostgreSQL's ``connect_timeout``, Redis's ``socket_connect_timeout``. With no option at all,
+every engine with an endpoint (PostgreSQL, Redis, DynamoDB) gives up within 10 s; memory and
+SQLite have no endpoint to wait on."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+import asyncio
+import time
+from typing import NamedTuple
 
 import pytest
 
 from idemstore import StoreUnavailableError, open_store
-
-if TYPE_CHECKING:
-    import asyncio
 
 FP = "f" * 64
 
@@ -71,3 +72,56 @@ async def test_entering_a_store_whose_endpoint_never_answers_fails_on_its_first_
         async with open_store(engine.url.format(port=port) + engine.opening):
             pass
     assert len(accepted) == 1
+
+
+# Each engine's URL with no timeout option: its defaults alone must bound the wait.
+DEFAULTS = {
+    "postgres": ("asyncpg", "postgresql://app:secret@127.0.0.1:{port}/main"),
+    "redis": ("redis", "redis://:secret@127.0.0.1:{port}/0"),
+    "dynamodb": (
+        "aiobotocore",
+        "dynamodb://idem?region=us-east-1&endpoint_url=http://127.0.0.1:{port}",
+    ),
+}
+# What the defaults promise (docs/reliability.md, "Connect bounds").
+WITHIN = 10.0
+
+
+async def test_every_engine_gives_up_on_a_silent_endpoint_within_ten_seconds_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idemstore.testing.fixtures.dynamodb import DUMMY_AWS_ENV
+
+    for name, value in DUMMY_AWS_ENV.items():  # signed requests, never to a real account
+        monkeypatch.setenv(name, value)
+    engines = {name: url for name, (driver, url) in DEFAULTS.items() if _installed(driver)}
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    async def gives_up(url: str) -> float:
+        server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        store = open_store(url.format(port=server.sockets[0].getsockname()[1]))
+        started = time.monotonic()
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await store.reserve("k", FP, lease_ttl=60, retention=60)
+            return time.monotonic() - started
+        finally:
+            await store.close()
+            server.close()
+
+    # All at once: the test lasts as long as the slowest engine's bound, not their sum.
+    waited = await asyncio.gather(*(gives_up(url) for url in engines.values()))
+    for writer in held:
+        writer.close()
+    assert {name: s < WITHIN for name, s in zip(engines, waited, strict=True)} == dict.fromkeys(
+        engines, True
+    ), dict(zip(engines, waited, strict=True))
+
+
+def _installed(driver: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(driver) is not None

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import pytest
 
@@ -29,6 +29,8 @@ from idemstore.checkpoints import check_checkpoint
 from idemstore.errors import ConfigurationError
 from idemstore.protocol import AsyncContext
 from idemstore.records import (
+    RecordQuery,
+    RecordState,
     check_duration,
     check_identity,
     check_limit,
@@ -37,6 +39,9 @@ from idemstore.records import (
     lease_owns_nothing,
     new_token,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 __all__ = ["ENGINE", "SnapshotStore", "snapshot_store_url"]
 
@@ -240,6 +245,22 @@ class SnapshotStore(AsyncContext):
         existed = self._live((scope, key), time.time()) is not None
         await self._store((scope, key), None)
         return existed
+
+    async def records(
+        self,
+        *,
+        scope: str | None = None,
+        state: RecordState | str | None = None,
+        older_than: float | None = None,
+        limit: int = 100,
+    ) -> AsyncIterator[Record]:
+        """The optional listing capability (``ListingStore``), by the shared rule."""
+        query = RecordQuery.checked(scope, state, older_than, limit)
+        self._open()
+        now = time.time()
+        live = [row.record for i, row in self._rows.items() if self._live(i, now) is not None]
+        for record in [r for r in live if query.matches(r, now)][: query.limit]:
+            yield record
 
     async def sweep(self, *, limit: int = 1000) -> int:
         check_limit(limit)

@@ -133,6 +133,14 @@ OPTIONS = Options(
     Option(
         "read_timeout", float, 5.0, "seconds to wait for an answer, per attempt", check_duration
     ),
+    Option(
+        "call_timeout",
+        float,
+        8.0,
+        "hard cap in seconds on one request, its attempts and backoff included: an endpoint"
+        " that accepts connections and never answers fails within it",
+        check_duration,
+    ),
     Option("max_pool_connections", int, 50, "HTTP connections the client keeps open", at_least(1)),
     Option("max_key_length", int, MAX_KEY_LENGTH, "the longest key the store accepts", at_least(1)),
     Option("session", object, None, "your own aiobotocore session", url=False),

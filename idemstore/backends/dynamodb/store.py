@@ -10,6 +10,7 @@ is pushed out before it counts as passed. See docs/backends/dynamodb.md.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import re
@@ -49,6 +50,7 @@ from idemstore.backends.dynamodb.items import (
     partition_key,
     text,
 )
+from idemstore.backends.dynamodb.listing import listed
 from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
@@ -61,9 +63,10 @@ from idemstore.protocol import Lease, Outcome, Record, Reservation, Status
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
     from idemstore.backends.stats import StoreStats
+    from idemstore.records import RecordQuery
 
 __all__ = ["DynamoDBStore"]
 
@@ -99,6 +102,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
 
     __slots__ = (
         "_auto_create",
+        "_call_timeout",
         "_clock",
         "_compress_min_bytes",
         "_config",
@@ -112,6 +116,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         "_table",
         "_tables",
         "_url",
+        "_where",
     )
 
     def __init__(
@@ -127,6 +132,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         max_attempts: int = 3,
         connect_timeout: float = 2.0,
         read_timeout: float = 5.0,
+        call_timeout: float = 8.0,
         max_pool_connections: int = 50,
         max_key_length: int = MAX_KEY_LENGTH,
         session: Any = None,
@@ -156,12 +162,15 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             "read_timeout": given["read_timeout"],
             "max_pool_connections": max_pool_connections,
         }
+        # Without it, read_timeout times max_attempts plus backoff: about 17 s by default.
+        self._call_timeout: float = given["call_timeout"]
         self._session = session
         self._clock = clock
         self._url = f"dynamodb://{table}"
         where = f"DynamoDB table {table!r}"
         if endpoint_url:
             where += f" at {redact_url(endpoint_url)}"
+        self._where = where
         self._errors = driver_errors(where, self._url)
         self._tables = Table(table, self._url, self._errors)
         self._holder = HolderWrites(self._call, clock, self._skew)
@@ -233,15 +242,22 @@ class DynamoDBStore(StoreEnvelope[_Client]):
     async def _call(self, operation: str, **request: Any) -> dict[str, Any]:
         """One request; every driver error mapped (``ConditionalCheckFailedException`` is
         left to the caller, which needs its ``Item``)."""
-        client = await self._client()
         try:
-            response: dict[str, Any] = await getattr(client, operation)(
-                TableName=self._table, **request
-            )
-        except Exception as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                raise
-            raise self._errors.translate(exc) from exc
+            async with asyncio.timeout(self._call_timeout):
+                client = await self._client()
+                try:
+                    response: dict[str, Any] = await getattr(client, operation)(
+                        TableName=self._table, **request
+                    )
+                except Exception as exc:
+                    if error_code(exc) == "ConditionalCheckFailedException":
+                        raise
+                    raise self._errors.translate(exc) from exc
+        except TimeoutError as exc:
+            raise StoreUnavailableError(
+                f"{self._where} did not answer within call_timeout ({self._call_timeout:g} s,"
+                " every attempt included): is the endpoint up? Raise call_timeout if it is slow"
+            ) from exc
         return response
 
     # -- encoding ----------------------------------------------------------------------------
@@ -461,6 +477,10 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         """One projected ``Scan`` of at most ``limit`` items (see ``dynamodb.stats``)."""
         # Deadlines count as passed by the same margin every read applies (clock_skew).
         return await count(self._call, self._clock() - self._skew, limit)
+
+    def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        """A paged ``Scan`` with a filter (see ``dynamodb.listing``)."""
+        return listed(self._call, self._clock() - self._skew, query)
 
     async def _enter(self) -> None:
         # Fail at startup, not on the first request, when the endpoint, the credentials or

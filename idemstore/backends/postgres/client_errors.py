@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -11,7 +12,21 @@ from idemstore.backends.migrate import migrate_hint
 from idemstore.backends.postgres.statements import quote_ident
 from idemstore.errors import SchemaError, StoreUnavailableError
 
-__all__ = ["connect_timed_out", "driver_errors", "migrate_command", "missing_privilege"]
+__all__ = [
+    "OTHER_SCHEMAS",
+    "connect_timed_out",
+    "driver_errors",
+    "migrate_command",
+    "missing_privilege",
+    "unmigrated",
+]
+
+# The other schemas of the database that hold an idemstore records table: when the URL's
+# schema is not migrated, the one an operator did migrate is most likely among them.
+OTHER_SCHEMAS = """
+SELECT table_schema::text FROM information_schema.tables
+ WHERE table_name = 'idemstore_records' AND table_schema <> $1
+ ORDER BY 1 LIMIT 5"""
 
 
 def driver_errors(where: str, migrate: str) -> DriverErrors:
@@ -53,10 +68,44 @@ def connect_timed_out(where: str, connect_timeout: float) -> StoreUnavailableErr
     )
 
 
-def migrate_command(url: str) -> str:
+def migrate_command(url: str, schema: str | None = None) -> str:
     """How to migrate the store at ``url``: libpq's (and asyncpg's) ``PGPASSWORD`` carries the
-    password the hint leaves out."""
+    password the hint leaves out. With ``schema``, the command names it as ``?schema=`` even
+    where ``url`` left it to the default, so it migrates the schema the store reads."""
+    if schema is not None:
+        url = with_schema(url, schema)
     return migrate_hint(url, password_variable="PGPASSWORD")
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` with its ``?schema=`` said (``schema``, unless the URL names one already)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.scheme not in ("postgres", "postgresql") or any(k == "schema" for k, _ in query):
+        return url
+    return urlunsplit(parts._replace(query=urlencode([*query, ("schema", schema)])))
+
+
+def unmigrated(
+    schema: str, where: str, missing: list[str], others: list[str], migrate: str
+) -> SchemaError:
+    """The error of a store whose schema lacks migrations: which ``?schema=`` it looked in,
+    the command that migrates that one, and the schemas that do hold idemstore records (the
+    one migrated, when the app's URL left its ``?schema=`` out)."""
+    message = (
+        f"the idemstore schema {schema!r} (the URL's ?schema=, default public) at {where}"
+        f" lacks migration(s) {', '.join(missing)}; {migrate}"
+    )
+    if others:
+        named = ", ".join(map(repr, others))
+        message += (
+            f". Schema(s) {named} of this database hold idemstore records: if you migrated"
+            f" one of those, add its ?schema= (e.g. ?schema={others[0]}) to this store's URL"
+        )
+    return SchemaError(message)
 
 
 # What PostgreSQL says when a statement lacks a privilege (SQLSTATE 42501): creating a table

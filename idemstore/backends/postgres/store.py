@@ -30,12 +30,15 @@ from idemstore.backends.postgres.caller_connections import (
     session_of,
 )
 from idemstore.backends.postgres.client_errors import (
+    OTHER_SCHEMAS,
     connect_timed_out,
     driver_errors,
     migrate_command,
+    unmigrated,
 )
 from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Listener, Subscription
+from idemstore.backends.postgres.listing import RECORDS
 from idemstore.backends.postgres.migrating import applied_migrations, apply_pending, migration_sql
 from idemstore.backends.postgres.options import OPTIONS
 from idemstore.backends.postgres.reserving import KnownKeys, record_from_row
@@ -67,14 +70,15 @@ from idemstore.backends.postgres.sweeping import HeapSweep
 from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
-from idemstore.errors import ConfigurationError, SchemaError
+from idemstore.errors import ConfigurationError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from idemstore.backends.stats import StoreStats
+    from idemstore.records import RecordQuery
 
 __all__ = ["PostgresStore"]
 
@@ -96,6 +100,7 @@ _TEMPLATES = {
     "applied": APPLIED_MIGRATIONS,
     "versions": CREATE_VERSIONS_TABLE,
     "stats": STATS,
+    "records": RECORDS,
     "identity": IDENTITY,
 }
 
@@ -168,7 +173,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         super().__init__(max_key_length=max_key_length)
         self._dsn = dsn
         self._redacted = redact_url(url or dsn)
-        self._migrate_hint = migrate_command(url or dsn)
+        self._migrate_hint = migrate_command(url or dsn, schema)
         self._errors = driver_errors(self._redacted, self._migrate_hint)
         self._schema = schema
         quoted = quote_ident(schema)
@@ -275,10 +280,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         if self._auto_migrate:
             await self.apply_migrations(available)
             return
-        raise SchemaError(
-            f"the idemstore schema {self._schema!r} at {self._redacted} lacks migration(s) "
-            f"{', '.join(missing)}; {self._migrate_hint}"
-        )
+        with self._errors.translated():
+            rows = await (await self._connect()).fetch(OTHER_SCHEMAS, self._schema)
+        others = [row[0] for row in rows]
+        raise unmigrated(self._schema, self._redacted, missing, others, self._migrate_hint)
 
     async def _fetchrow(self, name: str, *args: Any) -> Any:
         pool = self._connection if self._ready else None
@@ -520,6 +525,16 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     async def _stats(self, limit: int) -> StoreStats:
         """One COUNT ... FILTER query (``postgres.stats.STATS``); ``limit`` does not apply."""
         return counted(await self._fetchrow("stats"))
+
+    async def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        """One statement (``postgres.listing.RECORDS``), the filters by the database clock."""
+        pool = await self._ensure_ready()
+        state = None if query.state is None else query.state.value
+        fetching = pool.fetch(
+            self._sql["records"], query.scope, state, query.older_than, query.limit
+        )
+        for row in await self._errors.awaited(fetching):
+            yield record_from_row(row["scope"], row["key"], row)
 
     # -- lifecycle --------------------------------------------------------------------------
 

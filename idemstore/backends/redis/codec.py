@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+from urllib.parse import unquote
 
 from idemstore.checkpoints import decode_checkpoints
 from idemstore.protocol import Record, Status
@@ -21,6 +22,7 @@ __all__ = [
     "GLOB_SPECIAL",
     "MAX_DURATION",
     "decode_record",
+    "identity_of",
     "integer",
     "micros",
     "record_key",
@@ -46,6 +48,17 @@ def record_key(prefix: str, scope: str, key: str) -> bytes:
     if "%" in key or "{" in key or "}" in key:
         key = key.translate(_KEY_ESCAPES)
     return (_key_head(prefix, scope) + key + "}").encode()
+
+
+def identity_of(prefix: str, name: bytes) -> tuple[str, str] | None:
+    """The ``(scope, key)`` of a record's Redis key (``record_key`` read backwards); ``None``
+    for a key of another shape under the prefix."""
+    text = name.decode("utf-8", "surrogateescape")
+    if not text.startswith(prefix + "{") or not text.endswith("}") or ":" not in text:
+        return None
+    scope, _, key = text[len(prefix) + 1 : -1].partition(":")
+    # Only '%' (always escaped), braces and the scope's ':' were escaped: unquote is exact.
+    return unquote(scope), unquote(key)
 
 
 @functools.lru_cache(maxsize=256)

@@ -40,7 +40,7 @@ from idemstore.backends.redis.codec import (
     record_key,
     seconds,
 )
-from idemstore.backends.redis.keyspace import prefix_keys
+from idemstore.backends.redis.keyspace import listed, prefix_keys
 from idemstore.backends.redis.notifier import (
     Notifier,
     ShardNotifiers,
@@ -59,7 +59,7 @@ from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
 from idemstore.errors import StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
-from idemstore.records import MAX_KEY_LENGTH, new_token
+from idemstore.records import MAX_KEY_LENGTH, RecordQuery, new_token
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
@@ -271,9 +271,8 @@ class RedisStore(StoreEnvelope[Any]):
 
         Each attempt has ``socket_timeout`` for its reply (connecting included); one that
         runs out on a server that answered before is retried, ``retries`` times, with
-        redis-py's backoff. A retry is safe: every
-        script answers a repeat of its own call as it answered the first (reserve by its
-        token, complete and release by their nonce).
+        redis-py's backoff. A retry is safe: every script answers a repeat of its own call
+        as it answered the first (reserve by its token, complete and release by their nonce).
         """
         try:
             client = self._connection
@@ -457,9 +456,8 @@ class RedisStore(StoreEnvelope[Any]):
     async def _sweep(self, limit: int) -> int:
         """Remove up to ``limit`` records past retention that Redis has not expired yet.
 
-        Redis deletes every record by itself ``expiry_grace`` after its retention ends, so
-        running a sweeper is optional. This walks the prefix with SCAN (every primary on a
-        cluster), which costs a pass over the keyspace.
+        Redis deletes every record by itself ``expiry_grace`` after its retention ends, so a
+        sweeper is optional; this is a pass over the keyspace (SCAN, every primary).
         """
         grace_ms = int(self._grace_ms)
         removed = 0
@@ -478,6 +476,11 @@ class RedisStore(StoreEnvelope[Any]):
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
         return removed
+
+    async def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        names = self._prefix_keys(await self._connect(), BATCH)
+        async for record in listed(names, self._prefix, self._read, self._errors, query):
+            yield record
 
     def _prefix_keys(self, client: Any, count: int) -> AsyncIterator[bytes]:
         return prefix_keys(client, self._prefix, count, self._attempt_timeout)

@@ -38,6 +38,7 @@ from idemstore.backends.migrate import (
 )
 from idemstore.backends.sqlite.caller_connections import main_file, usable_connection
 from idemstore.backends.sqlite.client_errors import driver_errors, read_timed_out
+from idemstore.backends.sqlite.listing import listed
 from idemstore.backends.sqlite.migrating import absent_file, applied_versions, migration_script
 from idemstore.backends.sqlite.options import OPTIONS
 from idemstore.backends.sqlite.statements import (
@@ -60,11 +61,7 @@ from idemstore.backends.sqlite.transactions import in_thread, one_hop, stopped, 
 from idemstore.backends.urls import parse_store_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
 from idemstore.checkpoints import decode_checkpoints, encode_checkpoint
-from idemstore.errors import (
-    ConfigurationError,
-    SchemaError,
-    StoreUnavailableError,
-)
+from idemstore.errors import ConfigurationError, SchemaError, StoreUnavailableError
 from idemstore.protocol import Lease, Outcome, Record, Reservation
 from idemstore.records import MAX_KEY_LENGTH, new_token
 
@@ -72,6 +69,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
     from idemstore.backends.stats import StoreStats
+    from idemstore.records import RecordQuery
 
 __all__ = ["SQLiteStore"]
 
@@ -532,6 +530,9 @@ class SQLiteStore(StoreEnvelope[aiosqlite.Connection]):
         now = self._clock()
         rows = await self._read(STATS, {"now": now})
         return counted(rows[0], now)
+
+    def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
+        return listed(query, self._read, self._clock())
 
     async def _enter(self) -> None:
         await self._connected()
