@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from idemstore.backends.registry import engine_for_url
+from idemstore.backends.urls import open_store
 from idemstore.bench.dynamodb_units import item_bytes
 from idemstore.bench.floors import without_query
 from idemstore.bench.postgres_floor import quote_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["DynamoDBMeter", "Meter", "RedisMeter", "meter_for"]
 
@@ -121,9 +122,9 @@ class _SQLiteMeter(_ProcessMeter):
 class RedisMeter:
     """A single Redis server: ``INFO`` counters and the ``MEMORY USAGE`` of the store's keys."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, locate: Callable[[str, str], bytes]) -> None:
         self._url = without_query(url)
-        self._prefix = prefix
+        self._locate = locate  # the store's storage_key: where (scope, key) is kept
         self._client: Any = None
 
     async def open(self) -> None:
@@ -137,13 +138,11 @@ class RedisMeter:
 
     async def key_bytes(self, scope: str, keys: Sequence[str]) -> int:
         """``MEMORY USAGE`` summed over the record keys of ``(scope, key)`` for ``keys``."""
-        from idemstore.backends.redis.codec import record_key
-
         total = 0
         for start in range(0, len(keys), 500):
             async with self._client.pipeline(transaction=False) as pipe:
                 for key in keys[start : start + 500]:
-                    pipe.memory_usage(record_key(self._prefix, scope, key), samples=0)
+                    pipe.memory_usage(self._locate(scope, key), samples=0)
                 total += sum(n or 0 for n in await pipe.execute())
         return total
 
@@ -232,7 +231,8 @@ class _PostgresMeter:
 class DynamoDBMeter:
     """A DynamoDB table: the items the store wrote, sized by AWS's rules."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, locate: Callable[[str, str], dict[str, Any]]) -> None:
+        self._locate = locate  # the store's storage_key: the item's primary key
         parts = urlsplit(url)
         options = dict(parse_qsl(parts.query))
         self._table = (parts.netloc + parts.path).strip("/")
@@ -258,12 +258,10 @@ class DynamoDBMeter:
 
     async def item_sizes(self, scope: str, keys: Sequence[str]) -> list[int]:
         """The size of the item of each ``(scope, key)``, by AWS's item-size rules."""
-        from idemstore.backends.dynamodb.items import partition_key
-
         sizes = []
         for key in keys:
             answer = await self._client.get_item(
-                TableName=self._table, Key=partition_key(scope, key), ConsistentRead=True
+                TableName=self._table, Key=self._locate(scope, key), ConsistentRead=True
             )
             sizes.append(item_bytes(answer["Item"]))
         return sizes
@@ -286,12 +284,16 @@ def meter_for(url: str) -> Meter:
     if name == "postgres":
         return _PostgresMeter(url, options.get("schema", "public"))
     if name == "redis" and parts.scheme in ("redis", "rediss"):
-        from idemstore.backends.redis.options import DEFAULT_PREFIX
-
-        return RedisMeter(url, options.get("prefix", DEFAULT_PREFIX))
+        return RedisMeter(url, _locator(url))
     if name == "dynamodb":
-        return DynamoDBMeter(url)
+        return DynamoDBMeter(url, _locator(url))
     raise ValueError(
         f"no cost meter for {parts.scheme}:// (memory, a SQLite file, PostgreSQL, a single"
         " Redis server and DynamoDB have one)"
     )
+
+
+def _locator(url: str) -> Any:
+    """The ``storage_key`` of the store ``url`` names: the engine's own layout, read through
+    the store (building it does no I/O), so the bench names no engine module."""
+    return open_store(url).storage_key  # type: ignore[attr-defined]

@@ -276,6 +276,10 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             and float(item["expires_at"]["N"]) > now - self._skew
         )
 
+    def storage_key(self, scope: str, key: str) -> dict[str, dict[str, str]]:
+        """The primary key of ``(scope, key)``'s item (for an operator or a meter)."""
+        return partition_key(scope, key)
+
     # -- the contract ------------------------------------------------------------------------
 
     async def _reserve(

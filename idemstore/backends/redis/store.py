@@ -74,9 +74,6 @@ _ACQUIRED = Outcome.ACQUIRED
 _FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
 
 
-# -- the store ------------------------------------------------------------------------------
-
-
 class RedisStore(StoreEnvelope[Any]):
     """A store in Redis or Redis Cluster. Build it with ``open_store(url)`` or ``from_url``.
 
@@ -346,8 +343,11 @@ class RedisStore(StoreEnvelope[Any]):
                 f"busy for {self._queue_timeout}s (raise max_connections?)"
             ) from None
 
-    def _key(self, scope: str, key: str) -> bytes:
+    def storage_key(self, scope: str, key: str) -> bytes:
+        """The Redis key that holds ``(scope, key)``'s record (for an operator or a meter)."""
         return record_key(self._prefix, scope, key)
+
+    _key = storage_key  # the short name the scripts' calls below use
 
     # -- the contract ---------------------------------------------------------------------
 
