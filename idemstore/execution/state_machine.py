@@ -14,7 +14,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from idemstore.errors import ResponseTooLargeError, UnrecordableResultError
+from idemstore.errors import (
+    OutcomeTooLargeError,
+    ResponseTooLargeError,
+    UnrecordableResultError,
+)
 from idemstore.execution import outcome_markers, settling
 from idemstore.execution.lease_keeping import LeaseKeeper, release_quietly, shielded
 from idemstore.execution.recovery_points import RecoveryPoints
@@ -196,6 +200,21 @@ class Execution(AsyncContext):
         except Exception:
             logger.warning("could not record that key %r is unrecordable", self.key, exc_info=True)
         return outcome_markers.unrecordable_error(self.key, self.scope, self.fence, why)
+
+    async def settle_too_large(self, size: int, limit: int) -> OutcomeTooLargeError:
+        """The work ran and produced a result of ``size`` bytes, over the door's ``limit``, that
+        was handed to its caller but not kept (a streamed response): record its size in its
+        place, so that retries get ``OutcomeTooLargeError`` rather than a second run. Returns
+        that error. Finishes the execution like ``settle``; quiet like ``release``."""
+        self._claim("settling")
+        why = f"the response was {size} bytes; the recording limit is {limit}"
+        logger.warning("result of key %r cannot be recorded: %s", self.key, why)
+        try:
+            marker = outcome_markers.too_large(size, limit, why)
+            await self._bookkeeping("settled", self._settle(marker, is_marker=True))
+        except Exception:
+            logger.warning("could not record that key %r was too large", self.key, exc_info=True)
+        return outcome_markers.too_large_error(self.key, self.scope, self.fence, size, limit, why)
 
     async def _settle(self, response: bytes, *, is_marker: bool = False) -> bool:
         """Record ``response``: escaped, so no response is taken for a marker, unless it is

@@ -11,7 +11,7 @@ WSGI deployment of one API may share a store.
 Requests the key does not apply to (other methods; no key where none is required) go
 straight to the app, streamed, without touching the loop. A keyed request's response is
 buffered (it is recorded before the client sees it); one larger than ``max_response_bytes``
-is sent but not recorded.
+is sent but not recorded, and its retries get 409 "Outcome not recorded" (``on_unrecorded``).
 """
 
 from __future__ import annotations
@@ -175,8 +175,8 @@ class IdempotencyMiddleware(LoopOwner):
         required: ``True``, path patterns (``fnmatch``), or a predicate given the environ.
 
     ``caller_sources``, ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``,
-    ``max_response_bytes``, ``record_server_errors``, ``max_key_length``, ``on_takeover`` and
-    the ``fingerprint_*`` options are the ASGI middleware's. The store is opened, and every
+    ``max_response_bytes``, ``record_server_errors``, ``on_unrecorded``, ``max_key_length``,
+    ``on_takeover`` and the ``fingerprint_*`` options are the ASGI middleware's. The store is opened, and every
     option checked, by the constructor. ``close()`` (or ``with``) closes the store.
     """
 
