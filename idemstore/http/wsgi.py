@@ -176,8 +176,9 @@ class IdempotencyMiddleware(LoopOwner):
 
     ``caller_sources``, ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``,
     ``max_response_bytes``, ``record_server_errors``, ``on_unrecorded``, ``max_key_length``,
-    ``on_takeover`` and the ``fingerprint_*`` options are the ASGI middleware's. The store is opened, and every
-    option checked, by the constructor. ``close()`` (or ``with``) closes the store.
+    ``on_takeover`` and the ``fingerprint_*`` options are the ASGI middleware's. The store is
+    opened, and every option checked, by the constructor. ``close()`` (or ``with``) closes
+    the store.
     """
 
     __slots__ = (
