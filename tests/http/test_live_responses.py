@@ -109,3 +109,21 @@ async def test_a_follower_is_cut_when_the_response_outgrows_the_recording_limit(
         await asyncio.wait_for(follower, 5)
     assert len(late.body) <= 1000
     assert feed.runs == 1
+
+
+async def trailed(scope: Any, receive: Any, send: Any) -> None:
+    """An app whose response has trailers (a checksum after the body)."""
+    await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": [], "trailers": True})
+    await send({"type": "http.response.body", "body": b"payload", "more_body": False})
+    await send({"type": "http.response.trailers", "headers": [(b"x-sum", b"1")]})
+
+
+async def test_a_response_with_trailers_is_sent_once_and_its_retries_are_refused() -> None:
+    middleware = IdempotencyMiddleware(trailed, store=open_store("memory://"))
+    first, again = Client(), Client()
+    await middleware(scope(), request_body, first)
+    await middleware(scope(), request_body, again)
+    assert first.body == b"payload"
+    # Trailers cannot be recorded faithfully: the outcome-not-recorded rule, not a second run.
+    assert b"outcome_unrecorded" in again.body

@@ -99,3 +99,26 @@ async def test_a_stream_cut_by_the_server_is_released_and_its_retry_runs(
         with pytest.raises(httpx.RemoteProtocolError):
             await client.post("/ticks?events=50&cut=10", headers=keyed("u42-cut"))
         assert await runs(client, "ticks") == before + 2
+
+
+async def test_a_stream_whose_client_left_is_released_and_its_retry_runs(fastapi_url: str) -> None:
+    path = "/ticks?events=50&delay=0.01"
+    async with httpx.AsyncClient(base_url=fastapi_url, timeout=20) as client:
+        before = await runs(client, "ticks")
+        async with client.stream("POST", path, headers=keyed("u42-gone")) as original:
+            async for chunk in original.aiter_bytes():
+                if b"id: 9\n" in chunk:
+                    break  # the client leaves after the 10th event
+    # The server notices at its next event (10 ms): give it that, so the retry does not
+    # find the original still running (it would follow it).
+    await asyncio.sleep(0.2)
+    async with httpx.AsyncClient(base_url=fastapi_url, timeout=20) as client:
+        # Not an outcome: once the server noticed, the key is released and the retry runs.
+        for _ in range(100):
+            retry = await client.post(path, headers=keyed("u42-gone"))
+            if retry.status_code != 409:
+                break
+            await asyncio.sleep(0.05)
+        assert retry.status_code == 200 and "idempotent-replayed" not in retry.headers
+        assert retry.content.count(b"\n\n") == 50
+        assert await runs(client, "ticks") == before + 2
