@@ -18,9 +18,10 @@ from django.urls import path
 from idemstore.http.django import idempotency_key_exempt, idempotency_key_required
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
 EFFECTS: dict[str, int] = {}
+PRODUCED: list[int] = []  # the events the streaming views yielded so far, in order
 _LOCK = threading.Lock()
 
 
@@ -102,6 +103,20 @@ def ticks(request: HttpRequest) -> StreamingHttpResponse:
 
     def events() -> Iterator[bytes]:
         for i in range(count):
+            PRODUCED.append(i)
+            yield f"id: {i}\nevent: tick\ndata: execution {number} tick {i}\n\n".encode()
+
+    return StreamingHttpResponse(events(), content_type="text/event-stream")
+
+
+async def async_ticks(request: HttpRequest) -> StreamingHttpResponse:
+    """``ticks`` as an async view with an async iterator."""
+    number = _effect(request, "async_ticks")
+    count = int(request.GET.get("events", "50"))
+
+    async def events() -> AsyncIterator[bytes]:
+        for i in range(count):
+            PRODUCED.append(i)
             yield f"id: {i}\nevent: tick\ndata: execution {number} tick {i}\n\n".encode()
 
     return StreamingHttpResponse(events(), content_type="text/event-stream")
@@ -124,6 +139,7 @@ urlpatterns = [
     path("pings", pings),
     path("big", big),
     path("ticks", ticks),
+    path("async-ticks", async_ticks),
 ]
 
 
