@@ -54,13 +54,17 @@ def orders_app(effects: Path | None = None) -> flask.Flask:
 
     @app.post("/ticks")
     def ticks() -> flask.Response:
-        """``?events=`` server-sent events, ``?delay=`` seconds apart (a WSGI iterable)."""
+        """``?events=`` server-sent events, ``?delay=`` seconds apart (a WSGI iterable);
+        ``?cut=N``: the iterable fails after N events."""
         number = effect()
         count = int(flask.request.args.get("events", "50"))
         delay = float(flask.request.args.get("delay", "0"))
+        cut = int(flask.request.args.get("cut", "-1"))
 
         def events() -> Iterator[bytes]:
             for i in range(count):
+                if i == cut:
+                    raise RuntimeError("the stream broke")
                 yield f"id: {i}\nevent: tick\ndata: execution {number} tick {i}\n\n".encode()
                 time.sleep(delay)
 

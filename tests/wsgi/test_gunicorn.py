@@ -142,3 +142,17 @@ def test_a_3_mb_wsgi_response_runs_once_and_its_retries_get_the_refusal(
         assert retry.json()["type"].endswith("#outcome_unrecorded")
         assert f"{size} bytes" in retry.json()["detail"]
     assert runs(effects, key) == 1
+
+
+def test_a_wsgi_stream_cut_mid_way_is_released_and_its_retry_runs(
+    gunicorn_over_sqlite: tuple[str, Path],
+) -> None:
+    url, effects = gunicorn_over_sqlite
+    key = f"wsgi-cut-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=url, timeout=20) as client:
+        for _ in range(2):
+            # The server closes the connection mid-body: the client sees an incomplete stream.
+            with pytest.raises(httpx.RemoteProtocolError):
+                client.post("/ticks?events=50&cut=10", headers=alice(key))
+    # Not an outcome: the key was released, so the retry ran the work again.
+    assert runs(effects, key) == 2
