@@ -28,7 +28,7 @@ from idemstore.execution.running_work import current_execution, running
 
 if TYPE_CHECKING:
     import concurrent.futures
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Generator, Mapping
 
     from idemstore.protocol import IdempotencyStore
 
@@ -55,7 +55,7 @@ class _Mailbox:
     __slots__ = ("inbox",)
 
     def __init__(self) -> None:
-        self.inbox: queue.SimpleQueue[_Ask | None] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[_Ask | _Handed | None] = queue.SimpleQueue()
 
 
 class _Ask:
@@ -67,6 +67,22 @@ class _Ask:
         self.loop = answer.get_loop()
         # The work runs in the caller's thread, but it belongs to the execution the loop holds.
         self.execution = current_execution()
+
+
+class _Handed:
+    """A value a coroutine run by ``LoopThread.stream`` hands to the thread iterating it."""
+
+    __slots__ = ("answer", "loop", "value")
+
+    def __init__(self, value: object, answer: asyncio.Future[Any]) -> None:
+        self.value = value
+        self.answer = answer
+        self.loop = answer.get_loop()
+
+    def taken(self) -> None:
+        """The iterating thread asks for the next value: the coroutine goes on."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(_answer, self.answer, None, None)
 
 
 _MAILBOX: contextvars.ContextVar[_Mailbox | None] = contextvars.ContextVar(
@@ -85,6 +101,17 @@ async def in_calling_thread(fn: Callable[[], T]) -> T:
     answer: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     mailbox.inbox.put(_Ask(fn, answer))
     return await answer
+
+
+async def hand_over(value: object) -> None:
+    """Give ``value`` to the thread iterating ``LoopThread.stream``; return once that thread
+    asks for the next one (so a slow consumer holds this coroutine back, never the loop)."""
+    mailbox = _MAILBOX.get()
+    if mailbox is None:
+        raise RuntimeError("hand_over() is only for coroutines run by LoopThread.stream")
+    answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    mailbox.inbox.put(_Handed(value, answer))
+    await answer
 
 
 def _answer(answer: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
@@ -192,6 +219,19 @@ class LoopThread(Generic[R]):
         it hands over with ``in_calling_thread``. An interruption of this thread (such as
         ``KeyboardInterrupt``) cancels the coroutine, which then applies its failure policy.
         """
+        streamed = self.stream(make)
+        while True:
+            try:
+                next(streamed)  # a value handed over (hand_over) is not this call's to use
+            except StopIteration as ended:
+                result: T = ended.value
+                return result
+
+    def stream(self, make: Callable[[R], Awaitable[T]]) -> Generator[object, None, T]:
+        """``call`` as a generator: it yields each value the coroutine hands over
+        (``hand_over``), runs here what it asks (``in_calling_thread``) while it is iterated,
+        and returns the coroutine's result (or raises its error). Closing it early (a client
+        gone) cancels the coroutine, which then applies its failure policy."""
         current = self._current()
         if threading.current_thread() is current.thread:
             raise RuntimeError(
@@ -211,6 +251,10 @@ class LoopThread(Generic[R]):
         interrupted: BaseException | None = None
         try:
             while (ask := mailbox.inbox.get()) is not None:
+                if isinstance(ask, _Handed):
+                    yield ask.value
+                    ask.taken()
+                    continue
                 error = _run_asked(ask)
                 if error is not None and not isinstance(error, Exception):
                     interrupted = error

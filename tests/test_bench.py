@@ -441,7 +441,13 @@ async def test_the_postgres_floor_table_has_the_columns_of_a_record(
 async def test_middleware_is_measured_per_case_against_the_bare_app() -> None:
     measured = await run_middleware(Load(1, 10, None, 16), "t:")
     assert not isinstance(measured, Unavailable)
-    assert [m.backend for m in measured] == ["asgi no key", "asgi new key", "asgi replay"]
+    assert [m.backend for m in measured] == [
+        "asgi no key",
+        "asgi new key",
+        "asgi replay",
+        "asgi streamed 1 MB",
+        "asgi follower first byte",
+    ]
     for m in measured:
         assert m.scenario == "middleware" and m.subject.errors == {}
         assert len(m.subject.latencies_ns) == 10 and m.floor is not None

@@ -21,12 +21,12 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from idemstore.errors import IdemstoreError, StoreUnavailableError
+from idemstore.errors import ConfigurationError, IdemstoreError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator, Sequence
 
-__all__ = ["DriverErrors", "Rule", "message_has", "of_type", "unavailable"]
+__all__ = ["DriverErrors", "Rule", "message_has", "of_type", "read_only", "unavailable"]
 
 T = TypeVar("T")
 
@@ -47,6 +47,21 @@ def of_type(*types: type[BaseException]) -> Callable[[BaseException], bool]:
 def message_has(*fragments: str) -> Callable[[BaseException], bool]:
     """A predicate: the exception's message contains one of ``fragments``."""
     return lambda exc: any(fragment in str(exc) for fragment in fragments)
+
+
+def read_only(where: str) -> Callable[[BaseException], IdemstoreError]:
+    """A write refused because the transaction (or the database) is read-only: a
+    ``ConfigurationError``, not "unavailable", since no retry can get past it."""
+
+    def error(exc: BaseException) -> IdemstoreError:
+        return ConfigurationError(
+            f"{where} refused a write: the transaction or the database is read-only ({exc})."
+            " settle(response, connection=...) and checkpoint(..., connection=...) write the"
+            " outcome in the connection's transaction: open a read-write transaction"
+            " (asyncpg: connection.transaction(), not readonly=True; SQLite: query_only off)"
+        )
+
+    return error
 
 
 def unavailable(where: str) -> Callable[[BaseException], IdemstoreError]:

@@ -8,7 +8,9 @@
   and the WAL bytes the server wrote meanwhile, across many replays of one completed key); a
   correct store writes nothing;
 - ``middleware``: per-request cost of ``IdempotencyMiddleware`` over the same bare ASGI app
-  (memory store), for a new key and for a replay, interleaved request by request.
+  (memory store), for a new key and for a replay, interleaved request by request; and its
+  streamed cases (``stream_probes.py``): recording a 1 MB streamed response against passing
+  it through, and a following retry's first-byte latency.
 
 An engine-specific probe reads its counters through the engine's floor (``floors.py``), never
 through the store's private state; on an engine without the counters it records nothing.
@@ -32,6 +34,7 @@ from idemstore.bench.scenarios import (
     Load,
     payload,
 )
+from idemstore.bench.stream_probes import run_stream_probes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -305,6 +308,7 @@ async def run_middleware(load: Load, prefix: str) -> list[Measurement] | Unavail
                 else:
                     timing.record_error(RuntimeError(f"status {status}"))
     floor = timings.pop("bare app")
+    streamed = await run_stream_probes(load, prefix)
     return [
         Measurement(
             backend=f"asgi {name}",
@@ -317,4 +321,4 @@ async def run_middleware(load: Load, prefix: str) -> list[Measurement] | Unavail
             notes={"case": name},
         )
         for name, timing in timings.items()
-    ]
+    ] + streamed

@@ -14,11 +14,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from idemstore.errors import ResponseTooLargeError, UnrecordableResultError
+from idemstore.errors import (
+    OutcomeTooLargeError,
+    ResponseTooLargeError,
+    UnrecordableResultError,
+)
 from idemstore.execution import outcome_markers, settling
 from idemstore.execution.lease_keeping import LeaseKeeper, release_quietly, shielded
 from idemstore.execution.recovery_points import RecoveryPoints
-from idemstore.protocol import AsyncContext, answers_inline
+from idemstore.protocol import AsyncContext, Status, answers_inline
 from idemstore.records import check_response
 
 if TYPE_CHECKING:
@@ -197,6 +201,21 @@ class Execution(AsyncContext):
             logger.warning("could not record that key %r is unrecordable", self.key, exc_info=True)
         return outcome_markers.unrecordable_error(self.key, self.scope, self.fence, why)
 
+    async def settle_too_large(self, size: int, limit: int) -> OutcomeTooLargeError:
+        """The work ran and produced a result of ``size`` bytes, over the door's ``limit``, that
+        was handed to its caller but not kept (a streamed response): record its size in its
+        place, so that retries get ``OutcomeTooLargeError`` rather than a second run. Returns
+        that error. Finishes the execution like ``settle``; quiet like ``release``."""
+        self._claim("settling")
+        why = f"the response was {size} bytes; the recording limit is {limit}"
+        logger.warning("result of key %r cannot be recorded: %s", self.key, why)
+        try:
+            marker = outcome_markers.too_large(size, limit, why)
+            await self._bookkeeping("settled", self._settle(marker, is_marker=True))
+        except Exception:
+            logger.warning("could not record that key %r was too large", self.key, exc_info=True)
+        return outcome_markers.too_large_error(self.key, self.scope, self.fence, size, limit, why)
+
     async def _settle(self, response: bytes, *, is_marker: bool = False) -> bool:
         """Record ``response``: escaped, so no response is taken for a marker, unless it is
         ``is_marker`` (one this module made)."""
@@ -233,9 +252,15 @@ class Execution(AsyncContext):
         """Give the key up without recording anything: a retry runs again.
 
         Quiet (a store error is logged: the key then frees itself when the lease lapses) and
-        not cut short by a cancellation of the caller.
+        not cut short by a cancellation of the caller. Allowed while *committing* too (after
+        ``settle(connection=...)``, outside the ``async with`` block): the release is fenced,
+        so it gives the key up if the caller's transaction rolled the outcome back and leaves
+        a committed outcome untouched.
         """
-        self._claim("released")
+        if self._state == "committing":
+            self._state = "released"
+        else:
+            self._claim("released")
         await self._bookkeeping("released", self._release())
 
     async def _release(self) -> None:
@@ -295,8 +320,23 @@ class Execution(AsyncContext):
     async def _leave_committing(self, exc: BaseException | None) -> None:
         """The end of the ``async with`` block of an execution settled through a connection."""
         if exc is None:
-            # The caller committed (or, having swallowed its rollback, holds the key until the
-            # stopped lease lapses): nothing more to write. An observer sees the settlement now
+            if not await self._outcome_committed():
+                # The completion was rolled back (a savepoint, or a rollback swallowed inside
+                # the block) while the block ended normally: nothing is recorded and the work's
+                # effects are the caller's to know. Not settled: the key is held until the
+                # stopped lease lapses, and a retry then is a takeover (``on_takeover``).
+                logger.warning(
+                    "settle(connection=...) of key %r did not commit: its transaction or"
+                    " savepoint was rolled back while the block ended normally. Nothing was"
+                    " recorded; the key is held until its lease lapses. Settle in the"
+                    " outermost transaction and let a rollback leave the block with an error",
+                    self.key,
+                )
+                self._state = "held"
+                if self._observation is not None:
+                    await self._observation.finishing("held", _finished(False))
+                return
+            # The caller committed: nothing more to write. An observer sees the settlement now
             # that it is final (a failure is observed as whatever the policy does instead).
             self._state = "settled"
             if self._observation is not None:
@@ -307,6 +347,20 @@ class Execution(AsyncContext):
         # untouchable.
         self._state = "running"
         await self.fail(exc)
+
+    async def _outcome_committed(self) -> bool:
+        """Whether the completion written in the caller's transaction is in the store (one
+        read; a store error counts as committed, as before this check)."""
+        try:
+            record = await self._store.get(self.key, scope=self.scope)
+        except Exception:
+            logger.warning("could not confirm the outcome of key %r", self.key, exc_info=True)
+            return True
+        return (
+            record is not None
+            and record.status is Status.COMPLETED
+            and (record.fence == self.fence)
+        )
 
 
 async def _finished(stored: bool) -> bool:

@@ -6,7 +6,11 @@ callable. A keyed request runs once per ``(scope, key)``; a retry with the same 
 the recorded response plus ``Idempotent-Replayed: true``; other outcomes, as the draft says:
 
 - key missing where required: 400; key reused with a different request: 422;
-- a request with the same key still in progress: 409 (with ``Retry-After``);
+- a request with the same key still in progress: in this process, the retry follows the
+  original's response from its first byte as it is produced (``idemstore.http.live``);
+  elsewhere, 409 (with ``Retry-After``);
+- a response that ran but cannot be recorded (past ``max_response_bytes``, trailers): retries
+  get 409 "Outcome not recorded" (``idemstore.http.outcome_rule``);
 - a keyed request whose caller nobody can tell (no principal, no credential): 400;
 
 each as ``application/problem+json`` with a ``detail`` that says what to do. Every refusal of
@@ -25,11 +29,20 @@ from typing import TYPE_CHECKING
 
 from idemstore.backends.startup import warn_if_process_local
 from idemstore.callers import DEFAULT_SOURCES, CallerSources, Principal, asgi_headers
-from idemstore.errors import ConfigurationError, IdemstoreError, InvalidKeyError
+from idemstore.errors import ConfigurationError, InvalidKeyError
 from idemstore.execution import Execution, ExecutionPolicy, Replay
 from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.fingerprint_fields import field_selection
+from idemstore.http.answers import (
+    REPLAYED_HEADER,
+    in_progress,
+    key_required,
+    no_caller,
+    refusal_answer,
+    replay_answer,
+)
 from idemstore.http.callers import CallerFunction, CallerRule, user_principal
+from idemstore.http.live import LiveResponse
 from idemstore.http.options import (
     HEADER_NAME,
     check_app,
@@ -39,7 +52,8 @@ from idemstore.http.options import (
     required_predicate,
     store_of,
 )
-from idemstore.http.recording import Captured, Recorder, send_response
+from idemstore.http.outcome_rule import UnrecordedPolicy, check_unrecorded, settle_response
+from idemstore.http.recording import Recorder, send_response
 from idemstore.http.request_identity import (
     header_values,
     parse_idempotency_key,
@@ -70,7 +84,6 @@ __all__ = [
 logger = logging.getLogger("idemstore.http.asgi")
 
 HEADER = HEADER_NAME.encode("ascii")
-REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 
 KEYED_REQUEST = "idemstore.keyed_request"
 """Where the app finds the ``KeyedRequest`` of a keyed request in its ASGI scope."""
@@ -94,42 +107,33 @@ def delegated_principal(scope: Scope) -> Principal | None:
 
 class Answered(Exception):
     """Raised inside the app, before its response started, to answer the request with
-    ``parts`` (status, headers, body) instead: a replay, a refusal. The middleware sends it."""
+    ``parts`` (status, headers, body) instead: a replay, a refusal. The middleware sends it;
+    with ``live``, it sends that running response instead (``parts`` if it never started)."""
 
-    def __init__(self, parts: Problem) -> None:
+    def __init__(self, parts: Problem, live: LiveResponse | None = None) -> None:
         super().__init__(parts[0])
         self.parts = parts
+        self.live = live
 
 
 class _ClientGone(Exception):
     """Internal: the client disconnected while the request body was being read."""
 
 
-def key_required() -> Problem:
-    """The answer to a request without the key where one is required (400)."""
-    return problem(
-        400,
-        "Idempotency-Key required",
-        "This operation requires an Idempotency-Key header: send a unique value per operation,"
-        ' e.g. Idempotency-Key: "<a new UUID>", and the same value when you retry it.',
-    )
-
-
-def _no_caller(key: str) -> Problem:
-    return problem(
-        400,
-        "Idempotency-Key needs a caller",
-        "Idempotency keys are kept per caller, and nothing in this request says who is calling"
-        " (no authenticated user, no credential the server reads); authenticate the request.",
-        key=key,
-    )
-
-
 class KeyedRequest:
     """A keyed request whose reserve the app takes over (``claim``), once it knows the
     principal; the middleware records what the app answers, as for any keyed request."""
 
-    __slots__ = ("_middleware", "claimed", "deferred", "execution", "fingerprint", "key", "scope")
+    __slots__ = (
+        "_middleware",
+        "claimed",
+        "deferred",
+        "execution",
+        "fingerprint",
+        "key",
+        "live",
+        "scope",
+    )
 
     def __init__(
         self, middleware: IdempotencyMiddleware, scope: Scope, key: str, print_: str
@@ -141,6 +145,7 @@ class KeyedRequest:
         self.deferred = False
         self.claimed = False
         self.execution: Execution | None = None
+        self.live = LiveResponse(middleware.max_response_bytes, print_)
 
     async def claim(self, principal: Principal | None) -> None:
         """Reserve the key for ``principal`` (``None``: the middleware's own rule decides).
@@ -163,8 +168,10 @@ class KeyedRequest:
         middleware = self._middleware
         caller = await middleware.caller_scope(self.scope, principal)
         if caller is None:
-            raise Answered(_no_caller(self.key))
-        begun = await middleware.begin(self.key, caller, self.fingerprint)
+            raise Answered(no_caller(self.key))
+        begun = await middleware.begin(self.key, caller, self.fingerprint, self.live)
+        if isinstance(begun, LiveResponse):
+            raise Answered(in_progress(self.key), begun)
         if not isinstance(begun, Execution):
             raise Answered(begun)
         self.execution = begun
@@ -196,8 +203,14 @@ class IdempotencyMiddleware:
         lease_ttl: seconds a request holds its key without a heartbeat; heartbeats extend it
             while the app runs.
         max_body_bytes: largest request body a keyed request may have (413 beyond it).
-        max_response_bytes: largest response recorded; a bigger one is streamed to the client,
-            not recorded, and its key released (a warning is logged).
+        max_response_bytes: largest response recorded. Every response is sent as the app
+            produces it (an event stream too) and recorded within this size; a bigger one is
+            sent whole but not kept, and retries get 409 "Outcome not recorded".
+        on_unrecorded: a response that ran but cannot be recorded (past
+            ``max_response_bytes``, or with trailers): ``"refuse"`` every retry under its key
+            (default; the request is never run twice), or ``"run"``: release the key, so a
+            retry runs the request again. The risk of ``"run"``: a request that charged, sent
+            or created something does so once per retry.
         record_server_errors: record 5xx responses too. Off by default: a 5xx says the server
             failed, so the key is released and a retry runs the request again.
         max_key_length: longest key accepted (400 beyond it).
@@ -223,6 +236,7 @@ class IdempotencyMiddleware:
         "_delegated",
         "_fields",
         "_headers",
+        "_live",
         "_max_key_length",
         "_methods",
         "_owns_store",
@@ -231,6 +245,7 @@ class IdempotencyMiddleware:
         "app",
         "max_body_bytes",
         "max_response_bytes",
+        "on_unrecorded",
         "record_server_errors",
     )
 
@@ -248,6 +263,7 @@ class IdempotencyMiddleware:
         max_body_bytes: int = 1024 * 1024,
         max_response_bytes: int = 1024 * 1024,
         record_server_errors: bool = False,
+        on_unrecorded: UnrecordedPolicy = "refuse",
         max_key_length: int = MAX_KEY_LENGTH,
         on_takeover: TakeoverPolicy = "run",
         fingerprint_exclude: Iterable[str] | None = None,
@@ -265,6 +281,9 @@ class IdempotencyMiddleware:
         if not isinstance(record_server_errors, bool):
             raise TypeError(f"record_server_errors must be True or False: {record_server_errors!r}")
         self.record_server_errors = record_server_errors
+        self.on_unrecorded = check_unrecorded(on_unrecorded)
+        # The responses being sent under a key in this process, for a retry to follow.
+        self._live: dict[tuple[str, str], LiveResponse] = {}
         self._max_key_length = check_size("max_key_length", max_key_length, least=1)
         self._fields = field_selection(fingerprint_include, fingerprint_exclude)
         self._headers = header_names(fingerprint_headers)
@@ -364,7 +383,7 @@ class IdempotencyMiddleware:
         deferred = self.defers(scope)
         caller = None if deferred else await self.caller_scope(scope)
         if caller is None and not deferred:
-            await send_response(send, *_no_caller(key))
+            await send_response(send, *no_caller(key))
             return
         try:
             body, more = await self._read_body(receive)
@@ -386,7 +405,10 @@ class IdempotencyMiddleware:
         request = KeyedRequest(self, scope, key, print_)
         request.deferred = deferred
         if caller is not None:
-            begun = await self.begin(key, caller, print_)
+            begun = await self.begin(key, caller, print_, request.live)
+            if isinstance(begun, LiveResponse):
+                await self._follow(begun, key, send)
+                return
             if not isinstance(begun, Execution):
                 await send_response(send, *begun)
                 return
@@ -410,8 +432,11 @@ class IdempotencyMiddleware:
             if not message.get("more_body", False):
                 return b"".join(chunks), False
 
-    async def begin(self, key: str, caller: str, print_: str) -> Execution | Problem:
-        """Reserve ``key`` in ``caller``'s scope: the execution to run, or the answer to send
+    async def begin(
+        self, key: str, caller: str, print_: str, live: LiveResponse
+    ) -> Execution | Problem | LiveResponse:
+        """Reserve ``key`` in ``caller``'s scope: the execution to run (its response kept in
+        ``live``), the running response of this process to follow, or the answer to send
         instead (a replay, a refusal)."""
         try:
             claim = await self._policy.begin(key, print_, scope=caller)
@@ -419,30 +444,26 @@ class IdempotencyMiddleware:
             refusal = refusal_of(exc)
             if refusal is None:
                 raise  # not a refusal: the server answers 500, as for any bug
-            return self._refusal(refusal, key, exc)
+            running = self._live.get((caller, key))
+            if refusal is Refusal.IN_PROGRESS and running and running.fingerprint == print_:
+                return running
+            return refusal_answer(refusal, key, exc)
         if isinstance(claim, Replay):
-            return self._replay(key, claim.response)
+            return replay_answer(key, claim.response)
+        self._live[(caller, key)] = live
         return claim
 
-    @staticmethod
-    def _refusal(refusal: Refusal, key: str, exc: Exception) -> Problem:
-        """The answer to ``refusal`` (from ``exc``), logged where the server is at fault."""
-        if refusal in (Refusal.STORE_UNAVAILABLE, Refusal.LEASE_LOST, Refusal.SCHEMA_MISSING):
-            logger.error("idempotency store failed before the request ran: %s", exc)
-        # What is wrong with a key or scope is safe to tell (no secret is in it).
-        detail = f"Idempotency-Key: {exc}." if refusal is Refusal.INVALID_KEY else None
-        return refusal_problem(refusal, key=key, detail=detail)
+    def _done(self, execution: Execution, live: LiveResponse) -> None:
+        """The response of ``execution`` is over (complete or cut): nobody may follow it now."""
+        live.stop()
+        ident = (execution.scope, execution.key)
+        if self._live.get(ident) is live:
+            del self._live[ident]
 
-    @staticmethod
-    def _replay(key: str, stored: bytes) -> Problem:
-        try:
-            recorded = Captured.decode(stored)
-        except (ValueError, KeyError, TypeError) as exc:
-            logger.error("record for Idempotency-Key %r is unreadable: %s", key, exc)
-            return problem(
-                500, "Unreadable record", "The recorded response cannot be read.", key=key
-            )
-        return recorded.status, [*recorded.headers, REPLAYED_HEADER], recorded.body
+    async def _follow(self, live: LiveResponse, key: str, send: Send) -> None:
+        """Send the running response ``live`` to a retry; 409 if it ended before it started."""
+        if not await live.follow(send, REPLAYED_HEADER):
+            await send_response(send, *in_progress(key))
 
     async def _execute(
         self, request: KeyedRequest, scope: Scope, receive: Receive, send: Send, body: bytes
@@ -465,61 +486,50 @@ class IdempotencyMiddleware:
                 k: v for k, v in extensions.items() if k not in _BYPASS_EXTENSIONS
             }
 
-        async def settle(captured: Captured | None, why_not: str) -> None:
+        async def settle(live: LiveResponse) -> None:
             # The response is complete (its last body message is in hand) and not yet sent:
-            # record it, or give the key up, *before* the client can see the end of it, so a
-            # retry sent on seeing it finds the outcome. What the app does after this (a
+            # record it, or what stands for it, *before* the client can see the end of it, so
+            # a retry sent on seeing it finds the outcome. What the app does after this (a
             # background task) is not the request's outcome.
-            execution = request.execution
-            if execution is None:
+            if request.execution is None:
                 return  # the app answered before it reserved (a 401 of its own): not recorded
-            if captured is None:
+            await settle_response(
+                request.execution,
+                live,
+                record_server_errors=self.record_server_errors,
+                on_unrecorded=self.on_unrecorded,
+            )
+
+        recorder = Recorder(send, request.live, settle)
+        try:
+            await self.app(inner_scope, replay_receive, recorder)
+            if not recorder.ended and request.execution is not None:
+                # The app returned without finishing its response (a stream cut short, a
+                # client gone): not an outcome; the key is released as the execution is left
+                # without a settlement.
                 logger.warning(
-                    "response to %s %s under Idempotency-Key %r was %s: sent but not"
+                    "response to %s %s under Idempotency-Key %r was incomplete: not"
                     " recorded, key released",
                     scope.get("method"),
                     scope.get("path"),
-                    execution.key,
-                    why_not,
+                    request.key,
                 )
-                await execution.release()
-            elif captured.status >= 500 and not self.record_server_errors:
-                await execution.release()
-            else:
-                try:
-                    await execution.settle(captured.encode())
-                except IdemstoreError as exc:
-                    logger.warning(
-                        "response under Idempotency-Key %r could not be recorded: %s",
-                        execution.key,
-                        exc,
-                    )
-
-        recorder = Recorder(send, self.max_response_bytes, settle)
-        try:
-            await self.app(inner_scope, replay_receive, recorder)
-            if not recorder.ended:
-                # The app returned without finishing its response: pass on what it sent; the
-                # key is released as the execution is left without a settlement.
-                if request.execution is not None:
-                    logger.warning(
-                        "response to %s %s under Idempotency-Key %r was incomplete: not"
-                        " recorded, key released",
-                        scope.get("method"),
-                        scope.get("path"),
-                        request.key,
-                    )
-                await recorder.flush()
         except BaseException as exc:
             if isinstance(exc, Answered) and request.execution is None:
-                # A claim refused (a replay, a refusal) before the app began its response.
-                await send_response(send, *exc.parts)
+                # A claim refused (a replay, a refusal) or following a running response,
+                # before the app began its response.
+                if exc.live is not None:
+                    await self._follow(exc.live, request.key, send)
+                else:
+                    await send_response(send, *exc.parts)
                 return
             # Leaving with an exception before the response ended applies the failure policy
-            # (release); after it ended, the exception is the app's own and propagates.
+            # (release, or hold); after it ended, the exception is the app's own and propagates.
             if request.execution is not None:
+                self._done(request.execution, request.live)
                 await request.execution.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         else:
             if request.execution is not None:
+                self._done(request.execution, request.live)
                 await request.execution.__aexit__(None, None, None)

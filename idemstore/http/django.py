@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemstore.errors import ConfigurationError, MissingDependencyError
@@ -34,7 +33,6 @@ try:
     from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
     from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
-    from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
     from django.urls import Resolver404, resolve
     from django.utils.module_loading import import_string
 except ImportError as exc:
@@ -46,12 +44,23 @@ from idemstore.callers import DEFAULT_SOURCES, Principal
 from idemstore.http.asgi import DELEGATED_PRINCIPAL, HEADER, delegated_principal
 from idemstore.http.asgi import IdempotencyMiddleware as ASGIIdempotencyMiddleware
 from idemstore.http.callers import CallerRule
+from idemstore.http.django_responses import (
+    VIEW,
+    Opened,
+    aresponse_of,
+    opened_async,
+    opened_sync,
+    response_of,
+    view_app,
+)
 from idemstore.http.options import method_set, required_predicate
 from idemstore.http.wsgi import REMOTE_USER_REALM, asgi_scope
-from idemstore.loop_thread import LoopThread, in_calling_thread, loop_over_store
+from idemstore.loop_thread import LoopThread, hand_over, in_calling_thread, loop_over_store
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
+
+    from django.http import HttpRequest, HttpResponseBase
 
     from idemstore.protocol import IdempotencyStore
 
@@ -71,10 +80,7 @@ DJANGO_USER_REALM = "django-user"
 
 _MARK = "idemstore_key"
 # What travels inside the ASGI scope handed to the ASGI middleware.
-_VIEW = "idemstore.http.django.view"
 _REQUIRED = "idemstore.http.django.required"
-
-_Parts = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 def idempotency_key_required(view: V) -> V:
@@ -133,7 +139,7 @@ def _door(options: dict[str, Any]) -> LoopThread[ASGIIdempotencyMiddleware]:
 
             def make(opened: IdempotencyStore) -> ASGIIdempotencyMiddleware:
                 return ASGIIdempotencyMiddleware(
-                    _view,
+                    view_app,
                     store=opened,
                     caller=delegated_principal,
                     required=_required_of,
@@ -160,50 +166,6 @@ def close_stores() -> None:
 def _required_of(scope: MutableMapping[str, Any]) -> bool:
     required: bool = scope[_REQUIRED]
     return required
-
-
-async def _view(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-    """The ASGI middleware's inner app: the Django view, run where Django runs it."""
-    status, headers, body = await scope[_VIEW]()
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _head(response: HttpResponseBase) -> tuple[int, list[tuple[bytes, bytes]]]:
-    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.items()]
-    for morsel in response.cookies.values():
-        headers.append((b"set-cookie", morsel.OutputString().encode("latin-1")))
-    return response.status_code, headers
-
-
-def _parts(response: HttpResponseBase) -> _Parts:
-    status, headers = _head(response)
-    if isinstance(response, StreamingHttpResponse):
-        # Recorded before the client sees it: a keyed request's stream is buffered.
-        body = b"".join(response.streaming_content)
-    else:
-        body = response.content
-    response.close()
-    return status, headers, body
-
-
-async def _aparts(response: HttpResponseBase) -> _Parts:
-    if isinstance(response, StreamingHttpResponse) and response.is_async:
-        status, headers = _head(response)
-        body = b"".join([bytes(chunk) async for chunk in response.streaming_content])
-        return status, headers, body
-    return _parts(response)
-
-
-def _django_response(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
-    response = HttpResponse(body, status=status)
-    for name, value in headers:
-        text = value.decode("latin-1")
-        if name == b"set-cookie":
-            response.cookies.load(SimpleCookie(text))
-        else:
-            response[name.decode("latin-1")] = text
-    return response
 
 
 class IdempotencyMiddleware:
@@ -274,8 +236,8 @@ class IdempotencyMiddleware:
         if scope is None:
             return self.get_response(request)
         scope[DELEGATED_PRINCIPAL] = self._principal(request, getattr(request, "user", None))
-        scope[_VIEW] = lambda: in_calling_thread(lambda: _parts(self.get_response(request)))
-        return _django_response(*self._door.call(_through(scope, request.body)))
+        scope[VIEW] = lambda: in_calling_thread(lambda: opened_sync(self.get_response(request)))
+        return response_of(self._door.stream(_through(scope, request.body, hand_over)))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         scope = self._keyed(request)
@@ -289,39 +251,37 @@ class IdempotencyMiddleware:
         here = asyncio.get_running_loop()
         view: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
 
-        async def on_server_loop() -> _Parts:
-            return await _aparts(await view(request))
+        async def on_server_loop() -> Opened:
+            return await opened_async(await view(request), here)
 
-        async def run_view() -> _Parts:
+        async def run_view() -> Opened:
             # The view runs on the server's loop; the store's calls on the door's.
             running = asyncio.run_coroutine_threadsafe(on_server_loop(), here)
             return await asyncio.wrap_future(running)
 
-        scope[_VIEW] = run_view
-        answered = self._door.submit(_through(scope, request.body))
-        return _django_response(*await asyncio.wrap_future(answered))
+        # One message at a time: a slow client holds the request back, not the door's loop.
+        messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1)
+
+        async def deliver(message: MutableMapping[str, Any]) -> None:
+            put = asyncio.run_coroutine_threadsafe(messages.put(dict(message)), here)
+            await asyncio.wrap_future(put)
+
+        scope[VIEW] = run_view
+        answered = asyncio.wrap_future(self._door.submit(_through(scope, request.body, deliver)))
+        return await aresponse_of(messages, answered)
 
 
 def _through(
-    scope: MutableMapping[str, Any], body: bytes
-) -> Callable[[ASGIIdempotencyMiddleware], Awaitable[_Parts]]:
-    """Run the request through the ASGI middleware; what it answers, as parts."""
+    scope: MutableMapping[str, Any],
+    body: bytes,
+    deliver: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+) -> Callable[[ASGIIdempotencyMiddleware], Awaitable[None]]:
+    """Run the request through the ASGI middleware, each message it sends ``deliver``ed."""
 
-    async def answer(middleware: ASGIIdempotencyMiddleware) -> _Parts:
-        status, headers, chunks = 500, [], []
-
+    async def answer(middleware: ASGIIdempotencyMiddleware) -> None:
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": body, "more_body": False}
 
-        async def send(message: MutableMapping[str, Any]) -> None:
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = list(message.get("headers", ()))
-            elif message["type"] == "http.response.body":
-                chunks.append(bytes(message.get("body", b"")))
-
-        await middleware(scope, receive, send)
-        return status, headers, b"".join(chunks)
+        await middleware(scope, receive, deliver)
 
     return answer

@@ -15,6 +15,7 @@ from idemstore.protocol import IdempotencyStore
 if TYPE_CHECKING:
     from idemstore.callers import CallerSources
     from idemstore.execution import TakeoverPolicy
+    from idemstore.http.outcome_rule import UnrecordedPolicy
     from idemstore.http.wire import RoutePredicate, Scope
 
 __all__ = [
@@ -44,6 +45,7 @@ class KeyedRequestOptions(TypedDict, total=False):
     max_body_bytes: int
     max_response_bytes: int
     record_server_errors: bool
+    on_unrecorded: UnrecordedPolicy
     max_key_length: int
     on_takeover: TakeoverPolicy
     fingerprint_exclude: Iterable[str] | None

@@ -9,16 +9,17 @@ fingerprint, the caller scope and the record format are the ASGI middleware's: a
 WSGI deployment of one API may share a store.
 
 Requests the key does not apply to (other methods; no key where none is required) go
-straight to the app, streamed, without touching the loop. A keyed request's response is
-buffered (it is recorded before the client sees it); one larger than ``max_response_bytes``
-is sent but not recorded.
+straight to the app, streamed, without touching the loop. A keyed request's response is sent
+as the app yields it (through the server's ``write()``) and recorded as it goes; one larger
+than ``max_response_bytes`` is sent but not recorded, and its retries get 409 "Outcome not
+recorded" (``on_unrecorded``).
 """
 
 from __future__ import annotations
 
 import http
 import io
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -86,6 +87,7 @@ class _Response:
     status: int = 500
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     chunks: list[bytes] = field(default_factory=list)
+    started: bool = False
 
 
 def _read_body(environ: Environ, limit: int) -> bytes:
@@ -105,7 +107,7 @@ def _read_body(environ: Environ, limit: int) -> bytes:
 
 def _asgi_bridge(app: WSGIApp) -> Callable[..., Awaitable[None]]:
     """An ASGI app that runs the WSGI ``app`` in the calling (server) thread, with the body
-    the ASGI middleware read, and sends its buffered response."""
+    the ASGI middleware read, and sends its response chunk by chunk as the app yields it."""
 
     async def bridge(asgi: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         environ = dict(asgi[_ENVIRON])
@@ -118,41 +120,55 @@ def _asgi_bridge(app: WSGIApp) -> Callable[..., Awaitable[None]]:
         body = b"".join(chunks)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
-        response = await in_calling_thread(lambda: _call_app(app, environ))
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": response.headers,
-            }
-        )
-        await send({"type": "http.response.body", "body": b"".join(response.chunks)})
+        response = _Response()
+        iterable = await in_calling_thread(lambda: app(environ, _start_response(response)))
+        iterator = iter(iterable)
+        try:
+            # The first chunk first: an app may call start_response only when iterated.
+            chunk = await in_calling_thread(lambda: _next_chunk(iterator, response))
+            start = {"status": response.status, "headers": response.headers}
+            await send({"type": "http.response.start", **start})
+            while chunk is not None:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                chunk = await in_calling_thread(lambda: _next_chunk(iterator, response))
+        finally:
+            close = getattr(iterable, "close", None)
+            if close is not None:
+                await in_calling_thread(close)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return bridge
 
 
-def _call_app(app: WSGIApp, environ: Environ) -> _Response:
-    """Run the WSGI app (in the server's thread) and buffer its whole response."""
-    response = _Response()
+def _start_response(response: _Response) -> StartResponse:
+    """The ``start_response`` of the WSGI app's call: it fills ``response``."""
 
     def start_response(
         status: str, headers: list[tuple[str, str]], exc_info: Any = None
     ) -> Callable[[bytes], object]:
-        if exc_info is not None and response.chunks:
+        if exc_info is not None and response.started:
             raise exc_info[1].with_traceback(exc_info[2])
         response.status = int(status.split(" ", 1)[0])
         response.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        return response.chunks.append
+        return response.chunks.append  # the legacy write(): sent before the next chunk
 
-    body = app(environ, start_response)
-    try:
-        for chunk in body:
-            response.chunks.append(bytes(chunk))
-    finally:
-        close = getattr(body, "close", None)
-        if close is not None:
-            close()
-    return response
+    return start_response
+
+
+def _next_chunk(iterator: Iterator[bytes], response: _Response) -> bytes | None:
+    """The next bytes to send (what ``write()`` was given first), ``None`` at the end."""
+    while True:
+        if response.chunks:
+            written = b"".join(response.chunks)
+            response.chunks.clear()
+            response.started = True
+            return written
+        chunk = next(iterator, None)
+        if chunk is None:
+            return None
+        if chunk:
+            response.started = True
+            return bytes(chunk)
 
 
 class IdempotencyMiddleware(LoopOwner):
@@ -175,9 +191,10 @@ class IdempotencyMiddleware(LoopOwner):
         required: ``True``, path patterns (``fnmatch``), or a predicate given the environ.
 
     ``caller_sources``, ``methods``, ``retention``, ``lease_ttl``, ``max_body_bytes``,
-    ``max_response_bytes``, ``record_server_errors``, ``max_key_length``, ``on_takeover`` and
-    the ``fingerprint_*`` options are the ASGI middleware's. The store is opened, and every
-    option checked, by the constructor. ``close()`` (or ``with``) closes the store.
+    ``max_response_bytes``, ``record_server_errors``, ``on_unrecorded``, ``max_key_length``,
+    ``on_takeover`` and the ``fingerprint_*`` options are the ASGI middleware's. The store is
+    opened, and every option checked, by the constructor. ``close()`` (or ``with``) closes
+    the store.
     """
 
     __slots__ = (
@@ -247,24 +264,23 @@ class IdempotencyMiddleware(LoopOwner):
             return self.app(environ, start_response)
         scope[DELEGATED_PRINCIPAL] = self._principal(environ)
         body = _read_body(environ, self.max_body_bytes)
-        response = _Response()
+        sent = _Sent(start_response)
 
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: MutableMapping[str, Any]) -> None:
+            # Each part goes to the server's thread (blocked in call) as it comes: the client
+            # gets the response as the app produces it, and the recorder keeps its copy.
             if message["type"] == "http.response.start":
-                response.status = int(message["status"])
-                response.headers = list(message.get("headers", ()))
-            elif message["type"] == "http.response.body":
-                response.chunks.append(bytes(message.get("body", b"")))
+                status, headers = int(message["status"]), list(message.get("headers", ()))
+                await in_calling_thread(lambda: sent.start(status, headers))
+            elif message["type"] == "http.response.body" and message.get("body"):
+                chunk = bytes(message["body"])
+                await in_calling_thread(lambda: sent.write(chunk))
 
         self._loop.call(lambda middleware: middleware(scope, receive, send))
-        start_response(
-            _status_line(response.status),
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
-        )
-        return response.chunks
+        return []
 
     def _principal(self, environ: Environ) -> Principal | None:
         """The ``caller`` option's principal, else ``REMOTE_USER``'s when trusted."""
@@ -272,6 +288,24 @@ class IdempotencyMiddleware(LoopOwner):
         if principal is None and self._trust_remote_user:
             principal = Principal.of(REMOTE_USER_REALM, environ.get("REMOTE_USER"))
         return principal
+
+
+class _Sent:
+    """The server side of a keyed response: ``start_response``, then its ``write()``."""
+
+    __slots__ = ("_start_response", "_write")
+
+    def __init__(self, start_response: StartResponse) -> None:
+        self._start_response = start_response
+        self._write: Callable[[bytes], object] | None = None
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+        self._write = self._start_response(_status_line(status), pairs)
+
+    def write(self, chunk: bytes) -> None:
+        assert self._write is not None, "the response starts before its body"
+        self._write(chunk)
 
 
 def _status_line(status: int) -> str:

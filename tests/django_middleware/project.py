@@ -8,16 +8,20 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 
 from idemstore.http.django import idempotency_key_exempt, idempotency_key_required
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
 EFFECTS: dict[str, int] = {}
+PRODUCED: list[int] = []  # the events the streaming views yielded so far, in order
 _LOCK = threading.Lock()
 
 
@@ -86,6 +90,38 @@ async def async_orders(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"order": json.loads(request.body or b"null"), "n": number}, status=201)
 
 
+def big(request: HttpRequest) -> HttpResponse:
+    """A response of ``?size=`` bytes."""
+    _effect(request, "big")
+    return HttpResponse(b"x" * int(request.GET.get("size", "100")))
+
+
+def ticks(request: HttpRequest) -> StreamingHttpResponse:
+    """``?events=`` server-sent events as a ``StreamingHttpResponse``."""
+    number = _effect(request, "ticks")
+    count = int(request.GET.get("events", "50"))
+
+    def events() -> Iterator[bytes]:
+        for i in range(count):
+            PRODUCED.append(i)
+            yield f"id: {i}\nevent: tick\ndata: execution {number} tick {i}\n\n".encode()
+
+    return StreamingHttpResponse(events(), content_type="text/event-stream")
+
+
+async def async_ticks(request: HttpRequest) -> StreamingHttpResponse:
+    """``ticks`` as an async view with an async iterator."""
+    number = _effect(request, "async_ticks")
+    count = int(request.GET.get("events", "50"))
+
+    async def events() -> AsyncIterator[bytes]:
+        for i in range(count):
+            PRODUCED.append(i)
+            yield f"id: {i}\nevent: tick\ndata: execution {number} tick {i}\n\n".encode()
+
+    return StreamingHttpResponse(events(), content_type="text/event-stream")
+
+
 @idempotency_key_required
 def payments(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"n": _effect(request, "payments")}, status=201)
@@ -101,6 +137,9 @@ urlpatterns = [
     path("async-orders", async_orders),
     path("payments", payments),
     path("pings", pings),
+    path("big", big),
+    path("ticks", ticks),
+    path("async-ticks", async_ticks),
 ]
 
 

@@ -98,6 +98,25 @@ async def events(request: Request) -> Response:
     return StreamingResponse(chunks(), media_type="text/event-stream")
 
 
+async def ticks(request: Request) -> Response:
+    """An event stream of ``?events=`` events (ids, names, data), ``?delay=`` seconds apart;
+    ``?cut=N``: the handler fails after N events (a stream the server cut)."""
+    n = _record(request, "ticks")
+    count = int(request.query_params.get("events", "50"))
+    delay = float(request.query_params.get("delay", "0"))
+    cut = int(request.query_params.get("cut", "-1"))
+
+    async def events() -> AsyncIterator[bytes]:
+        for i in range(count):
+            if i == cut:
+                raise RuntimeError("the stream broke")
+            yield f"id: {i}\nevent: tick\ndata: execution {n} tick {i}\n\n".encode()
+            if delay:
+                await asyncio.sleep(delay)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 async def slow(request: Request) -> Response:
     n = _record(request, "slow")
     state = request.app.state
@@ -152,6 +171,7 @@ POSTS = {
     "/big": big,
     "/stream": stream,
     "/events": events,
+    "/ticks": ticks,
     "/slow": slow,
     "/charge": charge_with_receipt,
 }
@@ -197,3 +217,9 @@ def create_app(framework: str, store: IdempotencyStore, **options: Any) -> Starl
 def uvicorn_app() -> Starlette:
     """Factory for ``uvicorn --factory``: the Starlette app over a memory store."""
     return create_app("starlette", open_store("memory://"), max_response_bytes=4096)
+
+
+def fastapi_uvicorn_app() -> Starlette:
+    """Factory for ``uvicorn --factory``: the FastAPI app over a memory store, with the
+    middleware's default recording limit (1 MiB)."""
+    return create_app("fastapi", open_store("memory://"))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from idemstore.errors import ConfigurationError
 from idemstore.http.asgi import IdempotencyMiddleware, parse_idempotency_key
 from idemstore.testing import FakeClock
 from tests.http.apps import create_app
@@ -133,21 +134,44 @@ async def test_reused_key_on_another_request_is_422(
     problem(response, 422)
 
 
-async def test_concurrent_duplicate_is_409_without_running(app_client: AppClient) -> None:
+async def test_a_concurrent_duplicate_in_this_process_follows_the_original(
+    app_client: AppClient,
+) -> None:
     app, client = app_client
     original = asyncio.create_task(client.post("/slow", headers=keyed("k-slow")))
     await asyncio.wait_for(app.state.started.wait(), 10)
-    duplicate = await asyncio.wait_for(client.post("/slow", headers=keyed("k-slow")), 5)
-    assert not original.done()
-    document = problem(duplicate, 409)
-    assert duplicate.headers["retry-after"] == "1"
-    assert document["idempotencyKey"] == "k-slow"
+    duplicate = asyncio.create_task(client.post("/slow", headers=keyed("k-slow")))
+    await asyncio.sleep(0.05)
+    assert not duplicate.done()  # following the original, not refused
     app.state.gate.set()
-    first = await original
-    assert first.status_code == 200
+    first = await asyncio.wait_for(original, 5)
+    followed = await asyncio.wait_for(duplicate, 5)
+    assert first.status_code == followed.status_code == 200
+    assert followed.content == first.content
+    assert followed.headers["idempotent-replayed"] == "true"
     again = await client.post("/slow", headers=keyed("k-slow"))
     assert again.content == first.content
     assert calls(app, "slow") == 1
+
+
+async def test_a_concurrent_duplicate_at_another_replica_is_409_without_running(
+    make_client: Callable[..., Any],
+) -> None:
+    # Two middlewares over one store stand for two processes: nothing live to follow.
+    app, client = make_client()
+    _, other = make_client()
+    async with client, other:
+        original = asyncio.create_task(client.post("/slow", headers=keyed("k-slow")))
+        await asyncio.wait_for(app.state.started.wait(), 10)
+        duplicate = await asyncio.wait_for(other.post("/slow", headers=keyed("k-slow")), 5)
+        assert not original.done()
+        document = problem(duplicate, 409)
+        assert duplicate.headers["retry-after"] == "1"
+        assert document["idempotencyKey"] == "k-slow"
+        app.state.gate.set()
+        first = await original
+        assert first.status_code == 200
+        assert calls(app, "slow") == 1
 
 
 async def test_patch_is_covered_and_put_is_not_by_default(app_client: AppClient) -> None:
@@ -332,21 +356,41 @@ async def test_crash_releases_the_key(framework: str, store: IdempotencyStore) -
     assert calls(app, "crash") == 2
 
 
-async def test_large_response_is_sent_but_not_recorded(
-    make_client: Callable[..., Any], caplog: pytest.LogCaptureFixture
+async def test_a_response_over_the_limit_runs_once_and_its_retries_are_refused(
+    make_client: Callable[..., Any],
 ) -> None:
     app, client = make_client(max_response_bytes=1000)
     async with client:
-        with caplog.at_level(logging.WARNING, logger="idemstore.http.asgi"):
-            first = await client.post("/big?size=5000", headers=keyed("k-big"))
+        first = await client.post("/big?size=5000", headers=keyed("k-big"))
         again = await client.post("/big?size=5000", headers=keyed("k-big"))
         small = await client.post("/big?size=10", headers=keyed("k-small"))
         small_again = await client.post("/big?size=10", headers=keyed("k-small"))
     assert len(first.content) == 5001 and first.content.endswith(b"x" * 5000)
-    assert "idempotent-replayed" not in again.headers
-    assert any("not recorded" in record.getMessage() for record in caplog.records)
+    document = problem(again, 409)
+    assert document["type"].endswith("#outcome_unrecorded")
+    assert "5001 bytes" in document["detail"] and "1000 bytes" in document["detail"]
+    assert "retry-after" not in again.headers
     assert_replay_of(small_again, small)
-    assert calls(app, "big") == 3
+    assert calls(app, "big") == 2
+
+
+async def test_on_unrecorded_run_releases_the_key_of_a_response_over_the_limit(
+    make_client: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    app, client = make_client(max_response_bytes=1000, on_unrecorded="run")
+    async with client:
+        with caplog.at_level(logging.WARNING, logger="idemstore.http.asgi"):
+            first = await client.post("/big?size=5000", headers=keyed("k-big"))
+        again = await client.post("/big?size=5000", headers=keyed("k-big"))
+    assert first.status_code == again.status_code == 200
+    assert "idempotent-replayed" not in again.headers
+    assert any("key released" in record.getMessage() for record in caplog.records)
+    assert calls(app, "big") == 2
+
+
+def test_on_unrecorded_takes_refuse_or_run(store: IdempotencyStore) -> None:
+    with pytest.raises(ConfigurationError, match="on_unrecorded"):
+        IdempotencyMiddleware(create_app("starlette", store), store=store, on_unrecorded="rerun")  # type: ignore[arg-type]
 
 
 async def test_streaming_response_within_the_limit_is_recorded(app_client: AppClient) -> None:
@@ -357,11 +401,13 @@ async def test_streaming_response_within_the_limit_is_recorded(app_client: AppCl
     assert calls(app, "stream") == 1
 
 
-async def test_event_stream_is_passed_through_and_not_recorded(app_client: AppClient) -> None:
-    _app, client = app_client
+async def test_an_event_stream_is_recorded_and_replayed(app_client: AppClient) -> None:
+    app, client = app_client
     first, again = await post_twice(client, "/events", "k-sse")
     assert first.text == "data: execution 1\n\n"
-    assert again.text == "data: execution 2\n\n"
+    assert_replay_of(again, first)
+    assert again.headers["content-type"].startswith("text/event-stream")
+    assert calls(app, "events") == 1
 
 
 async def test_request_body_over_the_limit_is_413(make_client: Callable[..., Any]) -> None:

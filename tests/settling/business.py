@@ -34,6 +34,15 @@ class Business:
         else:
             await self.connection.execute("BEGIN")
 
+    async def begin_read_only(self) -> None:
+        """A read-only transaction (SQLite: ``query_only`` until the rollback)."""
+        if self.engine == "postgres":
+            self._transaction = self.connection.transaction(readonly=True)
+            await self._transaction.start()
+        else:
+            await self.connection.execute("PRAGMA query_only = ON")
+            await self.connection.execute("BEGIN")
+
     async def charge(self, key: str) -> None:
         if self.engine == "postgres":
             sql = f"INSERT INTO {self.table} (key, by_pid) VALUES ($1, $2)"
@@ -54,6 +63,7 @@ class Business:
                 await self._transaction.rollback()
         else:
             await self.connection.execute("ROLLBACK")
+            await self.connection.execute("PRAGMA query_only = OFF")
 
     async def charges(self) -> dict[str, int]:
         """How many rows each key has."""

@@ -6,11 +6,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flask
 
 from idemstore.http.wsgi import IdempotencyMiddleware
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def orders_app(effects: Path | None = None) -> flask.Flask:
@@ -38,6 +41,39 @@ def orders_app(effects: Path | None = None) -> flask.Flask:
     def broken() -> tuple[str, int]:
         app.config["count"] += 1
         return "try later", 503
+
+    def effect() -> int:
+        with lock:
+            app.config["count"] += 1
+            number: int = app.config["count"]
+        if effects is not None:
+            with effects.open("a") as out:
+                key = flask.request.headers.get("Idempotency-Key", "")
+                out.write(f"{key} {os.getpid()}\n")
+        return number
+
+    @app.post("/ticks")
+    def ticks() -> flask.Response:
+        """``?events=`` server-sent events, ``?delay=`` seconds apart (a WSGI iterable);
+        ``?cut=N``: the iterable fails after N events."""
+        number = effect()
+        count = int(flask.request.args.get("events", "50"))
+        delay = float(flask.request.args.get("delay", "0"))
+        cut = int(flask.request.args.get("cut", "-1"))
+
+        def events() -> Iterator[bytes]:
+            for i in range(count):
+                if i == cut:
+                    raise RuntimeError("the stream broke")
+                yield f"id: {i}\nevent: tick\ndata: execution {number} tick {i}\n\n".encode()
+                time.sleep(delay)
+
+        return flask.Response(events(), mimetype="text/event-stream")
+
+    @app.post("/big")
+    def big() -> flask.Response:
+        effect()
+        return flask.Response(b"x" * int(flask.request.args.get("size", "100")))
 
     @app.get("/orders")
     def listing() -> dict[str, int]:

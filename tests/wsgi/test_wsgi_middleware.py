@@ -79,10 +79,12 @@ def test_the_key_reused_for_another_request_is_a_422(app: flask.Flask) -> None:
     assert app.config["count"] == 1
 
 
-def test_a_duplicate_while_the_original_runs_is_a_409(store_url: str) -> None:
+def test_a_duplicate_while_the_original_runs_follows_it(store_url: str) -> None:
     running, finish = threading.Event(), threading.Event()
+    runs: list[int] = []
 
     def slow(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        runs.append(1)
         running.set()
         finish.wait()
         start_response("201 Created", [("Content-Type", "text/plain")])
@@ -90,20 +92,26 @@ def test_a_duplicate_while_the_original_runs_is_a_409(store_url: str) -> None:
 
     headers = keyed()
     with IdempotencyMiddleware(slow, store=store_url) as wrapped:
-        original: list[int] = []
-        thread = threading.Thread(
-            target=lambda: original.append(
-                Client(wrapped).post("/orders", json={}, headers=headers).status_code
-            )
-        )
-        thread.start()
+        answers: dict[str, Any] = {}
+
+        def post(name: str) -> None:
+            answers[name] = Client(wrapped).post("/orders", json={}, headers=headers)
+
+        original = threading.Thread(target=post, args=("original",))
+        original.start()
         running.wait()
-        duplicate = Client(wrapped).post("/orders", json={}, headers=headers)
+        duplicate = threading.Thread(target=post, args=("duplicate",))
+        duplicate.start()
+        duplicate.join(0.2)
+        assert duplicate.is_alive()  # following the original (in this process), not refused
         finish.set()
-        thread.join()
-    assert duplicate.status_code == 409
-    assert "Retry-After" in duplicate.headers
-    assert original == [201]
+        original.join()
+        duplicate.join()
+    first, followed = answers["original"], answers["duplicate"]
+    assert first.status_code == followed.status_code == 201
+    assert first.data == followed.data == b"made"
+    assert followed.headers["Idempotent-Replayed"] == "true"
+    assert runs == [1]
 
 
 def test_concurrent_duplicates_from_threads_run_the_effect_once(app: flask.Flask) -> None:

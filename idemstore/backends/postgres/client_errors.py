@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, unavailable
+from idemstore.backends.driver_errors import DriverErrors, Rule, of_type, read_only, unavailable
 from idemstore.backends.migrate import migrate_hint
 from idemstore.backends.postgres.statements import quote_ident
 from idemstore.errors import SchemaError, StoreUnavailableError
@@ -52,6 +52,11 @@ def driver_errors(where: str, migrate: str) -> DriverErrors:
                 lambda exc: SchemaError(
                     f"the idemstore schema at {where} is missing or incomplete ({exc}); {migrate}"
                 ),
+            ),
+            # A read-only transaction (or a hot standby): retrying the same write never helps.
+            Rule(
+                of_type(asyncpg.ReadOnlySQLTransactionError),
+                read_only(f"PostgreSQL at {where}"),
             ),
         ),
         otherwise=unavailable(f"PostgreSQL at {where}"),

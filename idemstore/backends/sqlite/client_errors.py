@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 
-from idemstore.backends.driver_errors import DriverErrors, Rule, message_has, unavailable
+from idemstore.backends.driver_errors import (
+    DriverErrors,
+    Rule,
+    message_has,
+    read_only,
+    unavailable,
+)
 from idemstore.errors import ResponseTooLargeError, SchemaError, StoreUnavailableError
 
 __all__ = ["driver_errors", "read_timed_out"]
@@ -44,6 +50,8 @@ def driver_errors(database: str, busy_timeout: float) -> DriverErrors:
                     "(does its directory exist, and may this process write there?)"
                 ),
             ),
+            # query_only, or a file opened read-only: retrying the same write never helps.
+            Rule(message_has("readonly database"), read_only(where)),
             Rule(
                 message_has("locked", "busy"),
                 lambda exc: StoreUnavailableError(
