@@ -118,7 +118,17 @@ class PostgresServer:
     ``settings`` are server parameters given on the command line (``-c name=value``).
     """
 
-    __slots__ = ("_bin", "_log", "_process", "base", "data_dir", "port", "settings", "socket_dir")
+    __slots__ = (
+        "_bin",
+        "_log",
+        "_process",
+        "base",
+        "data_dir",
+        "environment",
+        "port",
+        "settings",
+        "socket_dir",
+    )
 
     def __init__(
         self, bin_dir: Path, base: Path, port: int, settings: dict[str, str] | None = None
@@ -131,6 +141,8 @@ class PostgresServer:
         self._log = base / "postgres.log"
         self.port = port
         self._process: subprocess.Popen[bytes] | None = None
+        # Variables the server starts with besides ours (a test's libfaketime, say).
+        self.environment: dict[str, str] = {}
 
     @property
     def url(self) -> str:
@@ -150,8 +162,10 @@ class PostgresServer:
         """Start the server and block until it accepts queries."""
         if self.running:
             return
+        variables = [f"{name}={value}" for name, value in self.environment.items()]
         self._process = spawn(
             _command(
+                *(["env", *variables] if variables else []),
                 str(self._bin / "postgres"),
                 "-D",
                 str(self.data_dir),

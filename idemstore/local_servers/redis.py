@@ -56,6 +56,8 @@ class LocalRedis:
     sentinel_config: str | None = None
     # The password of the default user (``--requirepass``); ``cli`` gives it.
     requirepass: str | None = None
+    # Variables the server starts with besides ours (a test's clock shim, say).
+    environment: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # redis-server changes into --dir before it opens --logfile: a relative directory
@@ -128,7 +130,10 @@ class LocalRedis:
         if self.running:
             return
         self.process = subprocess.Popen(
-            self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self._argv(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **self.environment} if self.environment else None,
         )
         wait_for_port(self.port, process=self.process, timeout=20, log=self.log)
         # A port that accepts connections may still be loading the AOF: wait for PONG.

@@ -34,6 +34,7 @@ from idemstore.backends.postgres.client_errors import (
     driver_errors,
     migrate_command,
 )
+from idemstore.backends.postgres.clocks import PostgresClocks
 from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Listener, Subscription
 from idemstore.backends.postgres.migrating import applied_migrations, apply_pending, migration_sql
@@ -137,6 +138,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_sql",
         "_statement_cache_size",
         "_sweeping",
+        "clocks",
     )
 
     def __init__(
@@ -156,6 +158,9 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         sweep_batch_size: int = 500,
         max_key_length: int = MAX_KEY_LENGTH,
         url: str | None = None,
+        max_clock_skew: float = 1.0,
+        clock_skew_policy: str = "warn",
+        clock_check_interval: float = 60.0,
     ) -> None:
         """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
         wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
@@ -197,6 +202,8 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             errors=self._errors.catches,
         )
         self._known = KnownKeys()
+        # The clocks leases are measured by (see clocks): their skew is the metric.
+        self.clocks = PostgresClocks(self._redacted, dsn, given)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -240,8 +247,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
                 max_inactive_connection_lifetime=self._max_inactive_lifetime,
                 reset=_no_reset,
             )
+            # The server's clock, read on the pool's first connection (see clocks).
+            await self.clocks.opened(pool)
         except TimeoutError as exc:
-            # Only the connects run under a bound while the pool opens (no setup, no init).
+            # Only the connects (and that first read) run under a bound while the pool opens.
             raise connect_timed_out(self._redacted, self._connect_timeout) from exc
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
@@ -284,12 +293,14 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         pool = self._connection if self._ready else None
         if pool is None:  # not yet connected and checked (or closed): the slow path
             pool = await self._ensure_ready()
+        self.clocks.check_calls()
         return await self._errors.awaited(pool.fetchrow(self._sql[name], *args))
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
         pool = self._connection if self._ready else None
         if pool is None:  # not yet connected and checked (or closed): the slow path
             pool = await self._ensure_ready()
+        self.clocks.check_calls()
         return await self._errors.awaited(pool.fetchval(self._sql[name], *args))
 
     # -- migrations (SupportsMigrations) ------------------------------------------------------
@@ -524,6 +535,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     # -- lifecycle --------------------------------------------------------------------------
 
     async def _disconnect(self, connection: asyncpg.Pool | None) -> None:
+        await self.clocks.stop()
         self._listener.close()
         if connection is not None:
             await self._discard(connection)
