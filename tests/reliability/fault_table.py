@@ -19,12 +19,15 @@ from typing import Any
 
 __all__ = [
     "BEGIN",
+    "CLOCK_BEGIN",
+    "CLOCK_END",
     "END",
     "ENGINE_FAILOVER_BEGIN",
     "ENGINE_FAILOVER_END",
     "FAILOVER_BEGIN",
     "FAILOVER_END",
     "render",
+    "render_clocks",
     "render_engine_failovers",
     "render_failovers",
     "replace_between_markers",
@@ -40,6 +43,10 @@ ENGINE_FAILOVER_BEGIN = (
     "<!-- engine-failover-table:begin (written by python -m tests.reliability.fault_table) -->"
 )
 ENGINE_FAILOVER_END = "<!-- engine-failover-table:end -->"
+CLOCK_BEGIN = "<!-- clock-table:begin (written by python -m tests.reliability.fault_table) -->"
+CLOCK_END = "<!-- clock-table:end -->"
+# Faults with a table of their own (test_clock_scenarios): not rows of the fault table.
+CLOCK_FAULTS = ("clock step", "failover to a skewed standby")
 # The engines test_failover.py fails over (Sentinel has its own table, above).
 _FAILOVER_ENGINES = ("postgres", "redis-cluster")
 
@@ -110,8 +117,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     """The markdown table: one line per (fault, backend), runs of the same pair summed."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        if "attempts" not in row:
-            continue  # a measurement without a history (e.g. a latency figure)
+        if "attempts" not in row or row.get("fault") in CLOCK_FAULTS:
+            continue  # a measurement without a history (e.g. a latency figure), or a clock
         groups[(str(row.get("fault", "?")), str(row.get("backend", "?")))].append(row)
     header = "| fault | backend | " + " | ".join(title for title, _ in _COLUMNS) + " |"
     rule = "|" + "---|" * (len(_COLUMNS) + 2)
@@ -183,6 +190,39 @@ def render_engine_failovers(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _clocks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") in CLOCK_FAULTS]
+
+
+def render_clocks(rows: list[dict[str, Any]]) -> str:
+    """The clock table (test_clock_scenarios): one line per fault, backend and offset."""
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
+    for row in _clocks(rows):
+        groups[(str(row["fault"]), str(row["backend"]), float(row["offset seconds"]))].append(row)
+    lines = [
+        "| fault | backend | clock off by | runs | executions | takeovers"
+        " | executions that overlapped | stale owners fenced out | acknowledged completions"
+        " | lost acknowledgements | untyped errors | store warned before the failover |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (fault, backend, offset), runs in sorted(groups.items()):
+
+        def total(name: str, runs: list[dict[str, Any]] = runs) -> int:
+            return sum(int(run.get(name, 0)) for run in runs)
+
+        warned = [
+            run["warned before the failover"] for run in runs if "warned before the failover" in run
+        ]
+        lines.append(
+            f"| {fault} | {backend} | {offset:+g} s | {len(runs)} | {total('executions')} "
+            f"| {total('takeovers')} | {total('duplicates found')} "
+            f"| {total('stale owners fenced out')} | {total('acknowledged completions')} "
+            f"| {total('lost acknowledgements')} | {total('untyped errors')} "
+            f"| {f'{sum(warned)} of {len(warned)}' if warned else ''} |"
+        )
+    return "\n".join(lines)
+
+
 def replace_between_markers(page: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     """``page`` with the text between ``begin`` and ``end`` replaced by ``table``."""
     start = page.index(begin) + len(begin)
@@ -197,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
     page = args.page.read_text(encoding="utf-8")
-    if any("attempts" in row for row in rows):
+    if any("attempts" in row and row.get("fault") not in CLOCK_FAULTS for row in rows):
         # A report of other tests only (the failover tests alone, say) keeps the fault table.
         page = replace_between_markers(page, render(rows))
         print(render(rows))
@@ -210,6 +250,10 @@ def main(argv: list[str] | None = None) -> None:
         engines = render_engine_failovers(rows)
         page = replace_between_markers(page, engines, ENGINE_FAILOVER_BEGIN, ENGINE_FAILOVER_END)
         print(engines)
+    if _clocks(rows):
+        clocks = render_clocks(rows)
+        page = replace_between_markers(page, clocks, CLOCK_BEGIN, CLOCK_END)
+        print(clocks)
     args.page.write_text(page, encoding="utf-8")
 
 

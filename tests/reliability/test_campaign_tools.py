@@ -18,6 +18,7 @@ from tests.reliability.fault_table import (
     FAILOVER_END,
     main,
     render,
+    render_clocks,
     render_engine_failovers,
     render_failovers,
     replace_between_markers,
@@ -225,3 +226,41 @@ def test_freed_memory_malloc_keeps_is_reported_but_memory_in_use_is_judged() -> 
 def test_fit_slope_recovers_a_linear_trend() -> None:
     assert fit_slope([(t, 2.0 * t + 1) for t in range(10)]) == pytest.approx(2.0)
     assert fit_slope([(0.0, 5.0)]) == 0.0
+
+
+def test_clock_rows_make_their_own_table_and_stay_out_of_the_fault_table() -> None:
+    rows = [
+        {
+            "fault": "clock step",
+            "backend": "redis",
+            "offset seconds": 5.0,
+            "attempts": 9,
+            "executions": 4,
+            "takeovers": 1,
+            "duplicates found": 1,
+            "acknowledged completions": 3,
+        },
+        {
+            "fault": "clock step",
+            "backend": "redis",
+            "offset seconds": 5.0,
+            "attempts": 9,
+            "executions": 6,
+            "takeovers": 0,
+            "duplicates found": 0,
+            "acknowledged completions": 5,
+        },
+        {
+            "fault": "failover to a skewed standby",
+            "backend": "postgres",
+            "offset seconds": -1.0,
+            "attempts": 9,
+            "executions": 2,
+            "warned before the failover": False,
+        },
+    ]
+    assert render(rows).splitlines()[2:] == []
+    table = render_clocks(rows).splitlines()
+    assert table[2] == "| clock step | redis | +5 s | 2 | 10 | 1 | 1 | 0 | 8 | 0 | 0 |  |"
+    assert table[3].startswith("| failover to a skewed standby | postgres | -1 s | 1 | 2 |")
+    assert table[3].endswith("| 0 of 1 |")
