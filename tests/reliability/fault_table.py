@@ -21,6 +21,8 @@ __all__ = [
     "BEGIN",
     "CLOCK_BEGIN",
     "CLOCK_END",
+    "PARTITION_BEGIN",
+    "PARTITION_END",
     "END",
     "ENGINE_FAILOVER_BEGIN",
     "ENGINE_FAILOVER_END",
@@ -28,6 +30,7 @@ __all__ = [
     "FAILOVER_END",
     "render",
     "render_clocks",
+    "render_partitions",
     "render_engine_failovers",
     "render_failovers",
     "replace_between_markers",
@@ -47,6 +50,10 @@ CLOCK_BEGIN = "<!-- clock-table:begin (written by python -m tests.reliability.fa
 CLOCK_END = "<!-- clock-table:end -->"
 # Faults with a table of their own (test_clock_scenarios): not rows of the fault table.
 CLOCK_FAULTS = ("clock step", "failover to a skewed standby")
+PARTITION_BEGIN = (
+    "<!-- partition-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+PARTITION_END = "<!-- partition-table:end -->"
 # The engines test_failover.py fails over (Sentinel has its own table, above).
 _FAILOVER_ENGINES = ("postgres", "redis-cluster")
 
@@ -223,6 +230,34 @@ def render_clocks(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") == "partition"]
+
+
+def render_partitions(rows: list[dict[str, Any]]) -> str:
+    """The partition table: one line per run of ``test_partitions``."""
+    lines = [
+        "| engine | replication | acknowledged completions | acknowledged by the cut-off primary"
+        " | lost: acknowledged between the cut and the promotion | lost: between the promotion"
+        " and the fence | keys that would run again | typed errors | untyped errors"
+        " | recovered after the fence | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(_partitions(rows), key=lambda r: (str(r["backend"]), str(r["setting"]))):
+        types = ", ".join(f"`{name}`" for name in run.get("error types", []))
+        lines.append(
+            f"| {run['backend']} | {run['setting']} | {run.get('acknowledged completions', 0)} "
+            f"| {run.get('acknowledged by the cut-off primary', 0)} "
+            f"| {run.get('lost acknowledged between the cut and the promotion', 0)} "
+            f"| {run.get('lost acknowledged between the promotion and the fence', 0)} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
+            f"| {run.get('untyped errors', 0)} | {run.get('recovery seconds', '?')} s "
+            f"| {run.get('longest call seconds', '?')} s |"
+        )
+    return "\n".join(lines)
+
+
 def replace_between_markers(page: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     """``page`` with the text between ``begin`` and ``end`` replaced by ``table``."""
     start = page.index(begin) + len(begin)
@@ -250,6 +285,10 @@ def main(argv: list[str] | None = None) -> None:
         engines = render_engine_failovers(rows)
         page = replace_between_markers(page, engines, ENGINE_FAILOVER_BEGIN, ENGINE_FAILOVER_END)
         print(engines)
+    if _partitions(rows):
+        partitions = render_partitions(rows)
+        page = replace_between_markers(page, partitions, PARTITION_BEGIN, PARTITION_END)
+        print(partitions)
     if _clocks(rows):
         clocks = render_clocks(rows)
         page = replace_between_markers(page, clocks, CLOCK_BEGIN, CLOCK_END)
