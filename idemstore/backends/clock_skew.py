@@ -146,7 +146,18 @@ class ClockWatch:
     """The check of one store: readings at connect and every ``interval`` seconds, a warning
     or a refusal past ``bound``, and the metric (``skew``)."""
 
-    __slots__ = ("_bound", "_interval", "_policy", "_refusal", "_task", "_told", "_where", "skew")
+    # (weakly referenced: telemetry's gauge reads the watches of live stores only)
+    __slots__ = (
+        "__weakref__",
+        "_bound",
+        "_interval",
+        "_policy",
+        "_refusal",
+        "_task",
+        "_told",
+        "_where",
+        "skew",
+    )
 
     def __init__(self, where: str, *, bound: float, policy: str, interval: float) -> None:
         self._where = where

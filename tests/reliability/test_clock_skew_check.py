@@ -225,3 +225,30 @@ def test_round_trip_uncertainty_never_counts_as_skew() -> None:
     assert watch.skew.largest == pytest.approx(1.4)
     with pytest.raises(StoreUnavailableError):
         watch.check_calls()
+
+
+async def test_the_skew_is_a_gauge_of_the_instrumented_store(
+    redis_server: LocalRedis, clock: ShiftedClock
+) -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.metrics")
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from idemstore.telemetry.instruments import Instruments
+
+    reader = InMemoryMetricReader()
+    instruments = Instruments(sdk.MeterProvider(metric_readers=[reader]), None, False)
+    clock.set(5)
+    await asyncio.sleep(0.1)  # the shim reads the offset every 20 ms
+    async with open_store(redis_server.url) as store:
+        await reserve(instruments.wrap(store))
+        data = reader.get_metrics_data()
+    points = [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "idemstore.store.clock_skew"
+        for point in metric.data.data_points
+    ]
+    assert len(points) == 1 and 4.5 < points[0].value < 5.5, points
+    assert points[0].attributes == {"idemstore.backend": "redis"}
