@@ -235,21 +235,23 @@ def _partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render_partitions(rows: list[dict[str, Any]]) -> str:
-    """The partition table: one line per run of ``test_partitions``."""
+    """The partition table: one line per run of ``test_partitions`` (a single server cut off
+    from its clients has no promotion: its loss is in the first loss column)."""
     lines = [
-        "| engine | replication | acknowledged completions | acknowledged by the cut-off primary"
+        "| engine | replication, or what was cut off | acknowledged completions"
+        " | acknowledged by the cut-off primary"
         " | lost: acknowledged between the cut and the promotion | lost: between the promotion"
         " and the fence | keys that would run again | typed errors | untyped errors"
-        " | recovered after the fence | longest call |",
+        " | recovered after the fence (or the heal) | longest call |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in sorted(_partitions(rows), key=lambda r: (str(r["backend"]), str(r["setting"]))):
         types = ", ".join(f"`{name}`" for name in run.get("error types", []))
         lines.append(
             f"| {run['backend']} | {run['setting']} | {run.get('acknowledged completions', 0)} "
-            f"| {run.get('acknowledged by the cut-off primary', 0)} "
-            f"| {run.get('lost acknowledged between the cut and the promotion', 0)} "
-            f"| {run.get('lost acknowledged between the promotion and the fence', 0)} "
+            f"| {run.get('acknowledged by the cut-off primary', 'n/a')} "
+            f"| {run.get('lost acknowledged between the cut and the promotion', run['lost'])} "
+            f"| {run.get('lost acknowledged between the promotion and the fence', 'n/a')} "
             f"| {run.get('keys that would run again', 0)} "
             f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
             f"| {run.get('untyped errors', 0)} | {run.get('recovery seconds', '?')} s "

@@ -172,6 +172,10 @@ def postgres_pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
                     time.sleep(0.1)
                 yield Pair(network, primary, standby, synchronous)
             finally:
+                # A fast shutdown of a primary cut off from its standby waits for the
+                # standby to take its last WAL (30 s, then a kill): crash both instead.
+                primary.stop_process(mode="immediate")
+                standby.stop_process(mode="immediate")
                 standby.stop()
     finally:
         network.close()
@@ -245,3 +249,70 @@ async def test_a_postgres_primary_cut_off_from_its_standby_then_failed_over(
     else:
         # The loss is seen: the cut-off primary acknowledged what the standby never got.
         assert counts["lost"] > 0, counts
+
+
+# -- a store cut off from its clients mid-call -------------------------------------------------
+
+
+@pytest.fixture
+def postgres_apart() -> Iterator[tuple[Network, PostgresServer]]:
+    """One PostgreSQL server in a namespace of its own, reached over the clients' bridge."""
+    require_driver("postgres", "asyncpg", "postgres")
+    network = Network()
+    try:
+        node = network.node("db")
+        with running("postgres", start_postgres) as server:
+            server.stop_process()
+            with (server.data_dir / "pg_hba.conf").open("a") as hba:
+                hba.write(HBA)
+            server.namespace, server.host = node.namespace, node.addresses["clients"]
+            server.start()
+            yield network, server
+    finally:
+        network.close()
+
+
+async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
+    postgres_apart: tuple[Network, PostgresServer],
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    network, server = postgres_apart
+    url = f"{server.url}?schema=idem_apart&{PG_OPTIONS}"
+
+    async def steps() -> dict[str, float]:
+        cut_at = time.monotonic()
+        network.cut(network.nodes[0], "clients")
+        await asyncio.sleep(CUT)
+        healed_at = time.monotonic()
+        network.heal(network.nodes[0], "clients")
+        return {"cut": cut_at, "healed": healed_at}
+
+    load, at = await under_load(url, steps)
+    lost = 0
+    async with open_store(url) as store:
+        for key, response in load.acknowledged.items():
+            record = await store.get(key)
+            lost += record is None or record.response != response
+    after_heal = [t - at["healed"] for t in load.failures_ended if t >= at["healed"]]
+    counts = {
+        "fault": "partition",
+        "backend": "postgres",
+        "setting": "a single server cut off from its clients for 1.5 s",
+        "acknowledged completions": len(load.acknowledged),
+        "lost": lost,
+        "keys that would run again": lost,
+        "typed errors": len(load.typed),
+        "error types": sorted(set(load.typed)),
+        "untyped errors": len(load.untyped),
+        "untyped error examples": load.untyped[:3],
+        "recovery seconds": round(max(after_heal, default=0.0), 2),
+        "longest call seconds": round(load.longest, 2),
+    }
+    report_counts(counts)
+    assert counts["untyped errors"] == 0, counts
+    assert counts["lost"] == 0, counts
+    assert counts["typed errors"] > 0, counts  # the cut was felt
+    # Every call ended within its bound: command_timeout (2 s) plus a connect (1 s), and slack.
+    assert counts["longest call seconds"] < 2 + 1 + 2, counts
+    # The store came back by itself: calls failed for at most a bound after the link healed.
+    assert counts["recovery seconds"] < 2 + 1 + 2, counts
