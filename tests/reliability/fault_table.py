@@ -23,6 +23,8 @@ __all__ = [
     "CLOCK_END",
     "PARTITION_BEGIN",
     "PARTITION_END",
+    "SENTINEL_PARTITION_BEGIN",
+    "SENTINEL_PARTITION_END",
     "END",
     "ENGINE_FAILOVER_BEGIN",
     "ENGINE_FAILOVER_END",
@@ -31,6 +33,7 @@ __all__ = [
     "render",
     "render_clocks",
     "render_partitions",
+    "render_sentinel_partitions",
     "render_engine_failovers",
     "render_failovers",
     "replace_between_markers",
@@ -54,6 +57,10 @@ PARTITION_BEGIN = (
     "<!-- partition-table:begin (written by python -m tests.reliability.fault_table) -->"
 )
 PARTITION_END = "<!-- partition-table:end -->"
+SENTINEL_PARTITION_BEGIN = (
+    "<!-- sentinel-partition-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+SENTINEL_PARTITION_END = "<!-- sentinel-partition-table:end -->"
 # The engines test_failover.py fails over (Sentinel has its own table, above).
 _FAILOVER_ENGINES = ("postgres", "redis-cluster")
 
@@ -231,7 +238,35 @@ def render_clocks(rows: list[dict[str, Any]]) -> str:
 
 
 def _partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("fault") == "partition"]
+    return [r for r in rows if r.get("fault") == "partition" and r["backend"] != "redis-sentinel"]
+
+
+def _sentinel_partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") == "partition" and r["backend"] == "redis-sentinel"]
+
+
+def render_sentinel_partitions(rows: list[dict[str, Any]]) -> str:
+    """The Sentinel partition table: one line per run of ``test_partitions``' Sentinel test."""
+    lines = [
+        "| setting | acknowledged completions | acknowledged by the cut-off primary"
+        " | lost: clients following Sentinel | lost: clients beside the primary"
+        " | keys that would run again | typed errors | untyped errors | promotion"
+        " | recovered after the heal | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(_sentinel_partitions(rows), key=lambda r: str(r["setting"])):
+        types = ", ".join(f"`{name}`" for name in run.get("error types", []))
+        lines.append(
+            f"| {run['setting']} | {run.get('acknowledged completions', 0)} "
+            f"| {run.get('acknowledged by the cut-off primary', 0)} "
+            f"| {run.get('lost by clients following Sentinel', 0)} "
+            f"| {run.get('lost by clients beside the primary', 0)} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
+            f"| {run.get('untyped errors', 0)} | {run.get('promotion seconds', '?')} s "
+            f"| {run.get('recovery seconds', '?')} s | {run.get('longest call seconds', '?')} s |"
+        )
+    return "\n".join(lines)
 
 
 def render_partitions(rows: list[dict[str, Any]]) -> str:
@@ -291,6 +326,12 @@ def main(argv: list[str] | None = None) -> None:
         partitions = render_partitions(rows)
         page = replace_between_markers(page, partitions, PARTITION_BEGIN, PARTITION_END)
         print(partitions)
+    if _sentinel_partitions(rows):
+        sentinel = render_sentinel_partitions(rows)
+        page = replace_between_markers(
+            page, sentinel, SENTINEL_PARTITION_BEGIN, SENTINEL_PARTITION_END
+        )
+        print(sentinel)
     if _clocks(rows):
         clocks = render_clocks(rows)
         page = replace_between_markers(page, clocks, CLOCK_BEGIN, CLOCK_END)

@@ -41,10 +41,11 @@ class Node:
 class Network:
     """The namespaces of one test (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root_on: tuple[str, ...] = ("clients",)) -> None:
         if os.geteuid() != 0:
             pytest.skip("network namespaces need root")
         self.tag = f"id{os.getpid() % 100000}{random.randrange(100)}"
+        self.root_on = root_on
         self.switch = f"{self.tag}sw"
         self.subnet = self._free_subnet()
         self.nodes: list[Node] = []
@@ -55,13 +56,15 @@ class Network:
             for bridge in SUBNETS:
                 ip("-n", self.switch, "link", "add", bridge[:8], "type", "bridge")
                 ip("-n", self.switch, "link", "set", bridge[:8], "up")
-            # The test process's own veth, on the clients' bridge.
-            self.root_link = f"{self.tag}r"
-            ip("link", "add", self.root_link, "type", "veth", "peer", "name", "root",
-               "netns", self.switch)  # fmt: skip
-            ip("addr", "add", f"10.{SUBNETS['clients']}.{self.subnet}.1/24", "dev", self.root_link)
-            ip("link", "set", self.root_link, "up")
-            ip("-n", self.switch, "link", "set", "root", "master", "clients", "up")
+            # The test process's own veths (10.20x.K.1), on the clients' bridge (and on the
+            # replication bridge, for clients that reach a node the others cannot).
+            for bridge in root_on:
+                link = f"{self.tag}{bridge[0]}"
+                ip("link", "add", link, "type", "veth", "peer", "name", f"root{bridge[0]}",
+                   "netns", self.switch)  # fmt: skip
+                ip("addr", "add", f"10.{SUBNETS[bridge]}.{self.subnet}.1/24", "dev", link)
+                ip("link", "set", link, "up")
+                ip("-n", self.switch, "link", "set", f"root{bridge[0]}", "master", bridge[:8], "up")
         except BaseException:
             self.close()
             raise
@@ -70,7 +73,7 @@ class Network:
     def _free_subnet() -> int:
         used = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True).stdout
         for candidate in random.sample(range(1, 250), 249):
-            if f"10.200.{candidate}." not in used:
+            if f"10.200.{candidate}." not in used and f"10.201.{candidate}." not in used:
                 return candidate
         raise RuntimeError("no free 10.200.K.0/24 subnet")
 
@@ -103,4 +106,7 @@ class Network:
     def close(self) -> None:
         for namespace in reversed(self._namespaces):
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True, check=False)
-        subprocess.run(["ip", "link", "del", f"{self.tag}r"], capture_output=True, check=False)
+        for bridge in SUBNETS:
+            subprocess.run(
+                ["ip", "link", "del", f"{self.tag}{bridge[0]}"], capture_output=True, check=False
+            )

@@ -36,6 +36,7 @@ import pytest
 from idemstore import IdemstoreError, Status, open_store
 from idemstore.local_servers import free_port
 from idemstore.local_servers.postgres import PostgresServer, start_postgres
+from idemstore.local_servers.redis import LocalRedis
 from idemstore.testing.fixtures import require_driver, running
 from tests.reliability.partitions import Network
 
@@ -316,3 +317,182 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     assert counts["longest call seconds"] < 2 + 1 + 2, counts
     # The store came back by itself: calls failed for at most a bound after the link healed.
     assert counts["recovery seconds"] < 2 + 1 + 2, counts
+
+
+# -- Redis with Sentinel: the primary cut off from its Sentinels and its replica ---------------
+
+# The test command runs the recommended setting; the campaign both
+# (IDEMSTORE_PARTITION_WAIT_REPLICAS=0,1).
+SENTINEL_SETTINGS = [
+    int(n) for n in (os.environ.get("IDEMSTORE_PARTITION_WAIT_REPLICAS") or "1").split(",")
+]
+REDIS_OPTIONS = "socket_timeout=1&socket_connect_timeout=0.5&retries=1&wait_replicas_timeout=0.5"
+
+
+@dataclass
+class SentinelGroup:
+    network: Network
+    primary: LocalRedis
+    replica: LocalRedis
+    sentinels: list[LocalRedis]
+
+    @property
+    def sentinel_url(self) -> str:
+        hosts = ",".join(s.address for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/idem"
+
+    def named_primary(self) -> str:
+        answer = self.sentinels[0].cli("SENTINEL", "get-master-addr-by-name", "idem", check=False)
+        return ":".join(answer.split())
+
+
+@pytest.fixture
+def sentinel_group() -> Iterator[SentinelGroup]:
+    require_driver("redis", "redis", "redis")
+    network = Network(root_on=("clients", "replication"))
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-partition-"))
+    nodes: list[LocalRedis] = []
+
+    def node(name: str, **options: Any) -> LocalRedis:
+        place = network.node(name)
+        (root / name).mkdir()
+        server = LocalRedis(
+            port=free_port(),
+            directory=root / name,
+            appendonly=True,
+            owns_directory=False,
+            namespace=place.namespace,
+            host=place.addresses["clients"],
+            **options,
+        )
+        nodes.append(server)
+        return server
+
+    try:
+        primary = node("p")
+        # The clients on the primary's side reach it over the replication bridge.
+        primary.also_bind = (network.nodes[0].addresses["replication"],)
+        primary.start()
+        replica = node("r", replica_of=primary.port, replica_of_host=primary.host)
+        replica.start()
+        config = (
+            f"sentinel monitor idem {primary.host} {primary.port} 2\n"
+            "sentinel down-after-milliseconds idem 1000\n"
+            "sentinel failover-timeout idem 5000\n"
+        )
+        sentinels = [node(f"s{i}", sentinel_config=config) for i in range(3)]
+        for sentinel in sentinels:
+            sentinel.start()
+        deadline = time.monotonic() + 30
+        while "master_link_status:up" not in replica.cli("INFO", "replication", check=False):
+            assert time.monotonic() < deadline, "the replica never synced"
+            time.sleep(0.1)
+        yield SentinelGroup(network, primary, replica, sentinels)
+    finally:
+        for server in nodes:
+            server.shutdown(kill=True)
+        network.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def wait_until(check: Callable[[], bool], timeout: float) -> float:
+    started = time.monotonic()
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() - started < timeout, "timed out"
+        await asyncio.sleep(0.1)
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("wait_replicas", SENTINEL_SETTINGS)
+async def test_a_redis_primary_cut_off_from_its_sentinels_and_replica(
+    sentinel_group: SentinelGroup,
+    wait_replicas: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    group = sentinel_group
+    p = group.network.nodes[0]
+    options = f"{REDIS_OPTIONS}&wait_replicas={wait_replicas}"
+    following = f"{group.sentinel_url}?{options}"
+    # Clients on the primary's side: they still reach it, and only it, during the partition.
+    beside = f"redis://{p.addresses['replication']}:{group.primary.port}/0?{options}"
+    replica_address = group.replica.address
+
+    async def steps() -> dict[str, float]:
+        cut_at = time.monotonic()
+        group.network.cut(p, "clients")
+        promoted_at = await wait_until(lambda: group.named_primary() == replica_address, 20)
+        await asyncio.sleep(CUT)
+        healed_at = time.monotonic()
+        group.network.heal(p, "clients")
+        demoted = await wait_until(
+            lambda: "role:slave" in group.primary.cli("INFO", "replication", check=False), 30
+        )
+        return {"cut": cut_at, "promoted": promoted_at, "healed": healed_at, "demoted": demoted}
+
+    loads: dict[str, Load] = {}
+    moments: dict[str, float] = {}
+
+    async def side(name: str, url: str, run_steps: bool) -> None:
+        async def no_steps() -> dict[str, float]:
+            await done.wait()
+            return {}
+
+        load, at = await under_load(url, steps if run_steps else no_steps)
+        loads[name] = load
+        moments.update(at)
+        if run_steps:
+            done.set()
+
+    done = asyncio.Event()
+    await asyncio.gather(side("following", following, True), side("beside", beside, False))
+    lost: dict[str, int] = {}
+    run_again = 0
+    async with open_store(following) as store:
+        for name, load in loads.items():
+            lost[name] = 0
+            for key, response in load.acknowledged.items():
+                record = await store.get(key)
+                if record is None or record.response != response:
+                    lost[name] += 1
+                if record is None or record.status is not Status.COMPLETED:
+                    run_again += 1
+    typed = [*loads["following"].typed, *loads["beside"].typed]
+    untyped = [*loads["following"].untyped, *loads["beside"].untyped]
+    counts = {
+        "fault": "partition",
+        "backend": "redis-sentinel",
+        "setting": f"`wait_replicas={wait_replicas}`",
+        "acknowledged completions": sum(len(load.acknowledged) for load in loads.values()),
+        "acknowledged by the cut-off primary": sum(
+            1
+            for load in loads.values()
+            for t in load.acknowledged_at.values()
+            if moments["cut"] <= t < moments["demoted"] and load is loads["beside"]
+        ),
+        "lost": sum(lost.values()),
+        "lost by clients following Sentinel": lost["following"],
+        "lost by clients beside the primary": lost["beside"],
+        "keys that would run again": run_again,
+        "typed errors": len(typed),
+        "error types": sorted(set(typed)),
+        "untyped errors": len(untyped),
+        "untyped error examples": untyped[:3],
+        "promotion seconds": round(moments["promoted"] - moments["cut"], 2),
+        "recovery seconds": round(
+            max(
+                (
+                    t - moments["healed"]
+                    for t in loads["following"].failures_ended
+                    if t >= moments["healed"]
+                ),
+                default=0.0,
+            ),
+            2,
+        ),
+        "longest call seconds": round(max(load.longest for load in loads.values()), 2),
+    }
+    report_counts(counts)
+    assert counts["untyped errors"] == 0, counts
+    assert counts["lost"] == counts["keys that would run again"], counts
+    if wait_replicas:
+        assert counts["lost"] == 0, counts
