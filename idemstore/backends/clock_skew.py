@@ -188,13 +188,21 @@ class ClockWatch:
         store's calls go to: its connect, at open, is the store's own)."""
         readings: list[ClockReading] = []
         unreadable: list[str] = []
-        for index, (node, read) in enumerate(await nodes()):
-            try:
-                readings.append(await read_clock(node, read))
-            except Exception as exc:  # a driver's error too: the node is not readable
-                if strict_first and index == 0:
-                    raise
-                unreadable.append(f"{node} ({type(exc).__name__})")
+        listed = await nodes()
+        # At once, so a node that does not answer costs the check its own timeout, not the
+        # sum of every node's.
+        results = await asyncio.gather(
+            *(read_clock(node, read) for node, read in listed), return_exceptions=True
+        )
+        for index, ((node, _), result) in enumerate(zip(listed, results, strict=True)):
+            if isinstance(result, ClockReading):
+                readings.append(result)
+                continue
+            if not isinstance(result, Exception):
+                raise result  # a cancellation
+            if strict_first and index == 0:
+                raise result
+            unreadable.append(f"{node} ({type(result).__name__})")
         self.judge(tuple(readings), tuple(unreadable))
         return self.skew
 

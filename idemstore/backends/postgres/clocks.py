@@ -41,7 +41,7 @@ class PostgresClocks(ClockWatch):
     """The clock watch of a PostgreSQL store: the pool's server, and every listed host (the
     server among them, read twice)."""
 
-    __slots__ = ("_dsn", "_hosts", "_timeout")
+    __slots__ = ("_connect_timeout", "_dsn", "_hosts", "_timeout")
 
     def __init__(self, where: str, dsn: str, given: dict[str, Any]) -> None:
         super().__init__(
@@ -52,6 +52,7 @@ class PostgresClocks(ClockWatch):
         )
         self._dsn = dsn
         self._hosts = listed_hosts(dsn)
+        self._connect_timeout: float = given["connect_timeout"]
         self._timeout: float = given["connect_timeout"] + given["command_timeout"]
 
     async def opened(self, pool: Any) -> None:
@@ -81,7 +82,11 @@ class PostgresClocks(ClockWatch):
         async def read() -> float:
             async with asyncio.timeout(self._timeout):
                 connection = await asyncpg.connect(
-                    self._dsn, host=host, port=port, target_session_attrs="any"
+                    self._dsn,
+                    host=host,
+                    port=port,
+                    target_session_attrs="any",
+                    timeout=self._connect_timeout,
                 )
                 try:
                     return float(await connection.fetchval(NOW))
