@@ -5,6 +5,9 @@
   operator's ``date -s``), on Redis (the clock shim), PostgreSQL (libfaketime) and SQLite (the
   host's clock: SQLite has no engine process, the stores read the host clock through their
   ``clock`` option, which every worker shares as every process on one host would);
+- **DynamoDB clients whose clocks disagree**: half the workers read a clock that steps
+  ``offset`` seconds ahead mid-run (DynamoDB measures leases with each client's clock, less
+  its ``clock_skew`` margin of 0.1 s);
 - a **failover to a standby whose clock is off** by ``offset`` seconds: the PostgreSQL
   primary crashes mid-run and its standby, started under libfaketime, is promoted (the store
   URL lists both).
@@ -58,7 +61,7 @@ CLOCK_CONFIG = replace(
 
 
 async def clock_history(
-    store: IdempotencyStore,
+    store: IdempotencyStore | list[IdempotencyStore],
     directory: Path,
     *,
     fault: Callable[[], Awaitable[dict[str, Any]]],
@@ -71,18 +74,20 @@ async def clock_history(
 ) -> HistoryReport:
     """Workers settle rounds of keys for ``before`` seconds, then ``fault`` moves the clock
     (it returns what it did, for the row), and they go on for ``after`` seconds; a finisher
-    settles every key and the history is checked."""
+    settles every key and the history is checked. Given several stores (clients whose
+    clocks differ), worker ``i`` uses store ``i`` modulo their number."""
+    stores = store if isinstance(store, list) else [store]
     rng = random.Random(seed)
     prefix = f"c{seed:x}:"
     stop_at = [float("inf")]
     logs = [HistoryLog(directory / f"w{index}.jsonl", f"w{index}") for index in range(workers)]
     tasks = [
         asyncio.create_task(
-            Worker(store, log, random.Random(rng.randrange(2**32)), config).run_rounds(
-                prefix, keys_per_round, lambda: time.monotonic() >= stop_at[0]
-            )
+            Worker(
+                stores[index % len(stores)], log, random.Random(rng.randrange(2**32)), config
+            ).run_rounds(prefix, keys_per_round, lambda: time.monotonic() >= stop_at[0])
         )
-        for log in logs
+        for index, log in enumerate(logs)
     ]
     started = time.monotonic()
     await asyncio.sleep(before)
@@ -95,9 +100,9 @@ async def clock_history(
     paths = [directory / f"w{index}.jsonl" for index in range(workers)]
     keys = sorted({event["key"] for event in read_events(paths)})
     finisher = HistoryLog(directory / "finisher.jsonl", "finisher")
-    await Worker(store, finisher, random.Random(rng.randrange(2**32)), config).settle_all(keys)
+    await Worker(stores[0], finisher, random.Random(rng.randrange(2**32)), config).settle_all(keys)
     finisher.close()
-    final = {key: await store.get(key) for key in keys}
+    final = {key: await stores[0].get(key) for key in keys}
     report = check_history(read_events([*paths, directory / "finisher.jsonl"]), final)
     report.run.update(
         {

@@ -52,7 +52,7 @@ ENGINE_FAILOVER_END = "<!-- engine-failover-table:end -->"
 CLOCK_BEGIN = "<!-- clock-table:begin (written by python -m tests.reliability.fault_table) -->"
 CLOCK_END = "<!-- clock-table:end -->"
 # Faults with a table of their own (test_clock_scenarios): not rows of the fault table.
-CLOCK_FAULTS = ("clock step", "failover to a skewed standby")
+CLOCK_FAULTS = ("clock step", "client clocks disagree", "failover to a skewed standby")
 PARTITION_BEGIN = (
     "<!-- partition-table:begin (written by python -m tests.reliability.fault_table) -->"
 )

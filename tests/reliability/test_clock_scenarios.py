@@ -2,9 +2,10 @@
 executions overlapped (began while the previous owner's lease was live in real time) and
 whether any acknowledged completion was lost.
 
-The test command runs one size of each: a +5 s step on Redis, PostgreSQL and SQLite, and a
-failover to a PostgreSQL standby 5 s ahead. The campaign runs more
-(``IDEMSTORE_CLOCK_STEPS=1,5,30``, ``IDEMSTORE_CLOCK_OFFSETS=-30,-5,-1,1,5,30``); the table in
+The test command runs one size of each: a +5 s step on Redis, PostgreSQL and SQLite, DynamoDB
+clients 2 s apart, and a failover to a PostgreSQL standby 5 s ahead. The campaign runs more
+(``IDEMSTORE_CLOCK_STEPS=1,5,30``, ``IDEMSTORE_CLOCK_OFFSETS=-30,-5,-1,1,5,30``,
+``IDEMSTORE_CLOCK_CLIENT_SKEWS=0.05,1,5``); the table in
 docs/reliability.md comes from its rows. Asserted everywhere: no acknowledged completion lost,
 no untyped error, and a step back never overlaps; overlaps are measured, not asserted (their
 bound is the documented one: a step of S seconds overlaps the executions whose lease had less
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 STEPS = [float(s) for s in (os.environ.get("IDEMSTORE_CLOCK_STEPS") or "5").split(",")]
+CLIENT_SKEWS = [
+    float(s) for s in (os.environ.get("IDEMSTORE_CLOCK_CLIENT_SKEWS") or "2").split(",")
+]
 OFFSETS = [float(s) for s in (os.environ.get("IDEMSTORE_CLOCK_OFFSETS") or "5").split(",")]
 BEFORE = 1.5
 AFTER = 2.5
@@ -135,6 +139,36 @@ async def test_a_step_of_the_sqlite_host_clock_mid_run(
     row = keep_if_broken(report, tmp_path)
     report_counts(row)
     check(row)
+
+
+@pytest.mark.parametrize("skew", CLIENT_SKEWS)
+async def test_dynamodb_clients_whose_clocks_disagree(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    seed: int,
+    skew: float,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    url = request.getfixturevalue("dynamodb_store_url")
+    offset = [0.0]
+
+    def ahead() -> float:
+        return time.time() + offset[0]
+
+    async def fault() -> dict[str, Any]:
+        offset[0] = skew
+        return {"fault": "client clocks disagree", "backend": "dynamodb", "offset seconds": skew}
+
+    async with open_store(url) as plain, open_store(url, clock=ahead) as skewed:
+        report = await clock_history(
+            [plain, skewed], tmp_path, fault=fault, before=BEFORE, after=AFTER, seed=seed
+        )
+    row = keep_if_broken(report, tmp_path)
+    report_counts(row)
+    check(row)
+    if skew <= 0.1:
+        # Within the store's clock_skew margin nothing may overlap.
+        assert row["duplicates found"] == 0, row
 
 
 @pytest.mark.parametrize("offset", OFFSETS)
