@@ -11,6 +11,7 @@ clocks do not, as with NTP.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -35,6 +36,7 @@ def shim() -> Path:
     if compiler is None:
         pytest.skip("no C compiler to build the clock shim for redis-server")
     built = Path(tempfile.mkdtemp(prefix="idemstore-clock-shift-")) / "clock_shift.so"
+    atexit.register(shutil.rmtree, built.parent, True)
     source = Path(__file__).with_name("clock_shift.c")
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(built), str(source)], check=True)
     built.parent.chmod(0o755)

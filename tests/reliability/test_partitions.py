@@ -49,9 +49,12 @@ pytestmark = pytest.mark.slow
 # (IDEMSTORE_PARTITION_SETTINGS=sync,async).
 PG_SETTINGS = (os.environ.get("IDEMSTORE_PARTITION_SETTINGS") or "sync").split(",")
 TASKS = 6
-CUT = 1.5  # seconds between the partition's steps
+# Seconds between the partition's steps: 1.5 in the campaign (IDEMSTORE_PARTITION_CUT), whose
+# runs the docs publish; shorter in the test command.
+CUT = float(os.environ.get("IDEMSTORE_PARTITION_CUT") or 1.0)
 LEASE = 60.0  # longer than the run: a key runs only in the task that reserved it
 PG_OPTIONS = "connect_timeout=1&command_timeout=2&pool_max_size=8&auto_migrate=true"
+APART_OPTIONS = "connect_timeout=0.5&command_timeout=0.5&pool_max_size=8&auto_migrate=true"
 # Connections from the clients' and the replication bridges.
 HBA = "host all all 10.0.0.0/8 trust\nhost replication all 10.0.0.0/8 trust\n"
 
@@ -278,7 +281,9 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     report_counts: Callable[[dict[str, Any]], None],
 ) -> None:
     network, server = postgres_apart
-    url = f"{server.url}?schema=idem_apart&{PG_OPTIONS}"
+    # Timeouts shorter than the cut, so that the cut is felt (TCP would carry a call that
+    # waits longer across it).
+    url = f"{server.url}?schema=idem_apart&{APART_OPTIONS}"
 
     async def steps() -> dict[str, float]:
         cut_at = time.monotonic()
@@ -298,7 +303,7 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     counts = {
         "fault": "partition",
         "backend": "postgres",
-        "setting": "a single server cut off from its clients for 1.5 s",
+        "setting": f"a single server cut off from its clients for {CUT} s",
         "acknowledged completions": len(load.acknowledged),
         "lost": lost,
         "keys that would run again": lost,
@@ -313,10 +318,10 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     assert counts["untyped errors"] == 0, counts
     assert counts["lost"] == 0, counts
     assert counts["typed errors"] > 0, counts  # the cut was felt
-    # Every call ended within its bound: command_timeout (2 s) plus a connect (1 s), and slack.
-    assert counts["longest call seconds"] < 2 + 1 + 2, counts
+    # Every call ended within its bound: command_timeout plus a connect, and 2 s of slack.
+    assert counts["longest call seconds"] < 0.5 + 0.5 + 2, counts
     # The store came back by itself: calls failed for at most a bound after the link healed.
-    assert counts["recovery seconds"] < 2 + 1 + 2, counts
+    assert counts["recovery seconds"] < 0.5 + 0.5 + 2, counts
 
 
 # -- Redis with Sentinel: the primary cut off from its Sentinels and its replica ---------------
