@@ -118,7 +118,19 @@ class PostgresServer:
     ``settings`` are server parameters given on the command line (``-c name=value``).
     """
 
-    __slots__ = ("_bin", "_log", "_process", "base", "data_dir", "port", "settings", "socket_dir")
+    __slots__ = (
+        "_bin",
+        "_log",
+        "_process",
+        "base",
+        "data_dir",
+        "environment",
+        "host",
+        "namespace",
+        "port",
+        "settings",
+        "socket_dir",
+    )
 
     def __init__(
         self, bin_dir: Path, base: Path, port: int, settings: dict[str, str] | None = None
@@ -131,14 +143,26 @@ class PostgresServer:
         self._log = base / "postgres.log"
         self.port = port
         self._process: subprocess.Popen[bytes] | None = None
+        # Variables the server starts with besides ours (a test's libfaketime, say).
+        self.environment: dict[str, str] = {}
+        # A network namespace to run in (``ip netns exec``), listening on ``host`` there
+        # (a partition test's veth address); the tools reach it on its Unix socket.
+        self.namespace: str | None = None
+        self.host = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"postgresql://{SERVER_USER}@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://{SERVER_USER}@{self.host}:{self.port}/postgres"
 
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def _tools_host(self) -> str:
+        """Where psql and pg_isready reach the server: its Unix socket from outside its
+        network namespace."""
+        return str(self.socket_dir) if self.namespace else "127.0.0.1"
 
     def _postmaster_pid(self) -> int | None:
         try:
@@ -150,8 +174,12 @@ class PostgresServer:
         """Start the server and block until it accepts queries."""
         if self.running:
             return
+        variables = [f"{name}={value}" for name, value in self.environment.items()]
+        inside = ["ip", "netns", "exec", self.namespace] if self.namespace else []
         self._process = spawn(
-            _command(
+            inside
+            + _command(
+                *(["env", *variables] if variables else []),
                 str(self._bin / "postgres"),
                 "-D",
                 str(self.data_dir),
@@ -160,7 +188,7 @@ class PostgresServer:
                 "-k",
                 str(self.socket_dir),
                 "-c",
-                "listen_addresses=127.0.0.1",
+                f"listen_addresses={self.host}",
                 "-c",
                 "max_connections=300",
                 "-c",
@@ -172,7 +200,8 @@ class PostgresServer:
             self._log,
         )
         try:
-            wait_for_port(self.port, process=self._process, timeout=timeout, log=self._log)
+            if self.namespace is None:
+                wait_for_port(self.port, process=self._process, timeout=timeout, log=self._log)
             self._wait_ready(timeout)
         except BaseException:
             self.stop_process()
@@ -184,7 +213,7 @@ class PostgresServer:
         isready = str(self._bin / "pg_isready")
         while time.monotonic() < deadline:
             done = subprocess.run(
-                [isready, "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", SERVER_USER],
+                [isready, "-q", "-h", self._tools_host, "-p", str(self.port), "-U", SERVER_USER],
                 check=False,
             )
             if done.returncode == 0:
@@ -202,7 +231,7 @@ class PostgresServer:
                 str(self._bin / "psql"),
                 "-XAtq",
                 "-h",
-                "127.0.0.1",
+                self._tools_host,
                 "-p",
                 str(self.port),
                 "-U",

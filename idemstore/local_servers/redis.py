@@ -56,6 +56,14 @@ class LocalRedis:
     sentinel_config: str | None = None
     # The password of the default user (``--requirepass``); ``cli`` gives it.
     requirepass: str | None = None
+    # Variables the server starts with besides ours (a test's clock shim, say).
+    environment: dict[str, str] = field(default_factory=dict)
+    # A network namespace to run in (``ip netns exec``, a partition test's), listening on
+    # ``host`` and ``also_bind`` there; ``replica_of`` is then on ``replica_of_host``.
+    namespace: str | None = None
+    host: str = "127.0.0.1"
+    also_bind: tuple[str, ...] = ()
+    replica_of_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         # redis-server changes into --dir before it opens --logfile: a relative directory
@@ -64,11 +72,11 @@ class LocalRedis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -79,7 +87,8 @@ class LocalRedis:
             config = self.directory / "sentinel.conf"
             if not config.exists():
                 config.write_text(
-                    f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                    f"port {self.port}\nbind {self.host}\ndir {self.directory}\n"
+                    f"protected-mode {'no' if self.namespace else 'yes'}\n"
                     f"logfile {self.log}\ndaemonize no\n{self.sentinel_config}"
                 )
             return [_binary("redis-server"), str(config), "--sentinel"]
@@ -88,7 +97,8 @@ class LocalRedis:
             "--port",
             str(self.port),
             "--bind",
-            "127.0.0.1",
+            self.host,
+            *self.also_bind,
             "--dir",
             str(self.directory),
             "--logfile",
@@ -118,19 +128,27 @@ class LocalRedis:
                 "2000",
             ]
         if self.replica_of is not None:
-            argv += ["--replicaof", "127.0.0.1", str(self.replica_of)]
+            argv += ["--replicaof", self.replica_of_host, str(self.replica_of)]
         if self.requirepass is not None:
             argv += ["--requirepass", self.requirepass]
+        if self.namespace is not None:
+            # Reached from other namespaces (a test's own, private): not loopback.
+            argv += ["--protected-mode", "no"]
         return argv
 
     def start(self) -> None:
         """Start (or restart) the server on the same port and directory; wait until it answers."""
         if self.running:
             return
+        inside = ["ip", "netns", "exec", self.namespace] if self.namespace else []
         self.process = subprocess.Popen(
-            self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            inside + self._argv(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **self.environment} if self.environment else None,
         )
-        wait_for_port(self.port, process=self.process, timeout=20, log=self.log)
+        if self.namespace is None:
+            wait_for_port(self.port, process=self.process, timeout=20, log=self.log)
         # A port that accepts connections may still be loading the AOF: wait for PONG.
         deadline = time.monotonic() + 20
         while self.cli("PING", check=False).strip() != "PONG":
@@ -144,8 +162,9 @@ class LocalRedis:
 
     def cli(self, *args: str, check: bool = True) -> str:
         """Run ``redis-cli -p PORT ARGS...`` and return its output."""
+        inside = ["ip", "netns", "exec", self.namespace] if self.namespace else []
         done = subprocess.run(
-            [_binary("redis-cli"), "-h", "127.0.0.1", "-p", str(self.port), *args],
+            [*inside, _binary("redis-cli"), "-h", self.host, "-p", str(self.port), *args],
             capture_output=True,
             text=True,
             timeout=30,

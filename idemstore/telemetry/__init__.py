@@ -66,6 +66,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "idemstore.wait.duration": ("histogram", "s", "idemstore.backend, idemstore.wait.outcome"),
     "idemstore.wait.timeouts": ("counter", "{wait}", "idemstore.backend"),
     "idemstore.sweep.removed": ("counter", "{record}", "idemstore.backend"),
+    "idemstore.store.clock_skew": ("gauge", "s", "idemstore.backend"),
     "idemstore.consumer.calls": (
         "counter",
         "{call}",

@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
+import weakref
 from contextlib import AbstractContextManager
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import (
     INVALID_SPAN,
     NoOpTracerProvider,
@@ -20,10 +22,12 @@ from opentelemetry.trace import (
     SpanKind,
 )
 
-from idemstore.telemetry.attributes import KEY, KEY_HASH, SCOPE
+from idemstore.telemetry.attributes import BACKEND, KEY, KEY_HASH, SCOPE
 from idemstore.telemetry.store import InstrumentedStore
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
@@ -72,6 +76,7 @@ class Instruments:
         "_tracer_provider",
         "_tracing",
         "_untraced",
+        "_watched",
         "consumer_calls",
         "fenced_out",
         "heartbeat_failures",
@@ -139,6 +144,15 @@ class Instruments:
             unit="{call}",
             description="Calls a consumer handled, by outcome (executed, replayed, conflict, ...).",
         )
+        # Stores that check their engines' clocks (Redis, PostgreSQL: ``store.clocks``), read
+        # when the meter collects; a store that is gone drops out.
+        self._watched: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        meter.create_observable_gauge(
+            "idemstore.store.clock_skew",
+            callbacks=[self._clock_skews],
+            unit="s",
+            description="Largest difference between the clocks a store reaches (client included).",
+        )
 
     def wrap(self, store: IdempotencyStore, *, backend: str | None = None) -> IdempotencyStore:
         """``store`` recording into these instruments (re-wrapped if it recorded elsewhere)."""
@@ -147,7 +161,16 @@ class Instruments:
                 return store
             backend = backend or store.backend
             store = store.wrapped
-        return InstrumentedStore(store, self, backend=backend)
+        wrapped = InstrumentedStore(store, self, backend=backend)
+        clocks = getattr(store, "clocks", None)
+        if clocks is not None:
+            self._watched[clocks] = wrapped.backend
+        return wrapped
+
+    def _clock_skews(self, options: CallbackOptions) -> Iterator[Observation]:
+        for clocks, backend in list(self._watched.items()):
+            if clocks.skew.checks:
+                yield Observation(clocks.skew.largest, {BACKEND: backend})
 
     def key_attributes(self, attributes: dict[str, Any], key: object, scope: object) -> None:
         """Add the key to span ``attributes`` as the user chose: not at all, hashed, or raw."""

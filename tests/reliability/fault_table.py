@@ -19,12 +19,21 @@ from typing import Any
 
 __all__ = [
     "BEGIN",
+    "CLOCK_BEGIN",
+    "CLOCK_END",
+    "PARTITION_BEGIN",
+    "PARTITION_END",
+    "SENTINEL_PARTITION_BEGIN",
+    "SENTINEL_PARTITION_END",
     "END",
     "ENGINE_FAILOVER_BEGIN",
     "ENGINE_FAILOVER_END",
     "FAILOVER_BEGIN",
     "FAILOVER_END",
     "render",
+    "render_clocks",
+    "render_partitions",
+    "render_sentinel_partitions",
     "render_engine_failovers",
     "render_failovers",
     "replace_between_markers",
@@ -40,6 +49,18 @@ ENGINE_FAILOVER_BEGIN = (
     "<!-- engine-failover-table:begin (written by python -m tests.reliability.fault_table) -->"
 )
 ENGINE_FAILOVER_END = "<!-- engine-failover-table:end -->"
+CLOCK_BEGIN = "<!-- clock-table:begin (written by python -m tests.reliability.fault_table) -->"
+CLOCK_END = "<!-- clock-table:end -->"
+# Faults with a table of their own (test_clock_scenarios): not rows of the fault table.
+CLOCK_FAULTS = ("clock step", "client clocks disagree", "failover to a skewed standby")
+PARTITION_BEGIN = (
+    "<!-- partition-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+PARTITION_END = "<!-- partition-table:end -->"
+SENTINEL_PARTITION_BEGIN = (
+    "<!-- sentinel-partition-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+SENTINEL_PARTITION_END = "<!-- sentinel-partition-table:end -->"
 # The engines test_failover.py fails over (Sentinel has its own table, above).
 _FAILOVER_ENGINES = ("postgres", "redis-cluster")
 
@@ -110,8 +131,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     """The markdown table: one line per (fault, backend), runs of the same pair summed."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        if "attempts" not in row:
-            continue  # a measurement without a history (e.g. a latency figure)
+        if "attempts" not in row or row.get("fault") in CLOCK_FAULTS:
+            continue  # a measurement without a history (e.g. a latency figure), or a clock
         groups[(str(row.get("fault", "?")), str(row.get("backend", "?")))].append(row)
     header = "| fault | backend | " + " | ".join(title for title, _ in _COLUMNS) + " |"
     rule = "|" + "---|" * (len(_COLUMNS) + 2)
@@ -183,6 +204,97 @@ def render_engine_failovers(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _clocks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") in CLOCK_FAULTS]
+
+
+def render_clocks(rows: list[dict[str, Any]]) -> str:
+    """The clock table (test_clock_scenarios): one line per fault, backend and offset."""
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
+    for row in _clocks(rows):
+        groups[(str(row["fault"]), str(row["backend"]), float(row["offset seconds"]))].append(row)
+    lines = [
+        "| fault | backend | clock off by | runs | executions | takeovers"
+        " | executions that overlapped | stale owners fenced out | acknowledged completions"
+        " | lost acknowledgements | untyped errors | store warned before the failover |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (fault, backend, offset), runs in sorted(groups.items()):
+
+        def total(name: str, runs: list[dict[str, Any]] = runs) -> int:
+            return sum(int(run.get(name, 0)) for run in runs)
+
+        warned = [
+            run["warned before the failover"] for run in runs if "warned before the failover" in run
+        ]
+        lines.append(
+            f"| {fault} | {backend} | {offset:+g} s | {len(runs)} | {total('executions')} "
+            f"| {total('takeovers')} | {total('duplicates found')} "
+            f"| {total('stale owners fenced out')} | {total('acknowledged completions')} "
+            f"| {total('lost acknowledgements')} | {total('untyped errors')} "
+            f"| {f'{sum(warned)} of {len(warned)}' if warned else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def _partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") == "partition" and r["backend"] != "redis-sentinel"]
+
+
+def _sentinel_partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") == "partition" and r["backend"] == "redis-sentinel"]
+
+
+def render_sentinel_partitions(rows: list[dict[str, Any]]) -> str:
+    """The Sentinel partition table: one line per run of ``test_partitions``' Sentinel test."""
+    lines = [
+        "| setting | acknowledged completions | acknowledged by the cut-off primary"
+        " | lost: clients following Sentinel | lost: clients beside the primary"
+        " | keys that would run again | typed errors | untyped errors | promotion"
+        " | recovered after the heal | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(_sentinel_partitions(rows), key=lambda r: str(r["setting"])):
+        types = ", ".join(f"`{name}`" for name in run.get("error types", []))
+        lines.append(
+            f"| {run['setting']} | {run.get('acknowledged completions', 0)} "
+            f"| {run.get('acknowledged by the cut-off primary', 0)} "
+            f"| {run.get('lost by clients following Sentinel', 0)} "
+            f"| {run.get('lost by clients beside the primary', 0)} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
+            f"| {run.get('untyped errors', 0)} | {run.get('promotion seconds', '?')} s "
+            f"| {run.get('recovery seconds', '?')} s | {run.get('longest call seconds', '?')} s |"
+        )
+    return "\n".join(lines)
+
+
+def render_partitions(rows: list[dict[str, Any]]) -> str:
+    """The partition table: one line per run of ``test_partitions`` (a single server cut off
+    from its clients has no promotion: its loss is in the first loss column)."""
+    lines = [
+        "| engine | replication, or what was cut off | acknowledged completions"
+        " | acknowledged by the cut-off primary"
+        " | lost: acknowledged between the cut and the promotion | lost: between the promotion"
+        " and the fence | keys that would run again | typed errors | untyped errors"
+        " | recovered after the fence (or the heal) | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(_partitions(rows), key=lambda r: (str(r["backend"]), str(r["setting"]))):
+        types = ", ".join(f"`{name}`" for name in run.get("error types", []))
+        lines.append(
+            f"| {run['backend']} | {run['setting']} | {run.get('acknowledged completions', 0)} "
+            f"| {run.get('acknowledged by the cut-off primary', 'n/a')} "
+            f"| {run.get('lost acknowledged between the cut and the promotion', run['lost'])} "
+            f"| {run.get('lost acknowledged between the promotion and the fence', 'n/a')} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
+            f"| {run.get('untyped errors', 0)} | {run.get('recovery seconds', '?')} s "
+            f"| {run.get('longest call seconds', '?')} s |"
+        )
+    return "\n".join(lines)
+
+
 def replace_between_markers(page: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     """``page`` with the text between ``begin`` and ``end`` replaced by ``table``."""
     start = page.index(begin) + len(begin)
@@ -197,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
     page = args.page.read_text(encoding="utf-8")
-    if any("attempts" in row for row in rows):
+    if any("attempts" in row and row.get("fault") not in CLOCK_FAULTS for row in rows):
         # A report of other tests only (the failover tests alone, say) keeps the fault table.
         page = replace_between_markers(page, render(rows))
         print(render(rows))
@@ -210,6 +322,20 @@ def main(argv: list[str] | None = None) -> None:
         engines = render_engine_failovers(rows)
         page = replace_between_markers(page, engines, ENGINE_FAILOVER_BEGIN, ENGINE_FAILOVER_END)
         print(engines)
+    if _partitions(rows):
+        partitions = render_partitions(rows)
+        page = replace_between_markers(page, partitions, PARTITION_BEGIN, PARTITION_END)
+        print(partitions)
+    if _sentinel_partitions(rows):
+        sentinel = render_sentinel_partitions(rows)
+        page = replace_between_markers(
+            page, sentinel, SENTINEL_PARTITION_BEGIN, SENTINEL_PARTITION_END
+        )
+        print(sentinel)
+    if _clocks(rows):
+        clocks = render_clocks(rows)
+        page = replace_between_markers(page, clocks, CLOCK_BEGIN, CLOCK_END)
+        print(clocks)
     args.page.write_text(page, encoding="utf-8")
 
 

@@ -18,8 +18,11 @@ from tests.reliability.fault_table import (
     FAILOVER_END,
     main,
     render,
+    render_clocks,
     render_engine_failovers,
     render_failovers,
+    render_partitions,
+    render_sentinel_partitions,
     replace_between_markers,
 )
 from tests.reliability.soak import fit_slope, judge
@@ -225,3 +228,93 @@ def test_freed_memory_malloc_keeps_is_reported_but_memory_in_use_is_judged() -> 
 def test_fit_slope_recovers_a_linear_trend() -> None:
     assert fit_slope([(t, 2.0 * t + 1) for t in range(10)]) == pytest.approx(2.0)
     assert fit_slope([(0.0, 5.0)]) == 0.0
+
+
+def test_clock_rows_make_their_own_table_and_stay_out_of_the_fault_table() -> None:
+    rows = [
+        {
+            "fault": "clock step",
+            "backend": "redis",
+            "offset seconds": 5.0,
+            "attempts": 9,
+            "executions": 4,
+            "takeovers": 1,
+            "duplicates found": 1,
+            "acknowledged completions": 3,
+        },
+        {
+            "fault": "clock step",
+            "backend": "redis",
+            "offset seconds": 5.0,
+            "attempts": 9,
+            "executions": 6,
+            "takeovers": 0,
+            "duplicates found": 0,
+            "acknowledged completions": 5,
+        },
+        {
+            "fault": "failover to a skewed standby",
+            "backend": "postgres",
+            "offset seconds": -1.0,
+            "attempts": 9,
+            "executions": 2,
+            "warned before the failover": False,
+        },
+    ]
+    assert render(rows).splitlines()[2:] == []
+    table = render_clocks(rows).splitlines()
+    assert table[2] == "| clock step | redis | +5 s | 2 | 10 | 1 | 1 | 0 | 8 | 0 | 0 |  |"
+    assert table[3].startswith("| failover to a skewed standby | postgres | -1 s | 1 | 2 |")
+    assert table[3].endswith("| 0 of 1 |")
+
+
+def test_sentinel_partition_rows_make_their_own_table() -> None:
+    rows = [
+        {
+            "fault": "partition",
+            "backend": "redis-sentinel",
+            "setting": "`wait_replicas=0`",
+            "acknowledged completions": 10,
+            "acknowledged by the cut-off primary": 4,
+            "lost by clients following Sentinel": 0,
+            "lost by clients beside the primary": 4,
+            "keys that would run again": 4,
+            "typed errors": 2,
+            "error types": [],
+            "untyped errors": 0,
+            "promotion seconds": 3.0,
+            "recovery seconds": 0.0,
+            "longest call seconds": 1.5,
+        },
+    ]
+    assert render_partitions(rows).splitlines()[2:] == []
+    assert render_sentinel_partitions(rows).splitlines()[2] == (
+        "| `wait_replicas=0` | 10 | 4 | 0 | 4 | 4 | 2 | 0 | 3.0 s | 0.0 s | 1.5 s |"
+    )
+
+
+def test_partition_rows_make_their_own_table() -> None:
+    rows = [
+        {
+            "fault": "partition",
+            "backend": "postgres",
+            "setting": "asynchronous",
+            "acknowledged completions": 10,
+            "acknowledged by the cut-off primary": 4,
+            "lost": 4,
+            "lost acknowledged between the cut and the promotion": 3,
+            "lost acknowledged between the promotion and the fence": 1,
+            "keys that would run again": 4,
+            "typed errors": 2,
+            "error types": ["StoreUnavailableError"],
+            "untyped errors": 0,
+            "recovery seconds": 2.5,
+            "longest call seconds": 4.0,
+        },
+    ]
+    assert render(rows).splitlines()[2:] == []
+    assert render_sentinel_partitions(rows).splitlines()[2:] == []
+    assert render_partitions(rows).splitlines()[2] == (
+        "| postgres | asynchronous | 10 | 4 | 3 | 1 | 4 | 2 (`StoreUnavailableError`) | 0 "
+        "| 2.5 s | 4.0 s |"
+    )

@@ -16,7 +16,16 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["IDENTITY", "Identity", "session_of", "session_identity"]
+from idemstore.errors import ConfigurationError
+
+__all__ = [
+    "IDENTITY",
+    "Identity",
+    "another_database",
+    "caller_session",
+    "session_identity",
+    "session_of",
+]
 
 Identity = tuple[str, str, int | None]
 
@@ -50,3 +59,30 @@ async def session_identity(session: asyncpg.Connection, table: str) -> Identity:
         known = (row[0], row[1], row[2])
         _SEEN[session] = known
     return known
+
+
+def caller_session(connection: object) -> asyncpg.Connection:
+    """The session of the connection a caller handed to ``settle``: ``ConfigurationError``
+    unless it is an asyncpg connection (or one acquired from a pool) with a transaction open."""
+    session = session_of(connection)
+    if session is None:
+        raise ConfigurationError(
+            f"connection=... on a PostgreSQL store needs an asyncpg connection (or "
+            f"one acquired from an asyncpg pool, still held), not {type(connection).__name__}"
+        )
+    if not session.is_in_transaction():
+        raise ConfigurationError(
+            "connection=... needs the connection's transaction open (inside "
+            "`async with connection.transaction():`): nothing was recorded"
+        )
+    return session
+
+
+def another_database(theirs: Identity, schema: str, where: str) -> ConfigurationError:
+    """The refusal of a caller's connection to a database other than the store's."""
+    return ConfigurationError(
+        f"connection=... was given a connection to database {theirs[0]!r},"
+        f" not the one holding the idemstore schema {schema!r} of"
+        f" {where}: the outcome must commit in the same database as your"
+        " writes. Nothing was recorded"
+    )

@@ -6,6 +6,7 @@ asyncpg installed.
 
 from __future__ import annotations
 
+from idemstore.backends.clock_skew import CLOCK_OPTIONS
 from idemstore.backends.postgres.statements import SCHEMA_NAME
 from idemstore.backends.store_options import Option, Options, at_least
 from idemstore.errors import ConfigurationError
@@ -79,4 +80,5 @@ OPTIONS = Options(
     ),
     Option("sweep_batch_size", int, 500, "rows deleted per `sweep` transaction", at_least(1)),
     Option("max_key_length", int, MAX_KEY_LENGTH, "longest accepted key", at_least(1)),
+    *CLOCK_OPTIONS,
 )

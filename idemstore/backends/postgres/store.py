@@ -26,6 +26,8 @@ from idemstore.backends.migrate import AppliedMigration, Migration, load_migrati
 from idemstore.backends.postgres.caller_connections import (
     IDENTITY,
     Identity,
+    another_database,
+    caller_session,
     session_identity,
     session_of,
 )
@@ -36,6 +38,7 @@ from idemstore.backends.postgres.client_errors import (
     migrate_command,
     unmigrated,
 )
+from idemstore.backends.postgres.clocks import PostgresClocks
 from idemstore.backends.postgres.host_lists import split_host_list
 from idemstore.backends.postgres.listening import Listener, Subscription
 from idemstore.backends.postgres.listing import RECORDS
@@ -142,6 +145,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         "_sql",
         "_statement_cache_size",
         "_sweeping",
+        "clocks",
     )
 
     def __init__(
@@ -161,6 +165,9 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         sweep_batch_size: int = 500,
         max_key_length: int = MAX_KEY_LENGTH,
         url: str | None = None,
+        max_clock_skew: float = 1.0,
+        clock_skew_policy: str = "warn",
+        clock_check_interval: float = 60.0,
     ) -> None:
         """``dsn`` is what asyncpg connects to; ``url``, when given, is the store URL the user
         wrote, shown (password hidden) in errors so that ``idemstore migrate URL`` names the
@@ -202,6 +209,8 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
             errors=self._errors.catches,
         )
         self._known = KnownKeys()
+        # The clocks leases are measured by (see clocks): their skew is the metric.
+        self.clocks = PostgresClocks(self._redacted, dsn, given)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -245,8 +254,10 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
                 max_inactive_connection_lifetime=self._max_inactive_lifetime,
                 reset=_no_reset,
             )
+            # The server's clock, read on the pool's first connection (see clocks).
+            await self.clocks.opened(pool)
         except TimeoutError as exc:
-            # Only the connects run under a bound while the pool opens (no setup, no init).
+            # Only the connects (and that first read) run under a bound while the pool opens.
             raise connect_timed_out(self._redacted, self._connect_timeout) from exc
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
@@ -289,12 +300,14 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         pool = self._connection if self._ready else None
         if pool is None:  # not yet connected and checked (or closed): the slow path
             pool = await self._ensure_ready()
+        self.clocks.check_calls()
         return await self._errors.awaited(pool.fetchrow(self._sql[name], *args))
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
         pool = self._connection if self._ready else None
         if pool is None:  # not yet connected and checked (or closed): the slow path
             pool = await self._ensure_ready()
+        self.clocks.check_calls()
         return await self._errors.awaited(pool.fetchval(self._sql[name], *args))
 
     # -- migrations (SupportsMigrations) ------------------------------------------------------
@@ -427,29 +440,14 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
         """``ConfigurationError`` unless ``connection`` is an asyncpg connection (or one
         acquired from a pool) to this store's database, with a transaction open."""
         self._check_open()
-        session = session_of(connection)
-        if session is None:
-            raise ConfigurationError(
-                f"connection=... on a PostgreSQL store needs an asyncpg connection (or "
-                f"one acquired from an asyncpg pool, still held), not {type(connection).__name__}"
-            )
-        if not session.is_in_transaction():
-            raise ConfigurationError(
-                "connection=... needs the connection's transaction open (inside "
-                "`async with connection.transaction():`): nothing was recorded"
-            )
+        session = caller_session(connection)
         with self._errors.translated():
             theirs = await session_identity(session, self._records_table())
             # A server restarted since we asked has a new start time: ask again before refusing.
             if theirs != await self._store_identity() and theirs != await self._store_identity(
                 fresh=True
             ):
-                raise ConfigurationError(
-                    f"connection=... was given a connection to database {theirs[0]!r},"
-                    f" not the one holding the idemstore schema {self._schema!r} of"
-                    f" {self._redacted}: the outcome must commit in the same database as your"
-                    " writes. Nothing was recorded"
-                )
+                raise another_database(theirs, self._schema, self._redacted)
 
     async def complete_within(
         self, connection: object, lease: Lease, response: bytes, retention: float
@@ -539,6 +537,7 @@ class PostgresStore(StoreEnvelope[asyncpg.Pool]):
     # -- lifecycle --------------------------------------------------------------------------
 
     async def _disconnect(self, connection: asyncpg.Pool | None) -> None:
+        await self.clocks.stop()
         self._listener.close()
         if connection is not None:
             await self._discard(connection)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from idemstore.backends.clock_skew import CLOCK_OPTIONS
 from idemstore.backends.store_options import Option, Options, at_least, one_of
 from idemstore.errors import ConfigurationError
 from idemstore.records import MAX_KEY_LENGTH, check_duration
@@ -165,6 +166,7 @@ OPTIONS = Options(
         True,
         "whether the server's certificate must name the host of the URL",
     ),
+    *CLOCK_OPTIONS,
 )
 
 # The options redis-py takes for TLS (under the same names); set without TLS, they are refused.

@@ -31,6 +31,7 @@ from idemstore.backends.redis.clients import (
     new_client,
     retry_policy,
 )
+from idemstore.backends.redis.clocks import RedisClocks
 from idemstore.backends.redis.cluster_wait import TOPOLOGY_ERRORS, run_on_key_primary
 from idemstore.backends.redis.codec import (
     MAX_DURATION,
@@ -53,6 +54,7 @@ from idemstore.backends.redis.replication import run_replicated
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, count_records
+from idemstore.backends.redis.sweeping import SWEEP_BATCH, sweep_expired
 from idemstore.backends.redis.urls import parse_redis_url
 from idemstore.backends.urls import redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
@@ -105,6 +107,7 @@ class RedisStore(StoreEnvelope[Any]):
         "_wait_replicas",
         "_wait_replicas_ms",
         "_where",
+        "clocks",
     )
 
     def __init__(
@@ -134,6 +137,9 @@ class RedisStore(StoreEnvelope[Any]):
         ssl_keyfile: str | None = None,
         ssl_cert_reqs: str = "required",
         ssl_check_hostname: bool = True,
+        max_clock_skew: float = 1.0,
+        clock_skew_policy: str = "warn",
+        clock_check_interval: float = 60.0,
     ) -> None:
         """``nodes``, ``cluster``, ``sentinel_service``, ``username`` and ``password`` are what
         a URL's scheme, hosts, path and user part say; ``url``, when given, is shown (password
@@ -162,8 +168,7 @@ class RedisStore(StoreEnvelope[Any]):
         self._shards = ShardNotifiers(
             {**options, "retry": retry_policy(retries, RedisConnectionError, RedisTimeoutError)}
         )
-        if not cluster:
-            # (RedisCluster takes no handshake of ours: _open bounds its discovery.)
+        if not cluster:  # (RedisCluster takes no handshake of ours: _open bounds discovery)
             options["db"] = db
             options["redis_connect_func"] = handshake_within_connect_timeout
         if wait_replicas:
@@ -184,6 +189,7 @@ class RedisStore(StoreEnvelope[Any]):
         self._notifier = Notifier(self._open_pubsub)
         self._scripts: dict[str, Script] = SCRIPTS
         self._errors = redis_errors(self._where)
+        self.clocks = RedisClocks(self._where, given, sentinel_service)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -214,8 +220,8 @@ class RedisStore(StoreEnvelope[Any]):
 
     async def _open(self) -> Any:
         client = self._new_client()
-        if self._cluster:
-            try:
+        try:
+            if self._cluster:
                 # The nodes' data connections have no socket timeout (_call bounds each
                 # command): bound the discovery of the slots here.
                 async with asyncio.timeout(
@@ -224,9 +230,10 @@ class RedisStore(StoreEnvelope[Any]):
                     await client.initialize()
                     if await shard_pubsub_everywhere(client):
                         self._scripts = SHARDED_SCRIPTS
-            except BaseException:
-                await client.aclose()
-                raise
+            await self.clocks.opened(client, self._sentinel)
+        except BaseException:
+            await client.aclose()
+            raise
         return client
 
     async def _discard(self, connection: Any) -> None:
@@ -275,6 +282,7 @@ class RedisStore(StoreEnvelope[Any]):
             client = self._connection
             if client is None:
                 client = await self._connect()
+            self.clocks.check_calls()
             script = self._scripts[name]
             if not self._slots.take_now():
                 await self._acquire_slot()
@@ -459,23 +467,17 @@ class RedisStore(StoreEnvelope[Any]):
         Redis deletes every record by itself ``expiry_grace`` after its retention ends, so a
         sweeper is optional; this is a pass over the keyspace (SCAN, every primary).
         """
-        grace_ms = int(self._grace_ms)
-        removed = 0
         try:
             client = await self._connect()
-            batch: list[bytes] = []
-            async for name in self._prefix_keys(client, 1000):
-                batch.append(name)
-                if len(batch) >= 1000:
-                    removed += await self._sweep_batch(client, batch, grace_ms, limit - removed)
-                    batch = []
-                    if removed >= limit:
-                        return removed
-            if batch:
-                removed += await self._sweep_batch(client, batch, grace_ms, limit - removed)
+            return await sweep_expired(
+                self._prefix_keys(client, SWEEP_BATCH),
+                lambda names: self._pipelined(client, "pttl", names),
+                lambda name: self._run("sweep", name),
+                grace_ms=int(self._grace_ms),
+                limit=limit,
+            )
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
-        return removed
 
     async def _records(self, query: RecordQuery) -> AsyncIterator[Record]:
         names = self._prefix_keys(await self._connect(), BATCH)
@@ -484,18 +486,6 @@ class RedisStore(StoreEnvelope[Any]):
 
     def _prefix_keys(self, client: Any, count: int) -> AsyncIterator[bytes]:
         return prefix_keys(client, self._prefix, count, self._attempt_timeout)
-
-    async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
-        # A key past retention has at most the grace period (plus rounding) left to live;
-        # only those are worth a script call, which checks the retention deadline itself.
-        ttls = await self._pipelined(client, "pttl", names)
-        removed = 0
-        for name, ttl in zip(names, ttls, strict=True):
-            if removed >= room:
-                break
-            if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 1:
-                removed += int(await self._run("sweep", name))
-        return removed
 
     async def _stats(self, limit: int) -> StoreStats:
         """Read at most ``limit`` records: SCAN of the prefix (every primary on a cluster)
@@ -537,6 +527,7 @@ class RedisStore(StoreEnvelope[Any]):
             raise self._errors.translate(exc) from exc
 
     async def _disconnect(self, connection: Any) -> None:
+        await self.clocks.stop()
         await self._notifier.close()
         await self._shards.close()
         if connection is not None:
