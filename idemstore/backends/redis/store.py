@@ -50,6 +50,7 @@ from idemstore.backends.redis.notifier import (
 from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, check_together
 from idemstore.backends.redis.persistence import PrimaryPersistence
 from idemstore.backends.redis.replication import run_replicated
+from idemstore.backends.redis.script_calls import ScriptCalls
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, count_records
@@ -89,6 +90,7 @@ class RedisStore(StoreEnvelope[Any]):
     __slots__ = (
         "_answered",
         "_attempt_timeout",
+        "_calls",
         "_client_options",
         "_cluster",
         "_errors",
@@ -186,6 +188,7 @@ class RedisStore(StoreEnvelope[Any]):
         self._wait_replicas_ms = math.ceil(given["wait_replicas_timeout"] * 1000)
         self._notifier = Notifier(self._open_pubsub)
         self._scripts: dict[str, Script] = SCRIPTS
+        self._calls: ScriptCalls | None = None
         self._errors = redis_errors(self._where)
 
     @classmethod
@@ -213,6 +216,8 @@ class RedisStore(StoreEnvelope[Any]):
             max_connections=self._max_connections + 1,
             ask_timeout=self._attempt_timeout,
         )
+        if not (self._cluster or self._sentinel_service or self._wait_replicas):
+            self._calls = ScriptCalls(client.connection_pool)
         return client
 
     async def _open(self) -> Any:
@@ -309,21 +314,15 @@ class RedisStore(StoreEnvelope[Any]):
     async def _attempt(
         self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
     ) -> Any:
-        """One try of ``_call``, within ``socket_timeout``."""
+        """One try of ``_call``, within ``socket_timeout``: on a single server through the
+        store's own connections (``script_calls``), else through redis-py's routing."""
         async with asyncio.timeout(self._attempt_timeout):
+            if self._calls is not None:
+                return await self._calls.call(script, key, args)
             try:
-                if self._wait_replicas and self._cluster:
-                    return await run_on_key_primary(
-                        client,
-                        script,
-                        key,
-                        args,
-                        replicas=self._wait_replicas,
-                        timeout_ms=self._wait_replicas_ms,
-                        where=self._where,
-                    )
                 if self._wait_replicas:
-                    return await run_replicated(
+                    route = run_on_key_primary if self._cluster else run_replicated
+                    return await route(
                         client,
                         script,
                         key,
@@ -535,6 +534,8 @@ class RedisStore(StoreEnvelope[Any]):
 
     async def _disconnect(self, connection: Any) -> None:
         await self._notifier.close()
+        if self._calls is not None:
+            await self._calls.close()
         await self._shards.close()
         if connection is not None:
             with contextlib.suppress(*self._errors.catches):
