@@ -36,6 +36,7 @@ from idemstore.backends.redis.codec import (
     MAX_DURATION,
     decode_record,
     integer,
+    key_ttl_ms,
     micros,
     record_key,
     seconds,
@@ -151,7 +152,7 @@ class RedisStore(StoreEnvelope[Any]):
         self._prefix = prefix
         self._operation_timeout: float | None = given["operation_timeout"]
         self._queue_timeout: float = self._operation_timeout or given["socket_timeout"]
-        self._grace_ms = str(math.ceil(min(given["expiry_grace"], MAX_DURATION) * 1000)).encode()
+        self._grace_ms = math.ceil(min(given["expiry_grace"], MAX_DURATION) * 1000)
         self._where = redact_url(url) if url else ",".join(f"{h}:{p}" for h, p in nodes)
         # Each attempt of a command is bounded here (see _call), not by redis-py's
         # socket_timeout: with one set, redis-py runs every send under asyncio.wait_for (a task
@@ -356,14 +357,15 @@ class RedisStore(StoreEnvelope[Any]):
     ) -> Reservation:
         token = new_token()
         lease_us = micros(lease_ttl)
+        held = retention_while_held(lease_ttl, retention)
         reply = await self._run(
             "reserve",
             self._key(scope, key),
             fingerprint,
             token,
             lease_us,
-            micros(retention_while_held(lease_ttl, retention)),
-            self._grace_ms,
+            micros(held),
+            key_ttl_ms(held, self._grace_ms),
         )
         if type(reply) is int:
             # The server's clock: a first acquisition (fence 1, nothing taken over), whose
@@ -386,7 +388,7 @@ class RedisStore(StoreEnvelope[Any]):
             new_token(),
             response,
             micros(retention),
-            self._grace_ms,
+            key_ttl_ms(retention, self._grace_ms),
         )
         return reply is not None
 
@@ -415,7 +417,7 @@ class RedisStore(StoreEnvelope[Any]):
             str(lease.fence),
             micros(lease_ttl),
             micros(retention_while_held(lease_ttl, lease.retention)),
-            self._grace_ms,
+            key_ttl_ms(retention_while_held(lease_ttl, lease.retention), self._grace_ms),
         )
         if reply is None:
             return None
@@ -460,7 +462,7 @@ class RedisStore(StoreEnvelope[Any]):
         running a sweeper is optional. This walks the prefix with SCAN (every primary on a
         cluster), which costs a pass over the keyspace.
         """
-        grace_ms = int(self._grace_ms)
+        grace_ms = self._grace_ms
         removed = 0
         try:
             client = await self._connect()
@@ -482,14 +484,14 @@ class RedisStore(StoreEnvelope[Any]):
         return prefix_keys(client, self._prefix, count, self._attempt_timeout)
 
     async def _sweep_batch(self, client: Any, names: list[bytes], grace_ms: int, room: int) -> int:
-        # A key past retention has at most the grace period (plus rounding) left to live;
+        # A key past retention has at most the grace period (plus 3 ms) left to live;
         # only those are worth a script call, which checks the retention deadline itself.
         ttls = await self._pipelined(client, "pttl", names)
         removed = 0
         for name, ttl in zip(names, ttls, strict=True):
             if removed >= room:
                 break
-            if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 1:
+            if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 3:
                 removed += int(await self._run("sweep", name))
         return removed
 
