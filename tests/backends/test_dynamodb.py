@@ -8,6 +8,7 @@ import json
 import os
 import uuid
 from collections import Counter
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -135,6 +136,23 @@ async def test_a_key_another_store_left_replaceable_costs_a_put_then_the_update(
         assert replay.outcome is Outcome.COMPLETED and replay.record is not None
         assert replay.record.response == b"ok" and sent["PutItem"] == 1
         assert "UpdateItem" not in sent
+
+
+async def test_a_role_without_put_item_still_reserves_through_the_update(
+    dynamodb_store_url: str,
+) -> None:
+    session, sent = counting_session()
+
+    def denied(**_: Any) -> tuple[Any, dict[str, Any]]:
+        error = {"Code": "AccessDeniedException", "Message": "not authorized: PutItem"}
+        return SimpleNamespace(status_code=400), {"Error": error, "ResponseMetadata": {}}
+
+    session.register("before-call.dynamodb.PutItem", denied)
+    async with DynamoDBStore.from_url(dynamodb_store_url, session=session) as store:
+        first = await acquire(store, new_key())
+        second = await acquire(store, new_key())
+    assert first.fence == second.fence == 1
+    assert sent["UpdateItem"] == 2 and "PutItem" not in sent  # asked once, then no more
 
 
 async def test_a_store_uses_one_client_for_all_its_requests(dynamodb_store_url: str) -> None:

@@ -15,12 +15,14 @@ replaceable (another process's lapsed lease or tombstone, a record past retentio
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from idemstore.backends.dynamodb.items import (
     FIRST_CLAIM_CONDITION,
     TTL_ATTRIBUTE,
     decode_record,
+    error_code,
     integer,
     names,
     number,
@@ -39,6 +41,7 @@ __all__ = ["FirstClaims", "landed"]
 # forgot costs one more request when it turns out replaceable, never a wrong answer.
 _MAX_REMEMBERED = 4096
 _IN_PROGRESS = Status.IN_PROGRESS.value
+_log = logging.getLogger(__name__)
 
 
 def landed(item: Mapping[str, Any], claim: Lease) -> Reservation:
@@ -56,7 +59,7 @@ class FirstClaims:
     """A store's first claims: ``call`` makes one request, ``failed_item`` reads the item a
     conditional write failed on, ``live`` says whether an item is a live record at a time."""
 
-    __slots__ = ("_call", "_failed_item", "_live", "_remembered", "_skew")
+    __slots__ = ("_call", "_denied", "_failed_item", "_live", "_remembered", "_skew")
 
     def __init__(
         self,
@@ -70,6 +73,7 @@ class FirstClaims:
         self._live = live
         self._skew = skew
         self._remembered: set[tuple[str, str]] = set()
+        self._denied = False
 
     def held(self, scope: str, key: str) -> None:
         """This store acquired the key: its next reserve goes to the update."""
@@ -84,7 +88,7 @@ class FirstClaims:
         that may not be taken is; ``None`` when the update must decide (a remembered key, an
         item it may replace, or none left by the time it was read)."""
         scope, key = claim.scope, claim.key
-        if (scope, key) in self._remembered:
+        if self._denied or (scope, key) in self._remembered:
             return None
         try:
             await self._call(
@@ -107,6 +111,12 @@ class FirstClaims:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as exc:
+            if error_code(exc.__cause__ or exc) == "AccessDeniedException":
+                # A role granted only what earlier versions used (no dynamodb:PutItem): every
+                # reserve goes to the update, which that role may send.
+                self._denied = True
+                _log.warning("dynamodb:PutItem denied: reserves use UpdateItem only (%s)", exc)
+                return None
             item = await self._failed_item(exc, scope, key)
             if item is not None and item.get("token", {}).get("S") == claim.token:
                 return landed(item, claim)
