@@ -7,8 +7,8 @@ single server (no cluster, Sentinel or ``wait_replicas``, which keep redis-py's 
 store makes its own connections from the pool's settings (the same handshake, retry policy
 and timeouts), keeps the idle ones, and writes each call as one buffer whose
 ``EVALSHA sha 1`` head is built once per script. ``ConnectionSlots`` already bounds the calls
-in flight, so at most ``max_connections`` such connections ever exist; the pool itself then
-serves only pub/sub, ``ping``, ``sweep`` and ``stats``.
+in flight, so at most ``max_connections`` such connections ever exist (``ping`` uses them
+too); the pool itself then serves only pub/sub, ``sweep`` and ``stats``.
 """
 
 from __future__ import annotations
@@ -65,12 +65,7 @@ class ScriptCalls:
         heads = self._heads.get(script.sha)
         if heads is None:
             heads = self._heads[script.sha] = _heads(script)
-        free = self._free
-        if free:
-            connection = free.pop()
-        else:
-            connection = self._pool.make_connection()
-            self._made.append(connection)
+        connection = self._take()
         try:
             try:
                 return await self._round_trip(connection, packed_call(heads[0], 3, key, args))
@@ -78,7 +73,23 @@ class ScriptCalls:
                 # The server restarted, was flushed or was promoted: EVAL caches it again.
                 return await self._round_trip(connection, packed_call(heads[1], 3, key, args))
         finally:
-            free.append(connection)
+            self._free.append(connection)
+
+    async def ping(self) -> None:
+        """PING on one of the same connections (the store's first use opens it, so a store
+        that pinged, then ran calls one at a time, holds one connection)."""
+        connection = self._take()
+        try:
+            await self._round_trip(connection, b"*1\r\n$4\r\nPING\r\n")
+        finally:
+            self._free.append(connection)
+
+    def _take(self) -> Any:
+        if self._free:
+            return self._free.pop()
+        connection = self._pool.make_connection()
+        self._made.append(connection)
+        return connection
 
     async def _round_trip(self, connection: Any, command: bytes) -> Any:
         async def once() -> Any:

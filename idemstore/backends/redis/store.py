@@ -529,7 +529,7 @@ class RedisStore(StoreEnvelope[Any]):
         try:
             async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
                 client = await self._connect()
-                await client.ping()
+                await (client.ping() if self._calls is None else self._calls.ping())
             self._answered = True
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
