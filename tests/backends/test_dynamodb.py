@@ -8,6 +8,7 @@ import json
 import os
 import uuid
 from collections import Counter
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -115,6 +116,43 @@ async def test_every_operation_is_one_http_request(dynamodb_store_url: str) -> N
         assert deleted is True and n == 1
         _, n = await counted(store.ping())
         assert n == 1
+
+
+async def test_a_key_another_store_left_replaceable_costs_a_put_then_the_update(
+    dynamodb_store_url: str,
+) -> None:
+    session, sent = counting_session()
+    key, done = new_key(), new_key()
+    async with DynamoDBStore.from_url(dynamodb_store_url) as other:
+        assert await other.release(await acquire(other, key)) is True
+        assert await other.complete(await acquire(other, done), b"ok") is True
+    async with DynamoDBStore.from_url(dynamodb_store_url, session=session) as store:
+        again = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
+        assert again.lease is not None and again.lease.fence == 2
+        # (moto answers a failed PutItem without the item: _failed_item reads it.)
+        assert sent["PutItem"] == 1 and sent["UpdateItem"] == 1
+        sent.clear()
+        replay = await store.reserve(done, FP, lease_ttl=LONG, retention=LONG)
+        assert replay.outcome is Outcome.COMPLETED and replay.record is not None
+        assert replay.record.response == b"ok" and sent["PutItem"] == 1
+        assert "UpdateItem" not in sent
+
+
+async def test_a_role_without_put_item_still_reserves_through_the_update(
+    dynamodb_store_url: str,
+) -> None:
+    session, sent = counting_session()
+
+    def denied(**_: Any) -> tuple[Any, dict[str, Any]]:
+        error = {"Code": "AccessDeniedException", "Message": "not authorized: PutItem"}
+        return SimpleNamespace(status_code=400), {"Error": error, "ResponseMetadata": {}}
+
+    session.register("before-call.dynamodb.PutItem", denied)
+    async with DynamoDBStore.from_url(dynamodb_store_url, session=session) as store:
+        first = await acquire(store, new_key())
+        second = await acquire(store, new_key())
+    assert first.fence == second.fence == 1
+    assert sent["UpdateItem"] == 2 and "PutItem" not in sent  # asked once, then no more
 
 
 async def test_a_store_uses_one_client_for_all_its_requests(dynamodb_store_url: str) -> None:
@@ -325,13 +363,17 @@ async def test_small_checkpoints_past_the_count_that_fits_at_their_largest_are_k
 # -- SDK retries of writes that had landed ---------------------------------------------------
 
 
-def retry_first_success(session: Any, operation: str) -> list[int]:
-    """Make the SDK resend the first successful ``operation`` once, as it would after a
-    timeout whose request had in fact been applied."""
+def retry_first_success(session: Any, operation: str, *, after: int = 0) -> list[int]:
+    """Make the SDK resend the first successful ``operation`` (after ``after`` others) once,
+    as it would after a timeout whose request had in fact been applied."""
     retried: list[int] = []
+    passed = [0]
 
     def needs_retry(response: Any = None, **_: Any) -> int | None:
         if response is not None and response[0].status_code == 200 and not retried:
+            if passed[0] < after:
+                passed[0] += 1
+                return None
             retried.append(1)
             return 0  # retry at once
         return None
@@ -340,13 +382,21 @@ def retry_first_success(session: Any, operation: str) -> list[int]:
     return retried
 
 
-async def test_sdk_retry_of_a_landed_reserve_still_acquires(dynamodb_store_url: str) -> None:
+# A fresh key is claimed with a PutItem; a key the store released goes to the UpdateItem.
+@pytest.mark.parametrize("operation", ["PutItem", "UpdateItem"])
+async def test_sdk_retry_of_a_landed_reserve_still_acquires(
+    dynamodb_store_url: str, operation: str
+) -> None:
     session, sent = counting_session()
-    retried = retry_first_success(session, "UpdateItem")
+    # (The UpdateItem case lets the release's UpdateItem through.)
+    retried = retry_first_success(session, operation, after=int(operation == "UpdateItem"))
     async with DynamoDBStore.from_url(dynamodb_store_url, session=session) as store:
         key = new_key()
+        if operation == "UpdateItem":
+            assert await store.release(await acquire(store, key)) is True
+        sent.clear()
         reservation = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
-        assert retried and sent["UpdateItem"] == 2
+        assert retried and sent[operation] == 2 and sum(sent.values()) == 2
         assert reservation.outcome is Outcome.ACQUIRED and reservation.lease is not None
         assert await store.complete(reservation.lease, b"ok") is True
 

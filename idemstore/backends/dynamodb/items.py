@@ -30,6 +30,7 @@ __all__ = [
     "DROP_CHECKPOINTS_UPDATE",
     "EXTEND_CONDITION",
     "EXTEND_UPDATE",
+    "FIRST_CLAIM_CONDITION",
     "HOLDER_CONDITION",
     "HOLDER_NAMES",
     "ITEM_LIMIT",
@@ -116,6 +117,11 @@ RESERVE_CONDITION = (
     " OR #status = :released"
     " OR (#status = :in_progress AND #lease <= :horizon AND #fp = :fp)"
 )
+# Most reserves find nothing under the key: a plain PutItem of the whole record claims it.
+# Any item at all fails this and comes back as ALL_OLD: a live record that may not be taken
+# answers the reserve from there, and only a tombstone, a record past retention or a lapsed
+# lease (which RESERVE_CONDITION may replace, continuing its fence) costs an UpdateItem more.
+FIRST_CLAIM_CONDITION = "attribute_not_exists(#pk)"
 # The fence is read and raised inside the same write, so two reservers can never be handed
 # the same fence, and a tombstone or expired item that still exists passes its fence on.
 RESERVE_UPDATE = (

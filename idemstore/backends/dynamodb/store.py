@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from idemstore.backends.arguments import retention_while_held
 from idemstore.backends.backoff import NO_PAUSE, retrying
 from idemstore.backends.dynamodb.client_errors import driver_errors
+from idemstore.backends.dynamodb.first_claims import FirstClaims, landed
 from idemstore.backends.dynamodb.holder_writes import HolderWrites
 from idemstore.backends.dynamodb.item_limit import (
     checkpoint_bytes,
@@ -108,6 +109,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         "_config",
         "_endpoint_url",
         "_errors",
+        "_first_claims",
         "_holder",
         "_profile",
         "_region",
@@ -174,6 +176,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         self._errors = driver_errors(where, self._url)
         self._tables = Table(table, self._url, self._errors)
         self._holder = HolderWrites(self._call, clock, self._skew)
+        self._first_claims = FirstClaims(self._call, self._failed_item, self._live, self._skew)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -305,6 +308,14 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         token = new_token()
         expires_at = min(now + retention_while_held(lease_ttl, retention), _MAX_DEADLINE)
         lease_expires_at = min(now + lease_ttl, _MAX_DEADLINE)
+        claim = Lease(scope, key, token, 1, lease_expires_at, retention)
+        found = await self._first_claims.claim(
+            claim, fingerprint, now, expires_at, self._ttl(expires_at)
+        )
+        if found is not None:
+            if found.lease is not None:
+                self._first_claims.held(scope, key)
+            return found
         try:
             response = await self._call(
                 "update_item",
@@ -336,11 +347,8 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             if existing is None:
                 raise _Rewritten from exc  # gone between the write and the read: try again
             if existing.get("token", {}).get("S") == token:
-                # The SDK retried a write that had landed: the key is ours.
-                record = decode_record(existing)
-                assert record.lease_expires_at is not None
-                lease = Lease(scope, key, token, record.fence, record.lease_expires_at, retention)
-                return Reservation(Outcome.ACQUIRED, lease=lease)
+                self._first_claims.held(scope, key)
+                return landed(existing, claim)
             if not self._live(existing, now):
                 # Became reservable after our condition was evaluated: try again.
                 raise _Rewritten from exc
@@ -351,6 +359,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             old and self._live(old, now) and old["status"]["S"] == Status.IN_PROGRESS.value
         )
         lease = Lease(scope, key, token, fence, lease_expires_at, retention)
+        self._first_claims.held(scope, key)
         kept = item_checkpoints(old) if old else ()
         if kept and not takeover:
             # One update cannot keep checkpoints for a takeover only: a record past retention

@@ -24,6 +24,7 @@ __all__ = [
     "decode_record",
     "identity_of",
     "integer",
+    "key_ttl_ms",
     "micros",
     "record_key",
     "seconds",
@@ -76,6 +77,14 @@ MAX_DURATION = 100 * 365.25 * 86400
 def micros(seconds: float) -> bytes:
     # Bytes, as a script argument goes on the wire: the driver encodes a str on every call.
     return str(max(1, round(min(seconds, MAX_DURATION) * 1_000_000))).encode()
+
+
+@functools.lru_cache(maxsize=256)
+def key_ttl_ms(retention: float, grace_ms: int) -> bytes:
+    """The PEXPIRE of a record whose retention deadline is ``micros(retention)`` after the
+    script's clock: the grace after it, plus 2 ms for the two clocks' rounding to
+    milliseconds, so the key never expires before ``PEXPIREAT ceil(deadline_ms) + grace``."""
+    return str(-(-int(micros(retention)) // 1000) + grace_ms + 2).encode()
 
 
 def seconds(micros: bytes | int) -> float:

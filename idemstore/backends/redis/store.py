@@ -37,6 +37,7 @@ from idemstore.backends.redis.codec import (
     MAX_DURATION,
     decode_record,
     integer,
+    key_ttl_ms,
     micros,
     record_key,
     seconds,
@@ -51,6 +52,7 @@ from idemstore.backends.redis.notifier import (
 from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, check_together
 from idemstore.backends.redis.persistence import PrimaryPersistence
 from idemstore.backends.redis.replication import run_replicated
+from idemstore.backends.redis.script_calls import ScriptCalls
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, count_records
@@ -88,6 +90,7 @@ class RedisStore(StoreEnvelope[Any]):
     __slots__ = (
         "_answered",
         "_attempt_timeout",
+        "_calls",
         "_client_options",
         "_cluster",
         "_errors",
@@ -152,7 +155,7 @@ class RedisStore(StoreEnvelope[Any]):
         self._prefix = prefix
         self._operation_timeout: float | None = given["operation_timeout"]
         self._queue_timeout: float = self._operation_timeout or given["socket_timeout"]
-        self._grace_ms = str(math.ceil(min(given["expiry_grace"], MAX_DURATION) * 1000)).encode()
+        self._grace_ms = math.ceil(min(given["expiry_grace"], MAX_DURATION) * 1000)
         self._where = redact_url(url) if url else ",".join(f"{h}:{p}" for h, p in nodes)
         # Each attempt of a command is bounded here (see _call), not by redis-py's
         # socket_timeout: with one set, redis-py runs every send under asyncio.wait_for (a task
@@ -188,6 +191,7 @@ class RedisStore(StoreEnvelope[Any]):
         self._wait_replicas_ms = math.ceil(given["wait_replicas_timeout"] * 1000)
         self._notifier = Notifier(self._open_pubsub)
         self._scripts: dict[str, Script] = SCRIPTS
+        self._calls: ScriptCalls | None = None
         self._errors = redis_errors(self._where)
         self.clocks = RedisClocks(self._where, given, sentinel_service)
 
@@ -216,6 +220,8 @@ class RedisStore(StoreEnvelope[Any]):
             max_connections=self._max_connections + 1,
             ask_timeout=self._attempt_timeout,
         )
+        if not (self._cluster or self._sentinel_service or self._wait_replicas):
+            self._calls = ScriptCalls(client.connection_pool)
         return client
 
     async def _open(self) -> Any:
@@ -313,21 +319,15 @@ class RedisStore(StoreEnvelope[Any]):
     async def _attempt(
         self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
     ) -> Any:
-        """One try of ``_call``, within ``socket_timeout``."""
+        """One try of ``_call``, within ``socket_timeout``: on a single server through the
+        store's own connections (``script_calls``), else through redis-py's routing."""
         async with asyncio.timeout(self._attempt_timeout):
+            if self._calls is not None:
+                return await self._calls.call(script, key, args)
             try:
-                if self._wait_replicas and self._cluster:
-                    return await run_on_key_primary(
-                        client,
-                        script,
-                        key,
-                        args,
-                        replicas=self._wait_replicas,
-                        timeout_ms=self._wait_replicas_ms,
-                        where=self._where,
-                    )
                 if self._wait_replicas:
-                    return await run_replicated(
+                    route = run_on_key_primary if self._cluster else run_replicated
+                    return await route(
                         client,
                         script,
                         key,
@@ -364,14 +364,15 @@ class RedisStore(StoreEnvelope[Any]):
     ) -> Reservation:
         token = new_token()
         lease_us = micros(lease_ttl)
+        held = retention_while_held(lease_ttl, retention)
         reply = await self._run(
             "reserve",
             self._key(scope, key),
             fingerprint,
             token,
             lease_us,
-            micros(retention_while_held(lease_ttl, retention)),
-            self._grace_ms,
+            micros(held),
+            key_ttl_ms(held, self._grace_ms),
         )
         if type(reply) is int:
             # The server's clock: a first acquisition (fence 1, nothing taken over), whose
@@ -394,7 +395,7 @@ class RedisStore(StoreEnvelope[Any]):
             new_token(),
             response,
             micros(retention),
-            self._grace_ms,
+            key_ttl_ms(retention, self._grace_ms),
         )
         return reply is not None
 
@@ -423,7 +424,7 @@ class RedisStore(StoreEnvelope[Any]):
             str(lease.fence),
             micros(lease_ttl),
             micros(retention_while_held(lease_ttl, lease.retention)),
-            self._grace_ms,
+            key_ttl_ms(retention_while_held(lease_ttl, lease.retention), self._grace_ms),
         )
         if reply is None:
             return None
@@ -473,7 +474,7 @@ class RedisStore(StoreEnvelope[Any]):
                 self._prefix_keys(client, SWEEP_BATCH),
                 lambda names: self._pipelined(client, "pttl", names),
                 lambda name: self._run("sweep", name),
-                grace_ms=int(self._grace_ms),
+                grace_ms=self._grace_ms,
                 limit=limit,
             )
         except self._errors.catches as exc:
@@ -521,7 +522,7 @@ class RedisStore(StoreEnvelope[Any]):
         try:
             async with asyncio.timeout(self._operation_timeout or self._queue_timeout * 2):
                 client = await self._connect()
-                await client.ping()
+                await (client.ping() if self._calls is None else self._calls.ping())
             self._answered = True
         except self._errors.catches as exc:
             raise self._errors.translate(exc) from exc
@@ -529,6 +530,8 @@ class RedisStore(StoreEnvelope[Any]):
     async def _disconnect(self, connection: Any) -> None:
         await self.clocks.stop()
         await self._notifier.close()
+        if self._calls is not None:
+            await self._calls.close()
         await self._shards.close()
         if connection is not None:
             with contextlib.suppress(*self._errors.catches):

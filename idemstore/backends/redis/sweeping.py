@@ -2,8 +2,9 @@
 
 Redis deletes every record by itself ``expiry_grace`` after its retention ends, so sweeping
 is optional; this removes them sooner. A key past retention has at most the grace period
-(plus rounding) left to live, so only those are worth a script call, and the script checks
-the retention deadline itself (a key whose TTL says otherwise is never removed).
+(plus 3 ms: the client computes the key's TTL, rounded) left to live, so only those are worth
+a script call, and the script checks the retention deadline itself (a key whose TTL says
+otherwise is never removed).
 """
 
 from __future__ import annotations
@@ -54,6 +55,6 @@ async def _sweep_batch(
     for name, ttl in zip(names, await ttls(names), strict=True):
         if removed >= room:
             break
-        if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 1:
+        if isinstance(ttl, int) and 0 <= ttl <= grace_ms + 3:
             removed += int(await sweep_one(name))
     return removed

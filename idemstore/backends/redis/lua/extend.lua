@@ -1,4 +1,4 @@
--- extend. ARGV: token, fence, lease_us, retention_us, grace_ms. Reply: the new lease
+-- extend. ARGV: token, fence, lease_us, retention_us, ttl_ms. Reply: the new lease
 -- deadline or nil.
 --
 -- The holder check of complete without the nonce (extending twice is harmless), plus: a lease
@@ -14,6 +14,6 @@ if h[1] ~= 'p' or h[2] ~= ARGV[1] or h[3] ~= ARGV[2] or tonumber(h[4]) <= now th
   return false
 end
 if tonumber(h[5]) <= now then return false end
-redis.call('HSET', KEYS[1], 'la', la, 'ea', ea)
-redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
+redis.call('HSET', KEYS[1], 'la', string.format('%d', la), 'ea', string.format('%d', ea))
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return la

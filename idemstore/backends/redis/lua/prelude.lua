@@ -5,6 +5,12 @@
 -- past it a double skips integers, and from 1e17 on it is written in scientific notation,
 -- which PEXPIREAT refuses (after an HSET already ran: a script is not rolled back). So every
 -- script computes its deadlines first and refuses one out of range before it writes anything.
+--
+-- Writing a Lua number costs Redis a snprintf('%.17g') per argument, the largest part of a
+-- first reserve's server time after the script call itself: the hot paths write deadlines
+-- as string.format('%d') (the same digits below 2^53) and give the key's expiry as
+-- PEXPIRE with a TTL the client computed (ttl_ms: retention + grace + 2 ms for the rounding
+-- of both clocks to milliseconds), never shorter than what PEXPIREAT of the deadline set.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local function out_of_range(name, deadline)

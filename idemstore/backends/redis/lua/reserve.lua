@@ -1,4 +1,4 @@
--- reserve. ARGV: fingerprint, token, lease_us, retention_us, grace_ms.
+-- reserve. ARGV: fingerprint, token, lease_us, retention_us, ttl_ms.
 -- retention_us is already at least lease_us: a live lease keeps its record.
 -- Reply: now (an integer: acquired a key nothing was left under, fence 1, no takeover),
 -- {'a', now, fence, takeover, lease_deadline, checkpoints} or {outcome, now, <record fields>}.
@@ -9,9 +9,9 @@ if refused then return refused end
 -- Most reserves are first executions: nothing to read, and the shortest reply (a table
 -- costs the server more to build and send than the rest of this branch).
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', 1,
-    'ca', now, 'ea', ea, 'la', la)
-  redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
+  redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', '1',
+    'ca', string.format('%d', now), 'ea', string.format('%d', ea), 'la', string.format('%d', la))
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
   return now
 end
 local h = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'fen', 'ca', 'ea', 'la', 'res', 'tk',
@@ -42,6 +42,7 @@ if h[8] then redis.call('HDEL', KEYS[1], 'res') end
 local kept = false
 if takeover == 1 then kept = h[10] elseif h[10] then redis.call('HDEL', KEYS[1], 'cp') end
 redis.call('HSET', KEYS[1], 'st', 'p', 'fp', ARGV[1], 'tok', ARGV[2], 'fen', fence,
-  'ca', now, 'ea', ea, 'la', la, 'tk', takeover)
-redis.call('PEXPIREAT', KEYS[1], math.ceil(ea / 1000) + ARGV[5])
+  'ca', string.format('%d', now), 'ea', string.format('%d', ea), 'la', string.format('%d', la),
+  'tk', takeover)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {'a', now, fence, takeover, la, kept}
