@@ -43,7 +43,7 @@ from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
 from idemstore.mcp import sep3182
-from idemstore.mcp.outcome_policy import decide
+from idemstore.mcp.outcome_policy import case_of, decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral
 from idemstore.mcp.refusal_errors import refusal_error
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
@@ -503,9 +503,13 @@ class FastMCPIdempotency(_Adapter, Middleware):
                 return raise_outcome("exception", exc)
             finally:
                 _executing.reset(token)
-            if isinstance(result, InputRequiredToolResult) or not isinstance(result, ToolResult):
-                # An MRTR ask is not an outcome; an extension's own result shape (a task
-                # handle) is not one this module can rebuild: neither is recorded.
+            if not isinstance(result, ToolResult):
+                # An extension interceptor's own result shape: a task handle (SEP-2663) is
+                # recorded as sent, so a retry gets the same task; others are not recorded.
+                wire = dump(result)
+                record = case_of({"result": wire}) == "task"
+                return ToolOutcome("result", wire, record=record, original=result)
+            if isinstance(result, InputRequiredToolResult):  # an MRTR ask is not an outcome
                 return ToolOutcome("result", {}, record=False, original=result)
             return ToolOutcome("result", tool_result_wire(result), original=result)
 
