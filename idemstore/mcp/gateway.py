@@ -272,9 +272,9 @@ class McpGateway:
         if body is None:
             return error_response(413, f"request body over {self.config.max_body_bytes} bytes")
         declared = routing_headers.declared_method(request.headers)
-        if declared is not None and declared not in _PARSED and b"tools/call" not in body:
-            # SEP-2243: the header names the method; a body that merely mentions tools/call
-            # (in arguments, say) is parsed anyway, so no tools/call hides behind the header.
+        if declared is not None and declared not in _PARSED and not _may_name_parsed(body):
+            # SEP-2243: the header names the method. A body that may name a method the gateway
+            # reads is parsed anyway, so no tools/call hides behind the header.
             return await self._relay(request, body)
         message = decoded(body)
         if not isinstance(message, dict):
@@ -501,6 +501,11 @@ def _url_path(scope: Mapping[str, Any]) -> str:
     ASGI path with the characters Starlette escapes in it escaped the same way."""
     path: str = scope["path"]
     return path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+
+
+def _may_name_parsed(body: bytes) -> bool:
+    # An escape (tools\/call, \u0074ools/call) could spell a name no substring shows.
+    return b"\\" in body or b"tools/call" in body or b"notifications/cancelled" in body
 
 
 def _unreachable(exc: httpx.HTTPError) -> Response:

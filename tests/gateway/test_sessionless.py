@@ -11,7 +11,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
-from tests.gateway.rpc import CALLER, call, post
+from tests.gateway.rpc import BOTH, CALLER, call, post
 
 if TYPE_CHECKING:
     import httpx
@@ -80,3 +80,17 @@ async def test_a_request_whose_headers_agree_is_deduplicated(
     assert [a.status for a in answers] == [200, 200]
     assert answers[1].final()["result"]["_meta"][REPLAYED_META_KEY] is True
     assert upstream.executions() == ["record"]
+
+
+@STATELESS
+async def test_a_tools_call_spelt_with_escapes_cannot_hide_behind_another_method(
+    upstream: Upstream, gateway: str, client: httpx.AsyncClient
+) -> None:
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools\\/call","params":{"name":"record"}}'
+    headers = {**_headers("tools/list"), "accept": BOTH, "content-type": "application/json"}
+    answer = await client.post(gateway, content=body, headers=headers)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["code"] == -32020
+    assert "'tools/list'" in error["message"]  # the gateway's refusal, not the upstream's
+    assert upstream.executions() == []
