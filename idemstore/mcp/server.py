@@ -38,7 +38,7 @@ from idemstore.errors import (
     InvalidKeyError,
     MissingDependencyError,
 )
-from idemstore.execution import ExecutionPolicy, TakeoverPolicy
+from idemstore.execution import ExecutionPolicy, TakeoverPolicy, current_execution
 from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
@@ -164,7 +164,6 @@ class _Sep3182:
 
     __slots__ = (
         "_max_key_length",
-        "_max_response_bytes",
         "_policy",
         "_scope",
         "_sources",
@@ -183,7 +182,15 @@ class _Sep3182:
         **policy: Unpack[_PolicyOptions],
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
-        self._policy = ExecutionPolicy(store, in_flight="reject", consumer="mcp_server", **policy)
+        # max_response_bytes: an outcome over it is returned and the key keeps the "outcome not
+        # recorded" marker, as in every door: retries are refused, never run again.
+        self._policy = ExecutionPolicy(
+            store,
+            in_flight="reject",
+            consumer="mcp_server",
+            max_response_bytes=max_response_bytes,
+            **policy,
+        )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError(f"scope must be a str, a callable or None, not {scope!r}")
         if isinstance(scope, str):
@@ -191,7 +198,6 @@ class _Sep3182:
         self._scope = scope
         self._sources = caller_sources_of(caller_sources)
         self._max_key_length = max_key_length
-        self._max_response_bytes = max_response_bytes
         retention = self._policy.retention
         self.capability: dict[str, Any] = {}
         if advertise_retention:
@@ -276,19 +282,13 @@ class _Sep3182:
             fresh = await execute()
             if not fresh.record:
                 raise _NotRecorded
-            encoded = fresh.encode()
-            limit = self._max_response_bytes
-            if limit is not None and len(encoded) > limit:
-                logger.warning(
-                    "outcome of tool %r under idempotency key %r is %d bytes, over the %d-byte "
-                    "limit: returned but not recorded, key released",
-                    call.name,
-                    call.key,
-                    len(encoded),
-                    limit,
-                )
-                raise _NotRecorded
-            return encoded
+            try:
+                return fresh.encode()
+            except (TypeError, ValueError) as exc:  # the tool ran: a retry must not run it again
+                why = f"the outcome of tool {call.name!r} is not recordable: {exc}"
+                execution = current_execution()
+                assert execution is not None  # work runs inside policy.run
+                raise await execution.settle_unrecordable(why) from exc
 
         try:
             result = await self._policy.run(call.key, call.fingerprint, work, scope=scope)
@@ -312,7 +312,7 @@ class _Sep3182:
                 logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
             # Only a key's fault is told (the store's own messages may name its database).
             why = str(exc) if refusal is Refusal.INVALID_KEY else ""
-            raise wire_error(refusal_error(refusal, call.key, why)) from None
+            raise wire_error(refusal_error(refusal, call.key, why, exc)) from None
         if not result.replayed:
             assert fresh is not None
             return fresh
@@ -371,8 +371,10 @@ class ServerIdempotency(_Adapter):
             (default off).
         max_key_length: longest key accepted (longer ones are invalid params; default
             ``MAX_KEY_LENGTH``).
-        max_response_bytes: outcomes larger than this (encoded) are returned but not recorded
-            (default ``None``: no limit of its own).
+        max_response_bytes: an outcome larger than this (encoded) is returned to its caller
+            but not recorded: the key keeps the "outcome not recorded" marker and every retry
+            gets ``-32600`` ``idempotency_outcome_unrecorded`` with ``size`` and ``limit`` in
+            ``data`` (default ``None``: only the store's own limit).
         on_takeover: a call whose key was held by a call that died (lease lapsed) without an
             outcome: ``"run"`` the tool again (default), or ``"refuse"`` it, and every retry,
             with ``data.type = "idempotency_outcome_unknown"`` (docs/refusals.md).
