@@ -124,7 +124,8 @@ def slow(session: nox.Session) -> None:
         session.error(f"slow lane failed in: {'; '.join(failed)}")
 
 
-@nox.session(python=SLOW_LANE_PYTHON, allow_parallel=False)
+# Small and light (a few spawned servers): it runs beside the fast lanes, adding no wall time.
+@nox.session(python=SLOW_LANE_PYTHON, allow_parallel=True)
 def tasks(session: nox.Session) -> None:
     """SEP-2663 tasks through the proxy, the gateway and the server adapters (fastmcp-tasks)."""
     _install(session, "pip", "-e", ".[mcp,gateway,test]", *TASKS_DEPENDENCIES)
