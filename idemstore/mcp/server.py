@@ -42,7 +42,7 @@ from idemstore.execution import ExecutionPolicy, TakeoverPolicy, current_executi
 from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
-from idemstore.mcp import sep3182
+from idemstore.mcp import routing_headers, sep3182
 from idemstore.mcp.outcome_policy import case_of, decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral
 from idemstore.mcp.refusal_errors import refusal_error
@@ -219,17 +219,28 @@ class _Sep3182:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def read(self, params: Mapping[str, Any] | None) -> _ToolCall | None:
-        """The keyed call in ``params``, or ``None`` when the SEP does not apply to it.
+    def read(
+        self, params: Mapping[str, Any] | None, ctx: ServerRequestContext[Any, Any] | None = None
+    ) -> _ToolCall | None:
+        """The keyed call in ``params`` (of the request ``ctx``), or ``None`` when the SEP does
+        not apply to it.
 
-        Raises ``MCPError`` (invalid params) for a key that is not a non-empty string within
-        the key limit, or arguments that are not JSON values.
+        Raises ``MCPError``: invalid params for a key that is not a non-empty string within
+        the key limit, or arguments that are not JSON values; ``HEADER_MISMATCH`` for an HTTP
+        request whose ``Mcp-Method``/``Mcp-Name`` contradict its body (SEP-2243: the SDK
+        checks only 2026-era requests, and a keyed call must never pass for another).
         """
         if not isinstance(params, Mapping):
             return None
         key = sep3182.key_of(params)  # absent and null alike mean no key
         if key is None or sep3182.is_continuation(params):
             return None
+        scope = getattr(getattr(ctx, "request", None), "scope", None)
+        if isinstance(scope, Mapping):
+            message = {"method": "tools/call", "params": params}
+            why = routing_headers.disagreement(dict(asgi_headers(scope)), message)
+            if why is not None:
+                raise wire_error(sep3182.error(routing_headers.HEADER_MISMATCH, why))
         try:
             check_identity(key, "", max_key_length=self._max_key_length)
         except InvalidKeyError as exc:
@@ -400,7 +411,7 @@ class ServerIdempotency(_Adapter):
             return advertised  # type: ignore[return-value]
         if method != "tools/call":
             return await call_next(ctx)
-        call = self._sep.read(ctx.params)
+        call = self._sep.read(ctx.params, ctx)
         if call is None:
             return await call_next(ctx)
         scope = self._sep.scope_of(ctx, authenticated_principal(ctx))
@@ -486,7 +497,7 @@ class FastMCPIdempotency(_Adapter, Middleware):
             or srctx.params.get("name") != context.message.name
         ):
             return await call_next(context)
-        call = self._sep.read(srctx.params)
+        call = self._sep.read(srctx.params, srctx)
         if call is None:
             return await call_next(context)
         scope = self._sep.scope_of(srctx, _fastmcp_principal())
