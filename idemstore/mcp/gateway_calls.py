@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from idemstore.callers import fit_scope
 from idemstore.mcp import sep3182
 from idemstore.mcp.http_relay import error_response, request_headers, response_headers
+from idemstore.mcp.live_answers import LiveAnswer, LiveAnswers, Where
 from idemstore.mcp.sse_stream import SSEReader, render_event
 from idemstore.mcp.tool_call_keys import (
     Answer,
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     Execute = Callable[[bytes], Awaitable[ServerResponse | None]]
     Refuse = Callable[[Response], None]
     Verify = Callable[[], Awaitable[Response | None]]
+    # An original's live answer, and how to end it (LiveAnswers.end for its place).
+    LiveFeed = tuple[LiveAnswer, Callable[[LiveAnswer], None]]
     SendUpstream = Callable[
         [str, str, list[tuple[str, str]], bytes | AsyncIterator[bytes]],
         Awaitable[httpx.Response],
@@ -91,6 +94,11 @@ def _answer_at_end(
         live.set_result(rendered(headers, data))
 
 
+def _streams(upstream: httpx.Response) -> bool:
+    media = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
+    return 200 <= upstream.status_code < 300 and media == "text/event-stream"
+
+
 def rendered(headers: Mapping[str, str], data: bytes) -> Response:
     """One JSON-RPC message as the client accepts it: JSON if it may, else a one-event stream."""
     data = data.rstrip(b"\n")
@@ -115,9 +123,13 @@ class UpstreamAnswer:
     ``response()`` is the client's copy: the same status, headers and bytes.
     """
 
-    def __init__(self, upstream: httpx.Response, request_id: object) -> None:
+    def __init__(
+        self, upstream: httpx.Response, request_id: object, live: LiveFeed | None = None
+    ) -> None:
         self.upstream = upstream
         self.request_id = request_id
+        # Where duplicates attached to this answer get its events (streamed 2xx answers only).
+        self._live = live
         self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._held: list[bytes] = []
         self._rest: AsyncIterator[bytes] | None = None
@@ -155,7 +167,10 @@ class UpstreamAnswer:
                 found = None
                 for event in reader.feed(chunk):
                     data = (event.data or "").encode("utf-8", "surrogatepass")
-                    found = found or self._matches(event.message(), data)
+                    if found is None:
+                        found = self._matches(event.message(), data)
+                        if self._live is not None:
+                            self._live[0].event(data, final=found is not None)
                 if found is not None:
                     self._held.append(chunk)
                     return found
@@ -180,6 +195,7 @@ class UpstreamAnswer:
             logger.warning("upstream stream broke off after the final response: %s", exc)
             self._cut = True
         finally:
+            self._end_live()
             await self.upstream.aclose()
             self._chunks.put_nowait(None)
 
@@ -187,8 +203,15 @@ class UpstreamAnswer:
         """Stop relaying (the call was cancelled and the upstream never answered): the
         client's copy ends cut, the upstream connection is closed."""
         self._cut = True
+        self._end_live()
         await self.upstream.aclose()
         self._chunks.put_nowait(None)
+
+    def _end_live(self) -> None:
+        if self._live is not None:
+            answer, end = self._live
+            end(answer)
+            self._live = None
 
     async def _body(self) -> AsyncIterator[bytes]:
         while True:
@@ -243,6 +266,8 @@ class ToolCalls:
         # Calls in flight by (scope, Mcp-Session-Id, request id): where a client's
         # notifications/cancelled (a POST of its own) finds the call it names.
         self._in_flight: dict[tuple[str, str, str], PendingCall] = {}
+        # Streamed answers of originals running here, for duplicates to attach to.
+        self._live = LiveAnswers(_MAX_EVENT_BYTES)
 
     def _prepare(
         self, message: dict[str, Any], body: bytes, scope: str
@@ -301,6 +326,8 @@ class ToolCalls:
         pending = self._in_flight.get((scope, session, id_key(request_id)))
         if pending is None or pending.task is None:
             return
+        # A cancelled call takes no more duplicates: a retry runs (or waits) by its key.
+        self._live.withdraw((pending.call.scope, pending.call.key))
         if pending.forwarded:
             self._runner.cancel_forwarded(pending)
         else:
@@ -327,6 +354,18 @@ class ToolCalls:
             return verdict.line
         if isinstance(verdict, Answer):
             return rendered(headers, verdict.line)
+        where = (verdict.scope, verdict.key)
+        attached = self._live.attach(where, verdict.fingerprint)
+        if attached is not None and _accepts(headers, "text/event-stream"):
+            # The original streams here: follow it live rather than be refused or wait.
+            refusal = await verify() if verify is not None else None
+            if refusal is not None:
+                return refusal
+            follow = StreamingResponse(
+                attached.events(verdict.request_id), media_type="text/event-stream"
+            )
+            follow.headers["cache-control"] = "no-cache"
+            return follow
         pending = PendingCall(verdict)
         in_flight = (scope, session, verdict.id_key)
 
@@ -353,7 +392,13 @@ class ToolCalls:
                 if self._in_flight.get(in_flight) is pending:
                     del self._in_flight[in_flight]
 
-        return await self.answer(path=path, headers=headers, request_id=verdict.request_id, run=run)
+        return await self.answer(
+            path=path,
+            headers=headers,
+            request_id=verdict.request_id,
+            run=run,
+            attachable=(where, verdict.fingerprint),
+        )
 
     async def answer(
         self,
@@ -362,6 +407,7 @@ class ToolCalls:
         headers: Mapping[str, str],
         request_id: object,
         run: Callable[[Execute, Refuse], Coroutine[Any, Any, bytes | None]],
+        attachable: tuple[Where, str] | None = None,
     ) -> Response:
         """Run one call through the core, detached from the client's connection.
 
@@ -370,7 +416,8 @@ class ToolCalls:
         came) or decides without the upstream (a replay, an error). It returns the JSON-RPC
         answer for the client, or calls ``refuse(response)`` to answer with an HTTP response
         of its own. When the upstream was reached, the client gets the upstream's own answer
-        as it streams instead.
+        as it streams instead. ``attachable``: the call's (scope, key) and fingerprint, under which
+        duplicates may attach to its answer while it streams (``LiveAnswers``).
         """
         loop = asyncio.get_running_loop()
         live: asyncio.Future[Response] = loop.create_future()
@@ -389,7 +436,14 @@ class ToolCalls:
                 message = f"the MCP upstream could not be reached ({type(exc).__name__})"
                 refuse(error_response(502, message))
                 return None
-            answer = UpstreamAnswer(upstream, request_id)
+            feed: LiveFeed | None = None
+            if attachable is not None and _streams(upstream):
+                where, fingerprint = attachable
+                feed = (
+                    self._live.start(where, fingerprint),
+                    functools.partial(self._live.end, where),
+                )
+            answer = UpstreamAnswer(upstream, request_id, feed)
             forwarded_answers.append(answer)
             if not answer.buffered:
                 refuse(answer.response())
