@@ -319,6 +319,7 @@ class McpGateway:
             scope=scope,
             session=request.headers.get("mcp-session-id", ""),
             verify=verify if self._verify_replays else None,
+            receive=request.receive,
         )
 
     async def _cancel(self, request: Request, message: dict[str, Any]) -> None:

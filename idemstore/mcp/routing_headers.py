@@ -22,6 +22,7 @@ __all__ = [
     "METHOD_HEADER",
     "MODERN_VERSIONS",
     "NAME_HEADER",
+    "VERSION_HEADER",
     "declared_method",
     "disagreement",
     "mismatch_error",

@@ -9,6 +9,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.gateway.rpc import BOTH, CALLER, call, post
@@ -94,3 +95,19 @@ async def test_a_tools_call_spelt_with_escapes_cannot_hide_behind_another_method
     assert error["code"] == -32020
     assert "'tools/list'" in error["message"]  # the gateway's refusal, not the upstream's
     assert upstream.executions() == []
+
+
+@STATEFUL
+async def test_a_2026_client_that_gives_up_cancels_so_its_retry_runs_again(
+    upstream: Upstream, gateway: str
+) -> None:
+    # At 2026-07-28 a client cancels by closing the call's stream (no notifications/cancelled
+    # over HTTP): the gateway releases the derived key, as for a 2025 client's cancel.
+    async with _client(gateway, "auto") as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("slow", {"n": 9, "seconds": 1.5}, read_timeout_seconds=0.3)
+        await upstream.until_executed("slow")
+        retry = await client.call_tool("slow", {"n": 9, "seconds": 1.5})
+    assert retry.content[0].text == "slow 9 done"  # type: ignore[union-attr]
+    assert (retry.meta or {}).get(REPLAYED_META_KEY) is not True  # run, not waited for
+    assert upstream.executions("slow") == ["slow", "slow"]
