@@ -32,6 +32,14 @@ SLOW_PATHS = [
     "tests/http",
     "tests/gateway",
 ]
+# The SEP-2663 tasks lane: tests that need fastmcp-tasks, which pins an older fastmcp-slim than
+# the [mcp] extra's FastMCP. It runs in an environment of its own (``tasks`` below) and in no
+# other lane, so installing it never downgrades the FastMCP the other lanes test.
+TASKS_PATHS = ["tests/tasks"]
+# fastmcp-tasks installed without its fastmcp-slim pin (checked against FastMCP 4.2: the lane
+# fails if it stops working), and the dependencies it brings besides that pin.
+TASKS_PACKAGES = ["fastmcp-tasks==4.1.4"]
+TASKS_DEPENDENCIES = ["pydocket>=0.26.1", "cryptography>=43.0.0"]
 # Tests elsewhere that install packages, race processes or restart engines carry this marker
 # (declared in pyproject.toml's [tool.pytest.ini_options]).
 SLOW_MARKER = "slow"
@@ -49,7 +57,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 # Only interpreters already on this machine: a missing one is an error, never a download.
 nox.options.download_python = "never"
-nox.options.sessions = ["fast", "slow", "dist"]
+nox.options.sessions = ["fast", "slow", "tasks", "dist"]
 nox.needs_version = ">=2024.10.9"
 
 # pytest exits 5 when it collected or selected nothing: a lane that ran no test proves nothing.
@@ -95,7 +103,7 @@ def fast(session: nox.Session) -> None:
     _install_for_tests(session)
     # The interpreter's own version, so stdlib and dependency stubs are those of this Python.
     session.run("mypy", "--strict", "--python-version", session.python, "idemstore")
-    ignore = [f"--ignore={path}" for path in SLOW_PATHS]
+    ignore = [f"--ignore={path}" for path in [*SLOW_PATHS, *TASKS_PATHS]]
     _pytest(session, "-m", f"not {SLOW_MARKER}", *ignore)
 
 
@@ -103,7 +111,7 @@ def fast(session: nox.Session) -> None:
 def slow(session: nox.Session) -> None:
     """Reliability, process races, installs and the MCP/HTTP integration suites, on one Python."""
     _install_for_tests(session)
-    ignore = [f"--ignore={path}" for path in SLOW_PATHS]
+    ignore = [f"--ignore={path}" for path in [*SLOW_PATHS, *TASKS_PATHS]]
     # Two pytest runs (markers cannot select by path); the second runs even when the first
     # failed, so one lane run reports every failure. Either failing fails the lane.
     failed = []
@@ -114,6 +122,15 @@ def slow(session: nox.Session) -> None:
             failed.append(" ".join(args))
     if failed:
         session.error(f"slow lane failed in: {'; '.join(failed)}")
+
+
+# Small and light (a few spawned servers): it runs beside the fast lanes, adding no wall time.
+@nox.session(python=SLOW_LANE_PYTHON, allow_parallel=True)
+def tasks(session: nox.Session) -> None:
+    """SEP-2663 tasks through the proxy, the gateway and the server adapters (fastmcp-tasks)."""
+    _install(session, "pip", "-e", ".[mcp,gateway,test]", *TASKS_DEPENDENCIES)
+    _install(session, "--no-deps", *TASKS_PACKAGES)
+    _pytest(session, *TASKS_PATHS)
 
 
 @nox.session(python=SLOW_LANE_PYTHON, allow_parallel=True)

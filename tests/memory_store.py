@@ -7,18 +7,35 @@ so one in-process engine is enough. A suite's ``conftest.py`` imports it to use 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from idemstore import open_store
+from idemstore.backends.memory import MemoryStore
+from idemstore.errors import ResponseTooLargeError
+from idemstore.execution.outcome_markers import MARKER_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from idemstore.protocol import IdempotencyStore
 
-__all__ = ["store"]
+__all__ = ["SmallItemStore", "store"]
+
+
+class SmallItemStore(MemoryStore):
+    """A memory store with an item limit, as DynamoDB has: a response over ``LIMIT`` bytes is
+    refused (``ResponseTooLargeError``); the execution path's small markers always fit."""
+
+    LIMIT = 64
+
+    async def complete(self, lease: Any, response: bytes, **options: Any) -> bool:
+        if len(response) > self.LIMIT and not response.startswith(MARKER_PREFIX):
+            raise ResponseTooLargeError(
+                f"item over {self.LIMIT} bytes", size=len(response), limit=self.LIMIT
+            )
+        return await super().complete(lease, response, **options)
 
 
 @pytest.fixture

@@ -10,7 +10,10 @@ each, one at a time, the three interleaved (in duration mode each side makes at 
 ``MIN_SAMPLES`` calls, so its p99 rests on 20 of them). The added latency is the difference of the
 percentiles; the gateway's p50 and p99 added are compared with the bare proxy's. Then
 ``IDENTICAL_CALLS`` identical calls go through the gateway and the upstream's executions are
-counted: 1 is right.
+counted: 1 is right. Last, ``PASS_THROUGH_CALLS`` requests that are not ``tools/call`` (a
+``resources/read`` carrying the payload) go through the gateway with and without SEP-2243's
+``Mcp-Method`` header, interleaved: with it the gateway relays them without parsing the body,
+and the notes give both medians (``pass_through_*``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ __all__ = ["run_gateway"]
 
 GATEWAY_STORE = "memory://"
 IDENTICAL_CALLS = 5
+# Pass-through requests per side in duration mode (with --ops, that many).
+PASS_THROUGH_CALLS = 1000
 # Rounds of direct, bare proxy, gateway: drift on a shared machine spreads over all three.
 ROUNDS = 4
 # In duration mode, calls each side makes at the least: the p99 compared with the bare proxy's
@@ -110,6 +115,28 @@ async def _time_calls(
     return timing
 
 
+async def _time_pass_through(
+    client: Any, url: str, pad: str, calls: int
+) -> dict[str, float | None]:
+    """Median milliseconds of a non-``tools/call`` request through the gateway, relayed by
+    its ``Mcp-Method`` header (body unread) and without it (body parsed)."""
+    import json
+
+    params = {"uri": "file:///bench", "_meta": {"pad": pad}}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": params})
+    sides = {"parsed": _HEADERS, "by_header": {**_HEADERS, "mcp-method": "resources/read"}}
+    latencies: dict[str, list[int]] = {name: [] for name in sides}
+    for _ in range(ROUNDS):
+        for name, headers in sides.items():
+            for _ in range(max(1, calls // ROUNDS)):
+                begun = time.perf_counter_ns()
+                await client.post(url, content=body, headers=headers)
+                latencies[name].append(time.perf_counter_ns() - begun)
+    return {
+        f"pass_through_{name}_p50_ms": sorted(v)[len(v) // 2] / 1e6 for name, v in latencies.items()
+    }
+
+
 def _added(through: Timing, direct: Timing, relay: Timing) -> dict[str, float | None]:
     """Added latency of the gateway and of the bare proxy, and the gateway's over the proxy's."""
     ours, bare = added_latency(through, direct), added_latency(relay, direct, "relay_")
@@ -120,7 +147,9 @@ def _added(through: Timing, direct: Timing, relay: Timing) -> dict[str, float | 
     }
 
 
-async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, Timing, int]:
+async def _measure(
+    load: Any, tmp: Path
+) -> tuple[Timing, Timing, Timing, int, dict[str, float | None]]:
     import httpx
 
     counter = tmp / "executions"
@@ -174,11 +203,13 @@ async def _measure(load: Any, tmp: Path) -> tuple[Timing, Timing, Timing, int]:
             for i in range(IDENTICAL_CALLS):
                 await client.post(gateway_url, json={**body, "id": f"same-{i}"}, headers=_HEADERS)
             executions = len(counter.read_text().split()) - before
+            calls = load.ops if load.ops is not None else PASS_THROUGH_CALLS
+            pass_through = await _time_pass_through(client, gateway_url, pad, calls)
     finally:
         await _stop(relay)
         await _stop(gateway)
         await _stop(upstream)
-    return through, direct, relayed, executions
+    return through, direct, relayed, executions, pass_through
 
 
 async def run_gateway(load: Any) -> Measurement | Unavailable:
@@ -189,7 +220,7 @@ async def run_gateway(load: Any) -> Measurement | Unavailable:
             return Unavailable("mcp gateway", why, scenario="gateway", extra="gateway")
     try:
         with tempfile.TemporaryDirectory(prefix="idemstore-bench-gateway-") as tmp:
-            through, direct, relayed, executions = await _measure(load, Path(tmp))
+            through, direct, relayed, executions, pass_through = await _measure(load, Path(tmp))
     except (OSError, RuntimeError, TimeoutError, ValueError) as exc:
         return Unavailable("mcp gateway", f"{type(exc).__name__}: {exc}", scenario="gateway")
     through.executions = executions
@@ -200,5 +231,9 @@ async def run_gateway(load: Any) -> Measurement | Unavailable:
         direct,
         direct_name="the same HTTP endpoint called directly",
         store=GATEWAY_STORE,
-        notes={"identical_calls": IDENTICAL_CALLS, **_added(through, direct, relayed)},
+        notes={
+            "identical_calls": IDENTICAL_CALLS,
+            **_added(through, direct, relayed),
+            **pass_through,
+        },
     )

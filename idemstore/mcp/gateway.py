@@ -44,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the packaging test
         "the MCP gateway", "httpx, starlette and uvicorn", exc, "gateway"
     ) from None
 
+from idemstore.mcp import routing_headers
 from idemstore.mcp.caller_tokens import bearer_token
 from idemstore.mcp.gateway_calls import ToolCalls
 from idemstore.mcp.http_relay import (
@@ -72,9 +73,12 @@ _READ_ANSWERS = frozenset({"initialize", "server/discover", "tools/list"})
 # Load balancers' probes, answered by the gateway itself and never relayed.
 _PROBES = frozenset({"/healthz", "/readyz"})
 _DEFAULT_MAX_BODY = 16 * 1024 * 1024
-# What a replay costs the upstream: one ping carrying the caller's credentials.
+# What a replay costs the upstream: one request (routing_headers.verify_request) carrying
+# the caller's credentials.
 _BOTH_MEDIA = "application/json, text/event-stream"
-_VERIFY_PING = b'{"jsonrpc":"2.0","id":"idemstore-verify-replay","method":"ping"}'
+# Methods whose body the gateway must read; a request whose Mcp-Method (SEP-2243) names none
+# of them is relayed without parsing its body.
+_PARSED = frozenset({"tools/call", "notifications/cancelled", *_READ_ANSWERS})
 
 
 Unidentified = Literal["relay", "refuse", "shared"]
@@ -268,9 +272,18 @@ class McpGateway:
             return Response(status_code=499)
         if body is None:
             return error_response(413, f"request body over {self.config.max_body_bytes} bytes")
+        declared = routing_headers.declared_method(request.headers)
+        if declared is not None and declared not in _PARSED and not _may_name_parsed(body):
+            # SEP-2243: the header names the method. A body that may name a method the gateway
+            # reads is parsed anyway, so no tools/call hides behind the header.
+            return await self._relay(request, body)
         message = decoded(body)
         if not isinstance(message, dict):
             return await self._relay(request, body)
+        why = routing_headers.disagreement(request.headers, message)
+        if why is not None:  # the gateway will not guess which of the two the upstream believes
+            mismatch = routing_headers.mismatch_error(message.get("id"), why)
+            return Response(mismatch, status_code=400, media_type="application/json")
         method = message.get("method")
         if message.get("id") is None:
             if method == "notifications/cancelled":
@@ -297,7 +310,7 @@ class McpGateway:
             )
 
         async def verify() -> Response | None:
-            return await self._still_accepted(request, target)
+            return await self._still_accepted(request, target, message)
 
         return await self._calls.handle(
             message,
@@ -307,6 +320,7 @@ class McpGateway:
             scope=scope,
             session=request.headers.get("mcp-session-id", ""),
             verify=verify if self._verify_replays else None,
+            receive=request.receive,
         )
 
     async def _cancel(self, request: Request, message: dict[str, Any]) -> None:
@@ -318,22 +332,28 @@ class McpGateway:
             session = request.headers.get("mcp-session-id", "")
             self._calls.cancel(scope, session, params["requestId"])
 
-    async def _still_accepted(self, request: Request, target: str) -> Response | None:
+    async def _still_accepted(
+        self, request: Request, target: str, message: Mapping[str, Any]
+    ) -> Response | None:
         """Before a replay: ``None`` when the upstream still accepts the caller's credentials,
         else its refusal (relayed as it came: a revoked token gets the upstream's 401).
 
-        One ``ping`` with the caller's headers: a recorded outcome is never served on the
-        strength of a credential the upstream no longer honours.
+        One request with the caller's headers (``ping``; ``server/discover`` with the caller's
+        envelope for a sessionless 2026-07-28 caller): a recorded outcome is never served on
+        the strength of a credential the upstream no longer honours.
         """
-        # The caller's headers (credentials, session, protocol version), as a well-formed ping.
-        headers = [
-            (name, value)
-            for name, value in request_headers(request.headers.items(), rewritten=True)
-            if name.lower() not in ("accept", "content-type")
-        ]
+        # The caller's headers (credentials, session, protocol version), as a well-formed probe.
+        headers, probe = routing_headers.verify_request(
+            (
+                (name, value)
+                for name, value in request_headers(request.headers.items(), rewritten=True)
+                if name.lower() not in ("accept", "content-type")
+            ),
+            message,
+        )
         headers += [("accept", _BOTH_MEDIA), ("content-type", "application/json")]
         try:
-            response = await self._send_upstream("POST", target, headers, _VERIFY_PING)
+            response = await self._send_upstream("POST", target, headers, probe)
         except httpx.HTTPError as exc:
             return _unreachable(exc)
         if not 200 <= response.status_code < 300:
@@ -483,6 +503,11 @@ def _url_path(scope: Mapping[str, Any]) -> str:
     ASGI path with the characters Starlette escapes in it escaped the same way."""
     path: str = scope["path"]
     return path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+
+
+def _may_name_parsed(body: bytes) -> bool:
+    # An escape (tools\/call, \u0074ools/call) could spell a name no substring shows.
+    return b"\\" in body or b"tools/call" in body or b"notifications/cancelled" in body
 
 
 def _unreachable(exc: httpx.HTTPError) -> Response:

@@ -25,8 +25,10 @@ import httpx
 from starlette.responses import Response, StreamingResponse
 
 from idemstore.callers import fit_scope
-from idemstore.mcp import sep3182
+from idemstore.mcp import routing_headers, sep3182
+from idemstore.mcp.client_gone import Receive, WatchedStream, until_disconnect
 from idemstore.mcp.http_relay import error_response, request_headers, response_headers
+from idemstore.mcp.live_answers import LiveAnswer, LiveAnswers, Where
 from idemstore.mcp.sse_stream import SSEReader, render_event
 from idemstore.mcp.tool_call_keys import (
     Answer,
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     Execute = Callable[[bytes], Awaitable[ServerResponse | None]]
     Refuse = Callable[[Response], None]
     Verify = Callable[[], Awaitable[Response | None]]
+    # An original's live answer, and how to end it (LiveAnswers.end for its place).
+    LiveFeed = tuple[LiveAnswer, Callable[[LiveAnswer], None]]
     SendUpstream = Callable[
         [str, str, list[tuple[str, str]], bytes | AsyncIterator[bytes]],
         Awaitable[httpx.Response],
@@ -91,6 +95,27 @@ def _answer_at_end(
         live.set_result(rendered(headers, data))
 
 
+async def _unless_gone(
+    live: asyncio.Future[Response], receive: Receive, on_disconnect: Callable[[], None]
+) -> Response:
+    """``live``'s response, or 499 once the client went away first (``on_disconnect`` told)."""
+    gone = asyncio.ensure_future(until_disconnect(receive))
+    try:
+        waited: set[asyncio.Future[Any]] = {live, gone}
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if live.done():
+        return live.result()
+    on_disconnect()
+    return Response(status_code=499)
+
+
+def _streams(upstream: httpx.Response) -> bool:
+    media = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
+    return 200 <= upstream.status_code < 300 and media == "text/event-stream"
+
+
 def rendered(headers: Mapping[str, str], data: bytes) -> Response:
     """One JSON-RPC message as the client accepts it: JSON if it may, else a one-event stream."""
     data = data.rstrip(b"\n")
@@ -115,9 +140,16 @@ class UpstreamAnswer:
     ``response()`` is the client's copy: the same status, headers and bytes.
     """
 
-    def __init__(self, upstream: httpx.Response, request_id: object) -> None:
+    def __init__(
+        self, upstream: httpx.Response, request_id: object, live: LiveFeed | None = None
+    ) -> None:
         self.upstream = upstream
         self.request_id = request_id
+        # Where duplicates attached to this answer get its events (streamed 2xx answers only).
+        self._live = live
+        # Called when the client closes its copy before the end: a 2026-07-28 client's
+        # cancellation (that revision has no notifications/cancelled over HTTP).
+        self.on_disconnect: Callable[[], None] | None = None
         self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._held: list[bytes] = []
         self._rest: AsyncIterator[bytes] | None = None
@@ -155,7 +187,10 @@ class UpstreamAnswer:
                 found = None
                 for event in reader.feed(chunk):
                     data = (event.data or "").encode("utf-8", "surrogatepass")
-                    found = found or self._matches(event.message(), data)
+                    if found is None:
+                        found = self._matches(event.message(), data)
+                        if self._live is not None:
+                            self._live[0].event(data, final=found is not None)
                 if found is not None:
                     self._held.append(chunk)
                     return found
@@ -180,6 +215,7 @@ class UpstreamAnswer:
             logger.warning("upstream stream broke off after the final response: %s", exc)
             self._cut = True
         finally:
+            self._end_live()
             await self.upstream.aclose()
             self._chunks.put_nowait(None)
 
@@ -187,8 +223,15 @@ class UpstreamAnswer:
         """Stop relaying (the call was cancelled and the upstream never answered): the
         client's copy ends cut, the upstream connection is closed."""
         self._cut = True
+        self._end_live()
         await self.upstream.aclose()
         self._chunks.put_nowait(None)
+
+    def _end_live(self) -> None:
+        if self._live is not None:
+            answer, end = self._live
+            end(answer)
+            self._live = None
 
     async def _body(self) -> AsyncIterator[bytes]:
         while True:
@@ -214,7 +257,8 @@ class UpstreamAnswer:
 
     def response(self) -> Response:
         """The client's copy of the answer (status, headers, bytes as they arrive)."""
-        relayed = StreamingResponse(self._body(), status_code=self.upstream.status_code)
+        relayed = WatchedStream(self._body(), status_code=self.upstream.status_code)
+        relayed.on_disconnect = self.on_disconnect
         relayed.raw_headers = response_headers(
             self.upstream, drop=("content-length", "content-encoding")
         )
@@ -243,6 +287,8 @@ class ToolCalls:
         # Calls in flight by (scope, Mcp-Session-Id, request id): where a client's
         # notifications/cancelled (a POST of its own) finds the call it names.
         self._in_flight: dict[tuple[str, str, str], PendingCall] = {}
+        # Streamed answers of originals running here, for duplicates to attach to.
+        self._live = LiveAnswers(_MAX_EVENT_BYTES)
 
     def _prepare(
         self, message: dict[str, Any], body: bytes, scope: str
@@ -299,8 +345,22 @@ class ToolCalls:
         proxy's rule: a call not yet forwarded stops; a forwarded derived or ``_meta`` key is
         released at once, a SEP key after ``cancel_grace`` seconds without an answer."""
         pending = self._in_flight.get((scope, session, id_key(request_id)))
-        if pending is None or pending.task is None:
+        if pending is not None:
+            self._cancel(pending)
+
+    def _disconnected(self, pending: PendingCall) -> None:
+        """A 2026-07-28 client closed a call's stream: its cancellation. The rule of
+        ``cancel``; a derived or ``_meta`` call's upstream stream is closed too, which is how
+        a 2026 upstream learns of it (a SEP key's is read on until ``cancel_grace``)."""
+        self._cancel(pending)
+        if pending.call.kind != "sep" and pending.task is not None:
+            pending.task.cancel()
+
+    def _cancel(self, pending: PendingCall) -> None:
+        if pending.task is None:
             return
+        # A cancelled call takes no more duplicates: a retry runs (or waits) by its key.
+        self._live.withdraw((pending.call.scope, pending.call.key))
         if pending.forwarded:
             self._runner.cancel_forwarded(pending)
         else:
@@ -316,17 +376,32 @@ class ToolCalls:
         scope: str,
         session: str = "",
         verify: Verify | None = None,
+        receive: Receive | None = None,
     ) -> Response | bytes:
         """The client's answer to a ``tools/call``, or the bytes to relay upstream unread.
 
         ``verify``, when given, runs before a recorded outcome is served: ``None`` lets the
         replay go, a ``Response`` is the client's answer instead (the upstream's refusal).
+        ``receive``: the request's ASGI channel, to see a 2026-07-28 client go away (its
+        cancellation) while the answer is awaited.
         """
         verdict = self._prepare(message, body, scope)
         if isinstance(verdict, Forward):
             return verdict.line
         if isinstance(verdict, Answer):
             return rendered(headers, verdict.line)
+        where = (verdict.scope, verdict.key)
+        attached = self._live.attach(where, verdict.fingerprint)
+        if attached is not None and _accepts(headers, "text/event-stream"):
+            # The original streams here: follow it live rather than be refused or wait.
+            refusal = await verify() if verify is not None else None
+            if refusal is not None:
+                return refusal
+            follow = StreamingResponse(
+                attached.events(verdict.request_id), media_type="text/event-stream"
+            )
+            follow.headers["cache-control"] = "no-cache"
+            return follow
         pending = PendingCall(verdict)
         in_flight = (scope, session, verdict.id_key)
 
@@ -353,7 +428,16 @@ class ToolCalls:
                 if self._in_flight.get(in_flight) is pending:
                     del self._in_flight[in_flight]
 
-        return await self.answer(path=path, headers=headers, request_id=verdict.request_id, run=run)
+        modern = headers.get(routing_headers.VERSION_HEADER) in routing_headers.MODERN_VERSIONS
+        return await self.answer(
+            path=path,
+            headers=headers,
+            request_id=verdict.request_id,
+            run=run,
+            attachable=(where, verdict.fingerprint),
+            on_disconnect=functools.partial(self._disconnected, pending) if modern else None,
+            receive=receive,
+        )
 
     async def answer(
         self,
@@ -362,6 +446,9 @@ class ToolCalls:
         headers: Mapping[str, str],
         request_id: object,
         run: Callable[[Execute, Refuse], Coroutine[Any, Any, bytes | None]],
+        attachable: tuple[Where, str] | None = None,
+        on_disconnect: Callable[[], None] | None = None,
+        receive: Receive | None = None,
     ) -> Response:
         """Run one call through the core, detached from the client's connection.
 
@@ -370,7 +457,9 @@ class ToolCalls:
         came) or decides without the upstream (a replay, an error). It returns the JSON-RPC
         answer for the client, or calls ``refuse(response)`` to answer with an HTTP response
         of its own. When the upstream was reached, the client gets the upstream's own answer
-        as it streams instead.
+        as it streams instead. ``attachable``: the call's (scope, key) and fingerprint, under which
+        duplicates may attach to its answer while it streams (``LiveAnswers``).
+        ``on_disconnect``: called when the client closes a streamed answer before its end.
         """
         loop = asyncio.get_running_loop()
         live: asyncio.Future[Response] = loop.create_future()
@@ -389,7 +478,9 @@ class ToolCalls:
                 message = f"the MCP upstream could not be reached ({type(exc).__name__})"
                 refuse(error_response(502, message))
                 return None
-            answer = UpstreamAnswer(upstream, request_id)
+            feed = self._feed(attachable, upstream)
+            answer = UpstreamAnswer(upstream, request_id, feed)
+            answer.on_disconnect = on_disconnect
             forwarded_answers.append(answer)
             if not answer.buffered:
                 refuse(answer.response())
@@ -420,8 +511,20 @@ class ToolCalls:
         task.add_done_callback(self._running.discard)
         task.add_done_callback(functools.partial(_answer_at_end, live, headers))
         # The answer is whichever comes first: a response decided while the call runs, or the
-        # call's end. A client that goes away cancels only this wait: the task runs on.
+        # call's end. A client that goes away cancels only this wait: the task runs on (but
+        # a 2026-07-28 client going away is its cancellation: on_disconnect).
+        if on_disconnect is not None and receive is not None:
+            return await _unless_gone(live, receive, on_disconnect)
         return await live
+
+    def _feed(
+        self, attachable: tuple[Where, str] | None, upstream: httpx.Response
+    ) -> LiveFeed | None:
+        """Where a streamed 2xx answer's events go, for duplicates to attach to them."""
+        if attachable is None or not _streams(upstream):
+            return None
+        where, fingerprint = attachable
+        return self._live.start(where, fingerprint), functools.partial(self._live.end, where)
 
     async def drain(self) -> None:
         """Wait for every call already forwarded to be read to its end (and recorded)."""

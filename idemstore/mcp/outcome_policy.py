@@ -7,8 +7,11 @@ JSON-RPC response (``{"result": ...}`` or ``{"error": ...}``), ``None`` when non
 
 Nothing is recorded that a retry would be wrong to get: a refusal (no tool ran), a cancelled
 call (``-32800``: the tool never finished), an MRTR ``input_required`` ask (the exchange goes
-on), no answer at all. Derived and ``_meta`` keys follow mcp-idempotent and record results
-only; SEP-3182 keys record errors too (the SEP replays whatever happened).
+on), no answer at all. A task handle (SEP-2663's ``resultType: "task"``) is the server's answer
+to a task-augmented call: recorded like a result, so a retry gets the same task instead of
+starting a second one (``tasks/*`` requests carry no key and pass through). Derived
+and ``_meta`` keys follow mcp-idempotent and record results only; SEP-3182 keys record errors
+too (the SEP replays whatever happened).
 """
 
 from __future__ import annotations
@@ -18,16 +21,36 @@ from typing import Any, Literal
 
 from idemstore.mcp import sep3182
 
-__all__ = ["CASES", "POLICY", "Case", "Decision", "KeyKind", "case_of", "decide"]
+__all__ = [
+    "CASES",
+    "POLICY",
+    "TASK_RESULT_TYPE",
+    "Case",
+    "Decision",
+    "KeyKind",
+    "case_of",
+    "decide",
+]
+
+TASK_RESULT_TYPE = "task"
+"""SEP-2663's ``resultType`` of a task-augmented ``tools/call`` answer: the task's handle."""
 
 KeyKind = Literal["sep", "meta", "derived"]
 Decision = Literal["record", "release"]
 Case = Literal[
-    "result", "tool_error", "error", "refusal", "cancelled", "input_required", "no_answer"
+    "result",
+    "task",
+    "tool_error",
+    "error",
+    "refusal",
+    "cancelled",
+    "input_required",
+    "no_answer",
 ]
 
 CASES: tuple[Case, ...] = (
     "result",
+    "task",
     "tool_error",
     "error",
     "refusal",
@@ -41,6 +64,7 @@ _NEVER: Mapping[KeyKind, Decision] = {"sep": "release", "meta": "release", "deri
 
 POLICY: Mapping[Case, Mapping[KeyKind, Decision]] = {
     "result": _ALWAYS,
+    "task": _ALWAYS,  # the handle of a task the server started: a retry must get the same one
     "tool_error": _ALWAYS,  # isError: true is the tool's answer, not a failure to answer
     "error": {"sep": "record", "meta": "release", "derived": "release"},
     "refusal": _NEVER,
@@ -68,6 +92,8 @@ def case_of(message: Mapping[str, Any] | None) -> Case:
     if isinstance(result, Mapping):
         if result.get("resultType") == "input_required":
             return "input_required"
+        if result.get("resultType") == TASK_RESULT_TYPE:
+            return "task"
         if result.get("isError") is True:
             return "tool_error"
     return "result"

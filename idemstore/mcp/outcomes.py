@@ -4,7 +4,8 @@ The server adapters (``idemstore.mcp.server``) record what a keyed ``tools/call`
 a ``ToolOutcome`` and replay it from there. A record is era-neutral: it holds no 2026-07-28
 vocabulary (``resultType``, the SDK's ``serverInfo`` ``_meta`` stamp), so a result recorded on
 a 2025-era connection replays valid on a 2026 one and the other way round; ``render_result``
-adds what the asking connection's era needs.
+adds what the asking connection's era needs. A task handle (SEP-2663, ``resultType: "task"``)
+exists only at 2026-07-28 and keeps its ``resultType``: it is not a ``CallToolResult``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from idemstore.mcp.outcome_policy import TASK_RESULT_TYPE
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 
 __all__ = [
@@ -80,7 +82,8 @@ def era_neutral(wire: dict[str, Any]) -> dict[str, Any]:
     The low-level SDK hands a middleware the wire dict of the connection's era: a 2026-era one
     has ``resultType`` and the ``serverInfo`` ``_meta`` stamp. Records must replay on either.
     """
-    neutral = {k: v for k, v in wire.items() if k != "resultType"}
+    task = wire.get("resultType") == TASK_RESULT_TYPE  # a handle, not a CallToolResult
+    neutral = {k: v for k, v in wire.items() if task or k != "resultType"}
     meta = neutral.get("_meta")
     if isinstance(meta, Mapping) and SERVER_INFO_META_KEY in meta:
         rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
@@ -106,14 +109,19 @@ def replay_marked(body: Mapping[str, Any]) -> dict[str, Any]:
 def render_result(body: dict[str, Any], version: str, stamp: object) -> dict[str, Any]:
     """An era-neutral ``CallToolResult`` as the SDK would send it on a ``version`` connection."""
     wire = dict(body)
+    task = wire.get("resultType") == TASK_RESULT_TYPE
     if version in MODERN_PROTOCOL_VERSIONS:
-        wire["resultType"] = "complete"
+        wire.setdefault("resultType", "complete")
         if stamp is not None:
             meta = wire.get("_meta")
             wire["_meta"] = {
                 **(meta if isinstance(meta, Mapping) else {}),
                 SERVER_INFO_META_KEY: stamp,
             }
+    if task:
+        # The stock surface admits CallToolResult | InputRequiredResult only and would strip
+        # the handle; the server's tasks extension serializes its own shape after us.
+        return wire
     try:
         return serialize_server_result("tools/call", version, wire)
     except (KeyError, ValueError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from idemstore.errors import OutcomeTooLargeError
 from idemstore.execution.refusals import Refusal
 from idemstore.mcp import sep3182
 
@@ -43,8 +44,14 @@ REFUSAL_ERRORS: dict[Refusal, tuple[int, str]] = {
 _KEY = sep3182.KEY_FIELD
 
 
-def refusal_error(refusal: Refusal, key: str, why: str = "") -> dict[str, Any]:
-    """The JSON-RPC error object answering ``refusal`` of the call under ``key``."""
+def refusal_error(
+    refusal: Refusal, key: str, why: str = "", cause: BaseException | None = None
+) -> dict[str, Any]:
+    """The JSON-RPC error object answering ``refusal`` of the call under ``key``.
+
+    ``cause``: the exception refused. An ``OutcomeTooLargeError`` adds its ``size`` and
+    ``limit`` (bytes) to ``data``, so every door tells a retry the same facts.
+    """
     if refusal is Refusal.CONFLICT:
         return sep3182.conflict_error(key)
     if refusal is Refusal.IN_PROGRESS:
@@ -54,7 +61,10 @@ def refusal_error(refusal: Refusal, key: str, why: str = "") -> dict[str, Any]:
     if refusal is Refusal.STORE_UNAVAILABLE:
         return sep3182.store_unavailable_error(key, why)
     code, kind = REFUSAL_ERRORS[refusal]
-    return sep3182.error(code, _MESSAGES[refusal].format(key=key, field=_KEY), kind, key)
+    error = sep3182.error(code, _MESSAGES[refusal].format(key=key, field=_KEY), kind, key)
+    if isinstance(cause, OutcomeTooLargeError):
+        error["data"].update(size=cause.size, limit=cause.limit)
+    return error
 
 
 _MESSAGES = {

@@ -38,12 +38,12 @@ from idemstore.errors import (
     InvalidKeyError,
     MissingDependencyError,
 )
-from idemstore.execution import ExecutionPolicy, TakeoverPolicy
+from idemstore.execution import ExecutionPolicy, TakeoverPolicy, current_execution
 from idemstore.execution.refusals import Refusal, refusal_of
 from idemstore.forwarded_options import reject_unknown
 from idemstore.hashing import fingerprint
-from idemstore.mcp import sep3182
-from idemstore.mcp.outcome_policy import decide
+from idemstore.mcp import routing_headers, sep3182
+from idemstore.mcp.outcome_policy import case_of, decide
 from idemstore.mcp.outcomes import RecordUnreadable, ToolOutcome, era_neutral
 from idemstore.mcp.refusal_errors import refusal_error
 from idemstore.mcp.sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, KEY_FIELD
@@ -164,7 +164,6 @@ class _Sep3182:
 
     __slots__ = (
         "_max_key_length",
-        "_max_response_bytes",
         "_policy",
         "_scope",
         "_sources",
@@ -183,7 +182,15 @@ class _Sep3182:
         **policy: Unpack[_PolicyOptions],
     ) -> None:
         # in_flight="reject": the SEP forbids both a second execution and blocking the duplicate.
-        self._policy = ExecutionPolicy(store, in_flight="reject", consumer="mcp_server", **policy)
+        # max_response_bytes: an outcome over it is returned and the key keeps the "outcome not
+        # recorded" marker, as in every door: retries are refused, never run again.
+        self._policy = ExecutionPolicy(
+            store,
+            in_flight="reject",
+            consumer="mcp_server",
+            max_response_bytes=max_response_bytes,
+            **policy,
+        )
         if scope is not None and not isinstance(scope, str) and not callable(scope):
             raise TypeError(f"scope must be a str, a callable or None, not {scope!r}")
         if isinstance(scope, str):
@@ -191,7 +198,6 @@ class _Sep3182:
         self._scope = scope
         self._sources = caller_sources_of(caller_sources)
         self._max_key_length = max_key_length
-        self._max_response_bytes = max_response_bytes
         retention = self._policy.retention
         self.capability: dict[str, Any] = {}
         if advertise_retention:
@@ -213,17 +219,28 @@ class _Sep3182:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def read(self, params: Mapping[str, Any] | None) -> _ToolCall | None:
-        """The keyed call in ``params``, or ``None`` when the SEP does not apply to it.
+    def read(
+        self, params: Mapping[str, Any] | None, ctx: ServerRequestContext[Any, Any] | None = None
+    ) -> _ToolCall | None:
+        """The keyed call in ``params`` (of the request ``ctx``), or ``None`` when the SEP does
+        not apply to it.
 
-        Raises ``MCPError`` (invalid params) for a key that is not a non-empty string within
-        the key limit, or arguments that are not JSON values.
+        Raises ``MCPError``: invalid params for a key that is not a non-empty string within
+        the key limit, or arguments that are not JSON values; ``HEADER_MISMATCH`` for an HTTP
+        request whose ``Mcp-Method``/``Mcp-Name`` contradict its body (SEP-2243: the SDK
+        checks only 2026-era requests, and a keyed call must never pass for another).
         """
         if not isinstance(params, Mapping):
             return None
         key = sep3182.key_of(params)  # absent and null alike mean no key
         if key is None or sep3182.is_continuation(params):
             return None
+        scope = getattr(getattr(ctx, "request", None), "scope", None)
+        if isinstance(scope, Mapping):
+            message = {"method": "tools/call", "params": params}
+            why = routing_headers.disagreement(dict(asgi_headers(scope)), message)
+            if why is not None:
+                raise wire_error(sep3182.error(routing_headers.HEADER_MISMATCH, why))
         try:
             check_identity(key, "", max_key_length=self._max_key_length)
         except InvalidKeyError as exc:
@@ -276,19 +293,13 @@ class _Sep3182:
             fresh = await execute()
             if not fresh.record:
                 raise _NotRecorded
-            encoded = fresh.encode()
-            limit = self._max_response_bytes
-            if limit is not None and len(encoded) > limit:
-                logger.warning(
-                    "outcome of tool %r under idempotency key %r is %d bytes, over the %d-byte "
-                    "limit: returned but not recorded, key released",
-                    call.name,
-                    call.key,
-                    len(encoded),
-                    limit,
-                )
-                raise _NotRecorded
-            return encoded
+            try:
+                return fresh.encode()
+            except (TypeError, ValueError) as exc:  # the tool ran: a retry must not run it again
+                why = f"the outcome of tool {call.name!r} is not recordable: {exc}"
+                execution = current_execution()
+                assert execution is not None  # work runs inside policy.run
+                raise await execution.settle_unrecordable(why) from exc
 
         try:
             result = await self._policy.run(call.key, call.fingerprint, work, scope=scope)
@@ -312,7 +323,7 @@ class _Sep3182:
                 logger.error("idempotency store failed before tool %r ran: %s", call.name, exc)
             # Only a key's fault is told (the store's own messages may name its database).
             why = str(exc) if refusal is Refusal.INVALID_KEY else ""
-            raise wire_error(refusal_error(refusal, call.key, why)) from None
+            raise wire_error(refusal_error(refusal, call.key, why, exc)) from None
         if not result.replayed:
             assert fresh is not None
             return fresh
@@ -371,8 +382,10 @@ class ServerIdempotency(_Adapter):
             (default off).
         max_key_length: longest key accepted (longer ones are invalid params; default
             ``MAX_KEY_LENGTH``).
-        max_response_bytes: outcomes larger than this (encoded) are returned but not recorded
-            (default ``None``: no limit of its own).
+        max_response_bytes: an outcome larger than this (encoded) is returned to its caller
+            but not recorded: the key keeps the "outcome not recorded" marker and every retry
+            gets ``-32600`` ``idempotency_outcome_unrecorded`` with ``size`` and ``limit`` in
+            ``data`` (default ``None``: only the store's own limit).
         on_takeover: a call whose key was held by a call that died (lease lapsed) without an
             outcome: ``"run"`` the tool again (default), or ``"refuse"`` it, and every retry,
             with ``data.type = "idempotency_outcome_unknown"`` (docs/refusals.md).
@@ -398,7 +411,7 @@ class ServerIdempotency(_Adapter):
             return advertised  # type: ignore[return-value]
         if method != "tools/call":
             return await call_next(ctx)
-        call = self._sep.read(ctx.params)
+        call = self._sep.read(ctx.params, ctx)
         if call is None:
             return await call_next(ctx)
         scope = self._sep.scope_of(ctx, authenticated_principal(ctx))
@@ -484,7 +497,7 @@ class FastMCPIdempotency(_Adapter, Middleware):
             or srctx.params.get("name") != context.message.name
         ):
             return await call_next(context)
-        call = self._sep.read(srctx.params)
+        call = self._sep.read(srctx.params, srctx)
         if call is None:
             return await call_next(context)
         scope = self._sep.scope_of(srctx, _fastmcp_principal())
@@ -503,9 +516,13 @@ class FastMCPIdempotency(_Adapter, Middleware):
                 return raise_outcome("exception", exc)
             finally:
                 _executing.reset(token)
-            if isinstance(result, InputRequiredToolResult) or not isinstance(result, ToolResult):
-                # An MRTR ask is not an outcome; an extension's own result shape (a task
-                # handle) is not one this module can rebuild: neither is recorded.
+            if not isinstance(result, ToolResult):
+                # An extension interceptor's own result shape: a task handle (SEP-2663) is
+                # recorded as sent, so a retry gets the same task; others are not recorded.
+                wire = dump(result)
+                record = case_of({"result": wire}) == "task"
+                return ToolOutcome("result", wire, record=record, original=result)
+            if isinstance(result, InputRequiredToolResult):  # an MRTR ask is not an outcome
                 return ToolOutcome("result", {}, record=False, original=result)
             return ToolOutcome("result", tool_result_wire(result), original=result)
 

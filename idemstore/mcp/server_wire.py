@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import MissingDependencyError
 from idemstore.mcp import outcomes
-from idemstore.mcp.outcome_policy import decide
+from idemstore.mcp.outcome_policy import case_of, decide
 from idemstore.mcp.outcomes import ToolOutcome, render_result
 
 try:
@@ -109,6 +109,10 @@ def deliver_fastmcp(outcome: ToolOutcome) -> ToolResult:
             raise original
         return original  # type: ignore[return-value]
     body = outcome.body
+    if outcome.kind == "result" and case_of({"result": body}) == "task":
+        # A task handle goes to the SDK's runner as recorded, as the tasks extension's own
+        # result model did: FastMCP hands any result that is not a ToolResult through.
+        return outcomes.replay_marked(body)  # type: ignore[return-value]
     if outcome.kind == "result":
         body = outcomes.replay_marked(body)
         wire = mcp_types.CallToolResult.model_validate(body)

@@ -219,7 +219,7 @@ class CallRunner:
         refusal = refusal_of(exc) or Refusal.STORE_UNAVAILABLE
         if refusal.retryable or refusal is Refusal.SCHEMA_MISSING:
             logger.error("idempotency store refused %s key %r: %s", call.kind, call.key, exc)
-        return error_line(call.request_id, refusal_error(refusal, call.key, str(exc)))
+        return error_line(call.request_id, refusal_error(refusal, call.key, str(exc), exc))
 
     async def finish(
         self, call: ToolCall, execution: Execution, answer: Awaitable[ServerResponse]

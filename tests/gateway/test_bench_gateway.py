@@ -15,6 +15,8 @@ async def test_gateway_scenario_times_both_paths_and_sees_one_execution() -> Non
     # Five identical key-less calls through the gateway: the upstream ran one.
     assert measured.subject.executions == 1
     assert {"added_p50_ms", "added_p99_ms"} <= set(measured.notes)
+    # Requests other than tools/call, relayed by their Mcp-Method header and parsed.
+    assert {"pass_through_by_header_p50_ms", "pass_through_parsed_p50_ms"} <= set(measured.notes)
 
 
 async def test_gateway_scenario_measures_a_bare_reverse_proxy_as_its_floor() -> None:

@@ -70,8 +70,9 @@ async def _cancel(
 
 
 async def _assert_held(client: httpx.AsyncClient, url: str, retry: dict[str, Any]) -> None:
-    """The key of ``retry`` is still held: the gateway answers that it is in progress."""
-    held = await post(client, url, retry)
+    """The key of ``retry`` is still held: the gateway answers that it is in progress (to a
+    retry that takes JSON only: one that takes a stream would follow the original's)."""
+    held = await post(client, url, retry, accept="application/json")
     assert held.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
 
 

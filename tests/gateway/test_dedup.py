@@ -259,8 +259,9 @@ async def test_a_disconnected_sep_call_completes_once_and_its_retry_is_told_then
 ) -> None:
     message = call(1, "slow", {"n": 5, "seconds": 1.5}, idempotencyKey="gone")
     await _abandon(upstream, gateway, message)
-    # SEP-3182: a duplicate while the original runs is rejected at once.
-    early = await post(client, gateway, {**message, "id": 2})
+    # SEP-3182: a duplicate while the original runs is rejected at once (one that accepts an
+    # event stream follows the original's answer instead: tests/gateway/test_attach.py).
+    early = await post(client, gateway, {**message, "id": 2}, accept="application/json")
     assert early.final()["error"]["data"]["type"] == "idempotency_key_in_progress"
     for _ in range(100):
         late = await post(client, gateway, {**message, "id": 3})

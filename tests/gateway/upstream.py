@@ -71,11 +71,13 @@ def build() -> FastMCP[Any]:
         return f"slow {n} done"
 
     @mcp.tool
-    async def progress(n: int = 0, ctx: Context | None = None) -> str:
-        """Report progress twice before answering (several events on one stream)."""
+    async def progress(n: int = 0, seconds: float = 0.0, ctx: Context | None = None) -> str:
+        """Report progress twice before answering (several events on one stream), ``seconds``
+        apart."""
         executed("progress")
         if ctx is not None:
             await ctx.report_progress(1, 2)
+            await asyncio.sleep(seconds)
             await ctx.report_progress(2, 2)
         return f"progress {n} done"
 

@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 # One final answer per row of the table, in its order.
 SAMPLES: list[dict[str, Any] | None] = [
     {"result": {"content": []}},
+    {"result": {"resultType": "task", "taskId": "t-1", "status": "working"}},
     {"result": {"content": [], "isError": True}},
     {"error": {"code": -32001, "message": "the tool failed"}},
     {"error": {"code": -32602, "message": "invalid params"}},

@@ -13,6 +13,7 @@ from idemstore.backends.memory import MemoryStore
 from idemstore.mcp.proxy import IdempotentProxy
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.mcp.raw import ENV, executions, mock_command, unmarked, until_executed
+from tests.memory_store import SmallItemStore
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -236,4 +237,23 @@ async def test_a_derived_key_does_not_cache_a_server_error(start: Any, counter: 
         harness.call(request_id, "fail", {})
         assert "error" in await harness.next_message()
     assert len(executions(counter)) == 2  # only successful completions are remembered
+    harness.to_proxy.close()
+
+
+async def test_a_result_too_large_for_the_store_is_refused_to_every_retry(
+    start: Any, counter: Path
+) -> None:
+    # The store refuses the result (an item limit): the key keeps the "outcome not recorded"
+    # marker, and retries get the refusal with the size and the limit, never a second run.
+    harness = await start(IdempotentProxy(SmallItemStore()))
+    harness.call(1, "charge", {"amount": 1})
+    assert "result" in await harness.next_message()
+    for request_id in (2, 3):
+        harness.call(request_id, "charge", {"amount": 1})
+        error = (await harness.next_message())["error"]
+        assert error["code"] == -32600
+        assert error["data"]["type"] == "idempotency_outcome_unrecorded"
+        assert error["data"]["limit"] == SmallItemStore.LIMIT
+        assert error["data"]["size"] > SmallItemStore.LIMIT
+    assert len(executions(counter)) == 1
     harness.to_proxy.close()

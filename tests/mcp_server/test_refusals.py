@@ -85,3 +85,24 @@ async def test_a_takeover_refused_is_outcome_unknown_for_every_retry(
         assert error["data"] == {"type": sep3182.OUTCOME_UNKNOWN, "idempotencyKey": "k-taken"}
     assert isinstance(answers[0], dict)  # the original's caller still gets its result
     assert tools.count("slow") == 1
+
+
+async def test_an_outcome_over_max_response_bytes_is_refused_to_every_retry(
+    adapter: str, era: str
+) -> None:
+    # One rule in every door: the tool ran, its outcome cannot be recorded, so the key keeps
+    # the "outcome not recorded" marker; a released key would let a retry run it again.
+    tools = Tools()
+    server = build(adapter, tools, MemoryStore(), max_response_bytes=20)
+    async with connect(server, era) as client:
+        first = await call(client, "charge", {"amount": 5}, key="k-big")
+        retries = [error_of(await call(client, "charge", {"amount": 5}, key="k-big"))]
+        retries.append(error_of(await call(client, "charge", {"amount": 5}, key="k-big")))
+    assert isinstance(first, dict)  # the original's caller gets its result
+    for error in retries:
+        assert error["code"] == types.INVALID_REQUEST
+        data = error["data"]
+        assert data["type"] == sep3182.OUTCOME_UNRECORDED
+        assert data["idempotencyKey"] == "k-big"
+        assert data["limit"] == 20 and data["size"] > 20
+    assert tools.count("charge") == 1
