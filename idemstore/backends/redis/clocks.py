@@ -34,7 +34,7 @@ def seconds_of_time(reply: Any) -> float:
 class RedisClocks(ClockWatch):
     """The clock watch of a Redis store: which nodes to read, and how."""
 
-    __slots__ = ("_options", "_service", "_ssl", "_timeout")
+    __slots__ = ("_options", "_own", "_service", "_ssl", "_timeout")
 
     def __init__(self, where: str, given: dict[str, Any], sentinel_service: str | None) -> None:
         super().__init__(
@@ -45,14 +45,18 @@ class RedisClocks(ClockWatch):
         )
         self._service = sentinel_service
         self._options: dict[str, Any] = {}
+        self._own: Any = None
         self._ssl: bool = given["ssl"]
         self._timeout: float = given["socket_connect_timeout"] + given["socket_timeout"]
 
-    async def opened(self, client: Any, sentinel: Any) -> None:
+    async def opened(self, client: Any, sentinel: Any, own: Any = None) -> None:
         """Check at once on a new client (bounded: a node that does not answer in time is
-        judged unreadable), then every interval."""
+        judged unreadable), then every interval. ``own``: the store's own connections
+        (``ScriptCalls``), which read the server's clock when it has them, so the check opens
+        no connection past the store's ``max_connections``."""
         if not self.enabled:
             return
+        self._own = own
         # Other nodes are read on connections of their own, with the client's credentials
         # and TLS settings, without the primary's checks (redis_connect_func).
         made = client.get_connection_kwargs()
@@ -72,6 +76,8 @@ class RedisClocks(ClockWatch):
         if hasattr(client, "get_primaries"):  # a cluster: every node its primaries know
             return await self._cluster_nodes(client)
         nodes: list[NodeClock] = [("primary" if sentinel else "server", self._on(client))]
+        if self._own is not None:
+            nodes[0] = ("server", self._on_own(self._own))
         if sentinel is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._timeout):
@@ -103,6 +109,13 @@ class RedisClocks(ClockWatch):
         async def read() -> float:
             async with asyncio.timeout(self._timeout):
                 return seconds_of_time(await client.execute_command("TIME"))
+
+        return read
+
+    def _on_own(self, own: Any) -> Any:
+        async def read() -> float:
+            async with asyncio.timeout(self._timeout):
+                return seconds_of_time(await own.time(self._timeout))
 
         return read
 

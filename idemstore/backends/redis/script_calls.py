@@ -7,8 +7,9 @@ single server (no cluster, Sentinel or ``wait_replicas``, which keep redis-py's 
 store makes its own connections from the pool's settings (the same handshake, retry policy
 and timeouts), keeps the idle ones, and writes each call as one buffer whose
 ``EVALSHA sha 1`` head is built once per script. ``ConnectionSlots`` already bounds the calls
-in flight, so at most ``max_connections`` such connections ever exist (``ping`` uses them
-too); the pool itself then serves only pub/sub, ``sweep`` and ``stats``.
+in flight, so at most ``max_connections`` such connections ever exist (``ping`` and the
+clock check's ``TIME`` use them too, the latter taking a slot of its own); the pool itself
+then serves only pub/sub, ``sweep`` and ``stats``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
     from idemstore.backends.redis.scripts import Script
+    from idemstore.backends.redis.slots import ConnectionSlots
 
 __all__ = ["ScriptCalls", "packed_call"]
 
@@ -49,10 +51,11 @@ class ScriptCalls:
     """EVALSHA (EVAL when the server lost the script) on connections made from ``pool``'s
     settings, each call on a connection nobody else uses meanwhile."""
 
-    __slots__ = ("_free", "_heads", "_made", "_pool")
+    __slots__ = ("_free", "_heads", "_made", "_pool", "_slots")
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, slots: ConnectionSlots) -> None:
         self._pool = pool
+        self._slots = slots  # the store's bound on calls in flight, for what runs beside them
         self._free: list[Any] = []
         self._made: list[Any] = []
         self._heads: dict[str, tuple[bytes, bytes]] = {}
@@ -83,6 +86,19 @@ class ScriptCalls:
             await self._round_trip(connection, b"*1\r\n$4\r\nPING\r\n")
         finally:
             self._free.append(connection)
+
+    async def time(self, timeout: float) -> Any:
+        """``TIME`` (raw reply) on one of the same connections. It runs beside the calls (the
+        clock check), so it waits up to ``timeout`` for a slot of its own: the store still
+        never holds more than ``max_connections`` connections."""
+        if not self._slots.take_now():
+            await self._slots.take(timeout)
+        connection = self._take()
+        try:
+            return await self._round_trip(connection, b"*1\r\n$4\r\nTIME\r\n")
+        finally:
+            self._free.append(connection)
+            self._slots.give()
 
     def _take(self) -> Any:
         if self._free:

@@ -221,7 +221,7 @@ class RedisStore(StoreEnvelope[Any]):
             ask_timeout=self._attempt_timeout,
         )
         if not (self._cluster or self._sentinel_service or self._wait_replicas):
-            self._calls = ScriptCalls(client.connection_pool)
+            self._calls = ScriptCalls(client.connection_pool, self._slots)
         return client
 
     async def _open(self) -> Any:
@@ -236,7 +236,7 @@ class RedisStore(StoreEnvelope[Any]):
                     await client.initialize()
                     if await shard_pubsub_everywhere(client):
                         self._scripts = SHARDED_SCRIPTS
-            await self.clocks.opened(client, self._sentinel)
+            await self.clocks.opened(client, self._sentinel, self._calls)
         except BaseException:
             await client.aclose()
             raise
