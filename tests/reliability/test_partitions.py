@@ -284,6 +284,14 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     # Timeouts shorter than the cut, so that the cut is felt (TCP would carry a call that
     # waits longer across it).
     url = f"{server.url}?schema=idem_apart&{APART_OPTIONS}"
+    await cut_off_from_its_clients(network, url, "postgres", report_counts)
+
+
+async def cut_off_from_its_clients(
+    network: Network, url: str, backend: str, report_counts: Callable[[dict[str, Any]], None]
+) -> None:
+    """The one node of ``network`` cut off from its clients for ``CUT`` seconds under load
+    on ``url`` (whose connect and call timeouts are 0.5 s), then healed."""
 
     async def steps() -> dict[str, float]:
         cut_at = time.monotonic()
@@ -302,7 +310,7 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     after_heal = [t - at["healed"] for t in load.failures_ended if t >= at["healed"]]
     counts = {
         "fault": "partition",
-        "backend": "postgres",
+        "backend": backend,
         "setting": f"a single server cut off from its clients for {CUT} s",
         "acknowledged completions": len(load.acknowledged),
         "lost": lost,
@@ -318,10 +326,51 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     assert counts["untyped errors"] == 0, counts
     assert counts["lost"] == 0, counts
     assert counts["typed errors"] > 0, counts  # the cut was felt
-    # Every call ended within its bound: command_timeout plus a connect, and 2 s of slack.
+    # Every call ended within its bound: a call's timeout plus a connect's, and 2 s of slack.
     assert counts["longest call seconds"] < 0.5 + 0.5 + 2, counts
     # The store came back by itself: calls failed for at most a bound after the link healed.
     assert counts["recovery seconds"] < 0.5 + 0.5 + 2, counts
+
+
+# Connect and call timeouts shorter than the cut, as APART_OPTIONS; one retry.
+REDIS_APART_OPTIONS = "socket_timeout=0.5&socket_connect_timeout=0.5&retries=1"
+
+
+@pytest.fixture
+def redis_apart() -> Iterator[tuple[Network, LocalRedis]]:
+    """One Redis server (AOF, fsync always) in a namespace of its own, reached over the
+    clients' bridge."""
+    require_driver("redis", "redis", "redis")
+    network = Network()
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-apart-"))
+    server: LocalRedis | None = None
+    try:
+        node = network.node("kv")
+        server = LocalRedis(
+            port=free_port(),
+            directory=root,
+            appendonly=True,
+            appendfsync="always",
+            owns_directory=False,
+            namespace=node.namespace,
+            host=node.addresses["clients"],
+        )
+        server.start()
+        yield network, server
+    finally:
+        if server is not None:
+            server.shutdown(kill=True)
+        network.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_redis_store_cut_off_from_its_clients_mid_call(
+    redis_apart: tuple[Network, LocalRedis],
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    network, server = redis_apart
+    url = f"redis://{server.address}/0?{REDIS_APART_OPTIONS}"
+    await cut_off_from_its_clients(network, url, "redis", report_counts)
 
 
 # -- Redis with Sentinel: the primary cut off from its Sentinels and its replica ---------------
