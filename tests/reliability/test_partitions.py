@@ -32,11 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from redis.crc import key_slot
 
 from idemstore import IdemstoreError, Status, open_store
+from idemstore.backends.redis.codec import record_key
+from idemstore.backends.redis.options import DEFAULT_PREFIX
 from idemstore.local_servers import free_port
 from idemstore.local_servers.postgres import PostgresServer, start_postgres
-from idemstore.local_servers.redis import LocalRedis
+from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster, _binary
 from idemstore.testing.fixtures import require_driver, running
 from tests.reliability.partitions import Network
 
@@ -69,19 +72,24 @@ class Load:
     longest: float = 0.0
 
 
+def new_key() -> str:
+    return f"k-{uuid.uuid4().hex[:16]}"
+
+
 async def under_load(
-    url: str, steps: Callable[[], Awaitable[dict[str, float]]]
+    url: str, steps: Callable[[], Awaitable[dict[str, float]]], keys: Callable[[], str] = new_key
 ) -> tuple[Load, dict[str, float]]:
-    """Tasks reserve and complete new keys on ``url`` while ``steps`` runs the partition
-    (it returns its moments, ``time.monotonic()`` stamps); then one more ``CUT`` of load."""
+    """Tasks reserve and complete new keys (from ``keys``) on ``url`` while ``steps`` runs the
+    partition (it returns its moments, ``time.monotonic()`` stamps); then one more ``CUT`` of
+    load."""
     load = Load()
     stop = asyncio.Event()
     async with open_store(url) as store:
-        await store.get("warm-up")
+        await store.get(keys())
 
         async def worker() -> None:
             while not stop.is_set():
-                key = f"k-{uuid.uuid4().hex[:16]}"
+                key = keys()
                 started = time.monotonic()
                 try:
                     reservation = await store.reserve(key, "fp", lease_ttl=LEASE, retention=600)
@@ -543,6 +551,199 @@ async def test_a_redis_primary_cut_off_from_its_sentinels_and_replica(
             ),
             2,
         ),
+        "longest call seconds": round(max(load.longest for load in loads.values()), 2),
+    }
+    report_counts(counts)
+    assert counts["untyped errors"] == 0, counts
+    assert counts["lost"] == counts["keys that would run again"], counts
+    if wait_replicas:
+        assert counts["lost"] == 0, counts
+
+
+# -- Redis Cluster: a primary in the minority --------------------------------------------------
+
+
+@dataclass
+class ClusterParts:
+    network: Network
+    cluster: LocalRedisCluster
+    primary: LocalRedis  # the one cut off
+    replica: LocalRedis  # its replica, promoted by the majority
+    slots: list[tuple[int, int]]  # the cut-off primary's slot ranges
+
+    def owned(self, key: str) -> bool:
+        slot = key_slot(record_key(DEFAULT_PREFIX, "", key))
+        return any(low <= slot <= high for low, high in self.slots)
+
+    def key_on_primary(self) -> str:
+        """A new key whose record lives in the cut-off primary's slots."""
+        while not self.owned(key := new_key()):
+            pass
+        return key
+
+
+@pytest.fixture
+def cluster_parts() -> Iterator[ClusterParts]:
+    """Three primaries with one replica each, every node in a namespace of its own. The
+    cluster (its bus, its replication, the clients that follow it) uses the clients' bridge;
+    each node also listens on the replication bridge, where clients beside a primary reach it
+    when the clients' bridge cannot."""
+    require_driver("redis", "redis", "redis")
+    network = Network(root_on=("clients", "replication"))
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-cluster-partition-"))
+    cluster = LocalRedisCluster(directory=root)
+    try:
+        for index in range(6):
+            place = network.node(f"c{index}")
+            (root / f"c{index}").mkdir()
+            node = LocalRedis(
+                port=free_port(),
+                directory=root / f"c{index}",
+                appendonly=True,
+                cluster=True,
+                cluster_port=free_port(),
+                owns_directory=False,
+                namespace=place.namespace,
+                host=place.addresses["clients"],
+                also_bind=(place.addresses["replication"],),
+            )
+            cluster.nodes.append(node)
+            node.start()
+        created = subprocess.run(
+            [_binary("redis-cli"), "--cluster", "create",
+             *(node.address for node in cluster.nodes),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stdout
+        cluster.wait_ok()
+        cluster.wait_replicas_linked(1)
+        index, primary = next(
+            (i, n) for i, n in enumerate(cluster.nodes) if cluster.role_of(n) == "master"
+        )
+        (replica,) = cluster.replicas_of(primary)
+        myself = next(
+            line.split()
+            for line in primary.cli("CLUSTER", "NODES").splitlines()
+            if "myself" in line
+        )
+        slots = []
+        for part in myself[8:]:
+            low, _, high = part.partition("-")
+            slots.append((int(low), int(high or low)))
+        assert index == network.nodes[index].index
+        yield ClusterParts(network, cluster, primary, replica, slots)
+    finally:
+        for node in cluster.nodes:
+            node.shutdown(kill=True)
+        network.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("wait_replicas", SENTINEL_SETTINGS)
+async def test_a_redis_cluster_primary_in_the_minority(
+    cluster_parts: ClusterParts,
+    wait_replicas: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    parts = cluster_parts
+    cluster = parts.cluster
+    index = cluster.nodes.index(parts.primary)
+    node = parts.network.nodes[index]
+    options = f"{REDIS_OPTIONS}&wait_replicas={wait_replicas}"
+    following = f"{cluster.url}?{options}"
+    # Clients beside the cut-off primary reach it, and only it, over the replication bridge:
+    # a plain client on its own slots (a cluster client would follow the others' slot map).
+    beside = f"redis://{node.addresses['replication']}:{parts.primary.port}/0?{options}"
+
+    async def steps() -> dict[str, float]:
+        cut_at = time.monotonic()
+        parts.network.cut(node, "clients")  # the bus, the replication, the followers
+        promoted_at = await wait_until(lambda: cluster.role_of(parts.replica) == "master", 30)
+        await asyncio.sleep(CUT)
+        healed_at = time.monotonic()
+        parts.network.heal(node, "clients")
+        demoted = await wait_until(lambda: cluster.role_of(parts.primary) == "slave", 30)
+        return {"cut": cut_at, "promoted": promoted_at, "healed": healed_at, "demoted": demoted}
+
+    loads: dict[str, Load] = {}
+    moments: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def side(name: str, url: str, run_steps: bool) -> None:
+        async def no_steps() -> dict[str, float]:
+            await done.wait()
+            return {}
+
+        load, at = await under_load(url, steps if run_steps else no_steps, parts.key_on_primary)
+        loads[name] = load
+        moments.update(at)
+        if run_steps:
+            done.set()
+
+    await asyncio.gather(side("following", following, True), side("beside", beside, False))
+    # The old primary has rejoined as a replica: read every acknowledged key back.
+    await asyncio.to_thread(cluster.wait_ok)
+    lost: dict[str, int] = {}
+    run_again = 0
+    async with open_store(following) as store:
+        for name, load in loads.items():
+            lost[name] = 0
+            for key, response in load.acknowledged.items():
+                record = await store.get(key)
+                if record is None or record.response != response:
+                    lost[name] += 1
+                if record is None or record.status is not Status.COMPLETED:
+                    run_again += 1
+    typed = [*loads["following"].typed, *loads["beside"].typed]
+    untyped = [*loads["following"].untyped, *loads["beside"].untyped]
+    following_failures = loads["following"].failures_ended
+    counts = {
+        "fault": "partition",
+        "backend": "redis-cluster",
+        "setting": f"`wait_replicas={wait_replicas}`",
+        "acknowledged completions": sum(len(load.acknowledged) for load in loads.values()),
+        "acknowledged by the cut-off primary": sum(
+            1
+            for t in loads["beside"].acknowledged_at.values()
+            if moments["cut"] <= t < moments["demoted"]
+        ),
+        # It takes writes until it sees itself in the minority (cluster-node-timeout, 2 s).
+        "last acknowledgement by the cut-off primary seconds after the cut": round(
+            max(
+                (
+                    t - moments["cut"]
+                    for t in loads["beside"].acknowledged_at.values()
+                    if moments["cut"] <= t < moments["healed"]
+                ),
+                default=0.0,
+            ),
+            2,
+        ),
+        "lost": sum(lost.values()),
+        "lost by clients following the cluster": lost["following"],
+        "lost by clients beside the primary": lost["beside"],
+        "keys that would run again": run_again,
+        "typed errors": len(typed),
+        "error types": sorted(set(typed)),
+        "untyped errors": len(untyped),
+        "untyped error examples": untyped[:3],
+        "promotion seconds": round(moments["promoted"] - moments["cut"], 2),
+        # The clients following the cluster: their last failure, from the cut.
+        "recovery seconds after the cut": round(
+            max(
+                (t - moments["cut"] for t in following_failures if t >= moments["cut"]), default=0.0
+            ),
+            2,
+        ),
+        "recovery seconds": round(
+            max(
+                (t - moments["healed"] for t in following_failures if t >= moments["healed"]),
+                default=0.0,
+            ),
+            2,
+        ),
+        "rejoined as a replica seconds": round(moments["demoted"] - moments["healed"], 2),
         "longest call seconds": round(max(load.longest for load in loads.values()), 2),
     }
     report_counts(counts)
