@@ -339,6 +339,7 @@ def test_cluster_partition_rows_make_their_own_table() -> None:
             "untyped errors": 0,
             "promotion seconds": 4.0,
             "recovery seconds after the cut": 4.2,
+            "acknowledged by the followers between the promotion and the heal": 0,
             "recovery seconds": 0.0,
             "rejoined as a replica seconds": 0.5,
             "longest call seconds": 1.5,
@@ -348,5 +349,5 @@ def test_cluster_partition_rows_make_their_own_table() -> None:
     assert render_sentinel_partitions(rows).splitlines()[2:] == []
     assert render_cluster_partitions(rows).splitlines()[2] == (
         "| `wait_replicas=0` | 10 | 4 | 2.1 s | 0 | 4 | 4 | 2 (`StoreUnavailableError`) | 0 "
-        "| 4.0 s | 4.2 s | 0.5 s | 1.5 s |"
+        "| 4.0 s | 4.2 s | 0 | 0.5 s | 1.5 s |"
     )
