@@ -295,7 +295,7 @@ def render_cluster_partitions(rows: list[dict[str, Any]]) -> str:
         " | its last acknowledgement after the cut"
         " | lost: clients following the cluster | lost: clients beside the primary"
         " | keys that would run again | typed errors | untyped errors | promotion"
-        " | followers recovered after the cut"
+        " | followers acknowledged again after the cut"
         " | followers' acknowledgements between the promotion and the heal"
         " | rejoined as a replica after the heal | longest call |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -311,7 +311,7 @@ def render_cluster_partitions(rows: list[dict[str, Any]]) -> str:
             f"| {run.get('keys that would run again', 0)} "
             f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
             f"| {run.get('untyped errors', 0)} | {run.get('promotion seconds', '?')} s "
-            f"| {run.get('recovery seconds after the cut', '?')} s "
+            f"| {run.get('followers acknowledged again seconds after the cut', '?')} s "
             f"| {run.get('acknowledged by the followers between the promotion and the heal', '?')} "
             f"| {run.get('rejoined as a replica seconds', '?')} s "
             f"| {run.get('longest call seconds', '?')} s |"

@@ -338,7 +338,7 @@ def test_cluster_partition_rows_make_their_own_table() -> None:
             "error types": ["StoreUnavailableError"],
             "untyped errors": 0,
             "promotion seconds": 4.0,
-            "recovery seconds after the cut": 4.2,
+            "followers acknowledged again seconds after the cut": 4.2,
             "acknowledged by the followers between the promotion and the heal": 0,
             "recovery seconds": 0.0,
             "rejoined as a replica seconds": 0.5,
