@@ -12,6 +12,13 @@ then read back from the new primary. Synchronous replication must lose nothing (
 asynchronous loses what the old primary acknowledged after the cut (measured, and asserted to
 be exactly the keys that would run again).
 
+**A Redis Cluster primary in the minority** (three primaries with a replica each, every node
+in a namespace): the primary is cut off from the rest of the cluster and from the clients
+that follow it, while clients beside it still reach it over a second bridge; the majority
+promotes its replica after ``cluster-node-timeout``; the link heals and the old primary
+rejoins as a replica. ``wait_replicas=1`` must lose nothing (asserted); ``wait_replicas=0``
+loses what the cut-off primary acknowledged (measured: lost = would run again, asserted).
+
 **A store cut off from its clients mid-call** (Redis and PostgreSQL in a namespace): the
 clients' link goes down for ``CUT`` seconds under load, then comes back. Every call ends in a
 result or a typed error within its bound, nothing acknowledged is lost, and the store works
