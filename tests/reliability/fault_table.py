@@ -25,6 +25,8 @@ __all__ = [
     "PARTITION_END",
     "SENTINEL_PARTITION_BEGIN",
     "SENTINEL_PARTITION_END",
+    "CLUSTER_PARTITION_BEGIN",
+    "CLUSTER_PARTITION_END",
     "END",
     "ENGINE_FAILOVER_BEGIN",
     "ENGINE_FAILOVER_END",
@@ -34,6 +36,7 @@ __all__ = [
     "render_clocks",
     "render_partitions",
     "render_sentinel_partitions",
+    "render_cluster_partitions",
     "render_engine_failovers",
     "render_failovers",
     "replace_between_markers",
@@ -61,6 +64,13 @@ SENTINEL_PARTITION_BEGIN = (
     "<!-- sentinel-partition-table:begin (written by python -m tests.reliability.fault_table) -->"
 )
 SENTINEL_PARTITION_END = "<!-- sentinel-partition-table:end -->"
+CLUSTER_PARTITION_BEGIN = (
+    "<!-- cluster-partition-table:begin (written by python -m tests.reliability.fault_table) -->"
+)
+CLUSTER_PARTITION_END = "<!-- cluster-partition-table:end -->"
+# Partitions of a primary from its replicas, with a table each (not rows of the single-server
+# partition table).
+_REPLICATED_PARTITIONS = ("redis-sentinel", "redis-cluster")
 # The engines test_failover.py fails over (Sentinel has its own table, above).
 _FAILOVER_ENGINES = ("postgres", "redis-cluster")
 
@@ -238,7 +248,11 @@ def render_clocks(rows: list[dict[str, Any]]) -> str:
 
 
 def _partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("fault") == "partition" and r["backend"] != "redis-sentinel"]
+    return [
+        r
+        for r in rows
+        if r.get("fault") == "partition" and r["backend"] not in _REPLICATED_PARTITIONS
+    ]
 
 
 def _sentinel_partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -265,6 +279,42 @@ def render_sentinel_partitions(rows: list[dict[str, Any]]) -> str:
             f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
             f"| {run.get('untyped errors', 0)} | {run.get('promotion seconds', '?')} s "
             f"| {run.get('recovery seconds', '?')} s | {run.get('longest call seconds', '?')} s |"
+        )
+    return "\n".join(lines)
+
+
+def _cluster_partitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("fault") == "partition" and r["backend"] == "redis-cluster"]
+
+
+def render_cluster_partitions(rows: list[dict[str, Any]]) -> str:
+    """The Redis Cluster partition table: one line per run of ``test_partitions``' cluster
+    test (a primary cut off in the minority)."""
+    lines = [
+        "| setting | acknowledged completions | acknowledged by the cut-off primary"
+        " | its last acknowledgement after the cut"
+        " | lost: clients following the cluster | lost: clients beside the primary"
+        " | keys that would run again | typed errors | untyped errors | promotion"
+        " | followers acknowledged again after the cut"
+        " | followers' acknowledgements between the promotion and the heal"
+        " | rejoined as a replica after the heal | longest call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in sorted(_cluster_partitions(rows), key=lambda r: str(r["setting"])):
+        types = ", ".join(f"`{name}`" for name in run.get("error types", []))
+        last = run.get("last acknowledgement by the cut-off primary seconds after the cut", "?")
+        lines.append(
+            f"| {run['setting']} | {run.get('acknowledged completions', 0)} "
+            f"| {run.get('acknowledged by the cut-off primary', 0)} | {last} s "
+            f"| {run.get('lost by clients following the cluster', 0)} "
+            f"| {run.get('lost by clients beside the primary', 0)} "
+            f"| {run.get('keys that would run again', 0)} "
+            f"| {run.get('typed errors', 0)}{f' ({types})' if types else ''} "
+            f"| {run.get('untyped errors', 0)} | {run.get('promotion seconds', '?')} s "
+            f"| {run.get('followers acknowledged again seconds after the cut', '?')} s "
+            f"| {run.get('acknowledged by the followers between the promotion and the heal', '?')} "
+            f"| {run.get('rejoined as a replica seconds', '?')} s "
+            f"| {run.get('longest call seconds', '?')} s |"
         )
     return "\n".join(lines)
 
@@ -332,6 +382,12 @@ def main(argv: list[str] | None = None) -> None:
             page, sentinel, SENTINEL_PARTITION_BEGIN, SENTINEL_PARTITION_END
         )
         print(sentinel)
+    if _cluster_partitions(rows):
+        cluster = render_cluster_partitions(rows)
+        page = replace_between_markers(
+            page, cluster, CLUSTER_PARTITION_BEGIN, CLUSTER_PARTITION_END
+        )
+        print(cluster)
     if _clocks(rows):
         clocks = render_clocks(rows)
         page = replace_between_markers(page, clocks, CLOCK_BEGIN, CLOCK_END)

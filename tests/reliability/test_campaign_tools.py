@@ -19,6 +19,7 @@ from tests.reliability.fault_table import (
     main,
     render,
     render_clocks,
+    render_cluster_partitions,
     render_engine_failovers,
     render_failovers,
     render_partitions,
@@ -317,4 +318,36 @@ def test_partition_rows_make_their_own_table() -> None:
     assert render_partitions(rows).splitlines()[2] == (
         "| postgres | asynchronous | 10 | 4 | 3 | 1 | 4 | 2 (`StoreUnavailableError`) | 0 "
         "| 2.5 s | 4.0 s |"
+    )
+
+
+def test_cluster_partition_rows_make_their_own_table() -> None:
+    rows = [
+        {
+            "fault": "partition",
+            "backend": "redis-cluster",
+            "setting": "`wait_replicas=0`",
+            "acknowledged completions": 10,
+            "acknowledged by the cut-off primary": 4,
+            "last acknowledgement by the cut-off primary seconds after the cut": 2.1,
+            "lost": 4,
+            "lost by clients following the cluster": 0,
+            "lost by clients beside the primary": 4,
+            "keys that would run again": 4,
+            "typed errors": 2,
+            "error types": ["StoreUnavailableError"],
+            "untyped errors": 0,
+            "promotion seconds": 4.0,
+            "followers acknowledged again seconds after the cut": 4.2,
+            "acknowledged by the followers between the promotion and the heal": 0,
+            "recovery seconds": 0.0,
+            "rejoined as a replica seconds": 0.5,
+            "longest call seconds": 1.5,
+        },
+    ]
+    assert render_partitions(rows).splitlines()[2:] == []
+    assert render_sentinel_partitions(rows).splitlines()[2:] == []
+    assert render_cluster_partitions(rows).splitlines()[2] == (
+        "| `wait_replicas=0` | 10 | 4 | 2.1 s | 0 | 4 | 4 | 2 (`StoreUnavailableError`) | 0 "
+        "| 4.0 s | 4.2 s | 0 | 0.5 s | 1.5 s |"
     )

@@ -12,6 +12,13 @@ then read back from the new primary. Synchronous replication must lose nothing (
 asynchronous loses what the old primary acknowledged after the cut (measured, and asserted to
 be exactly the keys that would run again).
 
+**A Redis Cluster primary in the minority** (three primaries with a replica each, every node
+in a namespace): the primary is cut off from the rest of the cluster and from the clients
+that follow it, while clients beside it still reach it over a second bridge; the majority
+promotes its replica after ``cluster-node-timeout``; the link heals and the old primary
+rejoins as a replica. ``wait_replicas=1`` must lose nothing (asserted); ``wait_replicas=0``
+loses what the cut-off primary acknowledged (measured: lost = would run again, asserted).
+
 **A store cut off from its clients mid-call** (Redis and PostgreSQL in a namespace): the
 clients' link goes down for ``CUT`` seconds under load, then comes back. Every call ends in a
 result or a typed error within its bound, nothing acknowledged is lost, and the store works
@@ -32,11 +39,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from redis.crc import key_slot
 
 from idemstore import IdemstoreError, Status, open_store
+from idemstore.backends.redis.codec import record_key
+from idemstore.backends.redis.options import DEFAULT_PREFIX
 from idemstore.local_servers import free_port
 from idemstore.local_servers.postgres import PostgresServer, start_postgres
-from idemstore.local_servers.redis import LocalRedis
+from idemstore.local_servers.redis import LocalRedis, LocalRedisCluster, _binary
 from idemstore.testing.fixtures import require_driver, running
 from tests.reliability.partitions import Network
 
@@ -69,19 +79,24 @@ class Load:
     longest: float = 0.0
 
 
+def new_key() -> str:
+    return f"k-{uuid.uuid4().hex[:16]}"
+
+
 async def under_load(
-    url: str, steps: Callable[[], Awaitable[dict[str, float]]]
+    url: str, steps: Callable[[], Awaitable[dict[str, float]]], keys: Callable[[], str] = new_key
 ) -> tuple[Load, dict[str, float]]:
-    """Tasks reserve and complete new keys on ``url`` while ``steps`` runs the partition
-    (it returns its moments, ``time.monotonic()`` stamps); then one more ``CUT`` of load."""
+    """Tasks reserve and complete new keys (from ``keys``) on ``url`` while ``steps`` runs the
+    partition (it returns its moments, ``time.monotonic()`` stamps); then one more ``CUT`` of
+    load."""
     load = Load()
     stop = asyncio.Event()
     async with open_store(url) as store:
-        await store.get("warm-up")
+        await store.get(keys())
 
         async def worker() -> None:
             while not stop.is_set():
-                key = f"k-{uuid.uuid4().hex[:16]}"
+                key = keys()
                 started = time.monotonic()
                 try:
                     reservation = await store.reserve(key, "fp", lease_ttl=LEASE, retention=600)
@@ -284,6 +299,14 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     # Timeouts shorter than the cut, so that the cut is felt (TCP would carry a call that
     # waits longer across it).
     url = f"{server.url}?schema=idem_apart&{APART_OPTIONS}"
+    await cut_off_from_its_clients(network, url, "postgres", report_counts)
+
+
+async def cut_off_from_its_clients(
+    network: Network, url: str, backend: str, report_counts: Callable[[dict[str, Any]], None]
+) -> None:
+    """The one node of ``network`` cut off from its clients for ``CUT`` seconds under load
+    on ``url`` (whose connect and call timeouts are 0.5 s), then healed."""
 
     async def steps() -> dict[str, float]:
         cut_at = time.monotonic()
@@ -302,7 +325,7 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     after_heal = [t - at["healed"] for t in load.failures_ended if t >= at["healed"]]
     counts = {
         "fault": "partition",
-        "backend": "postgres",
+        "backend": backend,
         "setting": f"a single server cut off from its clients for {CUT} s",
         "acknowledged completions": len(load.acknowledged),
         "lost": lost,
@@ -318,10 +341,51 @@ async def test_a_postgres_store_cut_off_from_its_clients_mid_call(
     assert counts["untyped errors"] == 0, counts
     assert counts["lost"] == 0, counts
     assert counts["typed errors"] > 0, counts  # the cut was felt
-    # Every call ended within its bound: command_timeout plus a connect, and 2 s of slack.
+    # Every call ended within its bound: a call's timeout plus a connect's, and 2 s of slack.
     assert counts["longest call seconds"] < 0.5 + 0.5 + 2, counts
     # The store came back by itself: calls failed for at most a bound after the link healed.
     assert counts["recovery seconds"] < 0.5 + 0.5 + 2, counts
+
+
+# Connect and call timeouts shorter than the cut, as APART_OPTIONS; one retry.
+REDIS_APART_OPTIONS = "socket_timeout=0.5&socket_connect_timeout=0.5&retries=1"
+
+
+@pytest.fixture
+def redis_apart() -> Iterator[tuple[Network, LocalRedis]]:
+    """One Redis server (AOF, fsync always) in a namespace of its own, reached over the
+    clients' bridge."""
+    require_driver("redis", "redis", "redis")
+    network = Network()
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-apart-"))
+    server: LocalRedis | None = None
+    try:
+        node = network.node("kv")
+        server = LocalRedis(
+            port=free_port(),
+            directory=root,
+            appendonly=True,
+            appendfsync="always",
+            owns_directory=False,
+            namespace=node.namespace,
+            host=node.addresses["clients"],
+        )
+        server.start()
+        yield network, server
+    finally:
+        if server is not None:
+            server.shutdown(kill=True)
+        network.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_redis_store_cut_off_from_its_clients_mid_call(
+    redis_apart: tuple[Network, LocalRedis],
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    network, server = redis_apart
+    url = f"redis://{server.address}/0?{REDIS_APART_OPTIONS}"
+    await cut_off_from_its_clients(network, url, "redis", report_counts)
 
 
 # -- Redis with Sentinel: the primary cut off from its Sentinels and its replica ---------------
@@ -494,6 +558,220 @@ async def test_a_redis_primary_cut_off_from_its_sentinels_and_replica(
             ),
             2,
         ),
+        "longest call seconds": round(max(load.longest for load in loads.values()), 2),
+    }
+    report_counts(counts)
+    assert counts["untyped errors"] == 0, counts
+    assert counts["lost"] == counts["keys that would run again"], counts
+    if wait_replicas:
+        assert counts["lost"] == 0, counts
+
+
+# -- Redis Cluster: a primary in the minority --------------------------------------------------
+
+
+@dataclass
+class ClusterParts:
+    network: Network
+    cluster: LocalRedisCluster
+    primary: LocalRedis  # the one cut off
+    replica: LocalRedis  # its replica, promoted by the majority
+    slots: list[tuple[int, int]]  # the cut-off primary's slot ranges
+
+    def owned(self, key: str) -> bool:
+        slot = key_slot(record_key(DEFAULT_PREFIX, "", key))
+        return any(low <= slot <= high for low, high in self.slots)
+
+    def key_on_primary(self) -> str:
+        """A new key whose record lives in the cut-off primary's slots."""
+        while not self.owned(key := new_key()):
+            pass
+        return key
+
+
+@pytest.fixture
+def cluster_parts() -> Iterator[ClusterParts]:
+    """Three primaries with one replica each, every node in a namespace of its own. The
+    cluster (its bus, its replication, the clients that follow it) uses the clients' bridge;
+    each node also listens on the replication bridge, where clients beside a primary reach it
+    when the clients' bridge cannot."""
+    require_driver("redis", "redis", "redis")
+    network = Network(root_on=("clients", "replication"))
+    root = Path(tempfile.mkdtemp(prefix="idemstore-redis-cluster-partition-"))
+    cluster = LocalRedisCluster(directory=root)
+    try:
+        for index in range(6):
+            place = network.node(f"c{index}")
+            (root / f"c{index}").mkdir()
+            node = LocalRedis(
+                port=free_port(),
+                directory=root / f"c{index}",
+                appendonly=True,
+                cluster=True,
+                cluster_port=free_port(),
+                owns_directory=False,
+                namespace=place.namespace,
+                host=place.addresses["clients"],
+                also_bind=(place.addresses["replication"],),
+            )
+            cluster.nodes.append(node)
+            node.start()
+        created = subprocess.run(
+            [_binary("redis-cli"), "--cluster", "create",
+             *(node.address for node in cluster.nodes),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stdout
+        cluster.wait_ok()
+        cluster.wait_replicas_linked(1)
+        index, primary = next(
+            (i, n) for i, n in enumerate(cluster.nodes) if cluster.role_of(n) == "master"
+        )
+        (replica,) = cluster.replicas_of(primary)
+        myself = next(
+            line.split()
+            for line in primary.cli("CLUSTER", "NODES").splitlines()
+            if "myself" in line
+        )
+        slots = []
+        for part in myself[8:]:
+            low, _, high = part.partition("-")
+            slots.append((int(low), int(high or low)))
+        assert index == network.nodes[index].index
+        yield ClusterParts(network, cluster, primary, replica, slots)
+    finally:
+        for node in cluster.nodes:
+            node.shutdown(kill=True)
+        network.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("wait_replicas", SENTINEL_SETTINGS)
+async def test_a_redis_cluster_primary_in_the_minority(
+    cluster_parts: ClusterParts,
+    wait_replicas: int,
+    report_counts: Callable[[dict[str, Any]], None],
+) -> None:
+    parts = cluster_parts
+    cluster = parts.cluster
+    index = cluster.nodes.index(parts.primary)
+    node = parts.network.nodes[index]
+    options = f"{REDIS_OPTIONS}&wait_replicas={wait_replicas}"
+    following = f"{cluster.url}?{options}"
+    # Clients beside the cut-off primary reach it, and only it, over the replication bridge:
+    # a plain client on its own slots (a cluster client would follow the others' slot map).
+    beside = f"redis://{node.addresses['replication']}:{parts.primary.port}/0?{options}"
+
+    async def steps() -> dict[str, float]:
+        cut_at = time.monotonic()
+        parts.network.cut(node, "clients")  # the bus, the replication, the followers
+        promoted_at = await wait_until(lambda: cluster.role_of(parts.replica) == "master", 30)
+        await asyncio.sleep(CUT)
+        healed_at = time.monotonic()
+        parts.network.heal(node, "clients")
+        demoted = await wait_until(lambda: cluster.role_of(parts.primary) == "slave", 30)
+        return {"cut": cut_at, "promoted": promoted_at, "healed": healed_at, "demoted": demoted}
+
+    loads: dict[str, Load] = {}
+    moments: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def side(name: str, url: str, run_steps: bool) -> None:
+        async def no_steps() -> dict[str, float]:
+            await done.wait()
+            return {}
+
+        load, at = await under_load(url, steps if run_steps else no_steps, parts.key_on_primary)
+        loads[name] = load
+        moments.update(at)
+        if run_steps:
+            done.set()
+
+    await asyncio.gather(side("following", following, True), side("beside", beside, False))
+    # The old primary has rejoined as a replica: read every acknowledged key back.
+    await asyncio.to_thread(cluster.wait_ok)
+    lost: dict[str, int] = {}
+    run_again = 0
+    async with open_store(following) as store:
+        for name, load in loads.items():
+            lost[name] = 0
+            for key, response in load.acknowledged.items():
+                record = await store.get(key)
+                if record is None or record.response != response:
+                    lost[name] += 1
+                if record is None or record.status is not Status.COMPLETED:
+                    run_again += 1
+    typed = [*loads["following"].typed, *loads["beside"].typed]
+    untyped = [*loads["following"].untyped, *loads["beside"].untyped]
+    following_failures = loads["following"].failures_ended
+    counts = {
+        "fault": "partition",
+        "backend": "redis-cluster",
+        "setting": f"`wait_replicas={wait_replicas}`",
+        "acknowledged completions": sum(len(load.acknowledged) for load in loads.values()),
+        "acknowledged by the cut-off primary": sum(
+            1
+            for t in loads["beside"].acknowledged_at.values()
+            if moments["cut"] <= t < moments["demoted"]
+        ),
+        # It takes writes until it sees itself in the minority (cluster-node-timeout, 2 s).
+        "last acknowledgement by the cut-off primary seconds after the cut": round(
+            max(
+                (
+                    t - moments["cut"]
+                    for t in loads["beside"].acknowledged_at.values()
+                    if moments["cut"] <= t < moments["healed"]
+                ),
+                default=0.0,
+            ),
+            2,
+        ),
+        # With no replica, the promoted one can confirm no WAIT until the old primary rejoins.
+        "acknowledged by the followers between the promotion and the heal": sum(
+            1
+            for t in loads["following"].acknowledged_at.values()
+            if moments["promoted"] <= t < moments["healed"]
+        ),
+        "lost": sum(lost.values()),
+        "lost by clients following the cluster": lost["following"],
+        "lost by clients beside the primary": lost["beside"],
+        "keys that would run again": run_again,
+        "typed errors": len(typed),
+        "error types": sorted(set(typed)),
+        "untyped errors": len(untyped),
+        "untyped error examples": untyped[:3],
+        "promotion seconds": round(moments["promoted"] - moments["cut"], 2),
+        # The clients following the cluster were served again: their first acknowledgement
+        # after the promotion, from the cut (the node timeout, the election and, with
+        # wait_replicas, a replica for the promoted one: the old primary, rejoined).
+        "followers acknowledged again seconds after the cut": round(
+            min(
+                (
+                    t - moments["cut"]
+                    for t in loads["following"].acknowledged_at.values()
+                    if t >= moments["promoted"]
+                ),
+                default=float("nan"),
+            ),
+            2,
+        ),
+        # Their last failure, from the cut.
+        "followers' last failure seconds after the cut": round(
+            max(
+                (t - moments["cut"] for t in following_failures if t >= moments["cut"]),
+                default=0.0,
+            ),
+            2,
+        ),
+        "recovery seconds": round(
+            max(
+                (t - moments["healed"] for t in following_failures if t >= moments["healed"]),
+                default=0.0,
+            ),
+            2,
+        ),
+        "rejoined as a replica seconds": round(moments["demoted"] - moments["healed"], 2),
         "longest call seconds": round(max(load.longest for load in loads.values()), 2),
     }
     report_counts(counts)
