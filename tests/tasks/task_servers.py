@@ -8,8 +8,10 @@ Each execution of ``crunch`` appends a line to the file named by ``$TASKS_RUN_LO
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +45,21 @@ async def task_call(client: Client, key: str | None, n: int) -> dict[str, Any]:
     """A task-augmented ``crunch(n)`` (with a SEP-3182 key, or none): the raw answer."""
     params = KeyedParams(name="crunch", arguments={"n": n}, idempotency_key=key, _meta=OPT_IN)
     return await client.session.send_request(KeyedCall(params=params), RAW)
+
+
+async def runs_logged(log: Path, count: int, timeout: float = 20.0) -> list[str]:
+    """The runs ``log`` holds once it holds ``count`` (tasks run in the server's background,
+    after their handles were answered), and half a second more for any extra run to show."""
+    for _ in range(int(timeout / 0.05)):
+        if len(_runs(log)) >= count:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    return sorted(_runs(log))
+
+
+def _runs(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
 
 
 def _log_run(n: int) -> None:

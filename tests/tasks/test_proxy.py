@@ -17,7 +17,7 @@ from fastmcp_tasks.client_models import GetTaskRequest, GetTaskRequestParams
 
 from idemstore.mcp.sep3182 import REPLAYED_META_KEY
 from tests.conftest import ROOT
-from tests.tasks.task_servers import OPT_IN, RAW, task_call
+from tests.tasks.task_servers import OPT_IN, RAW, runs_logged, task_call
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,4 +41,4 @@ async def test_retried_task_calls_through_the_proxy_get_the_same_task(tmp_path: 
         got = await client.session.send_request(GetTaskRequest(params=get), RAW)
         assert got["taskId"] == keyed[0]["taskId"]
         assert REPLAYED_META_KEY not in got.get("_meta", {})
-    assert sorted(log.read_text().split()) == ["1", "2"]  # one task per key
+        assert await runs_logged(log, 2) == ["1", "2"]  # one task per key
