@@ -46,13 +46,24 @@ def real_help(command: str) -> str:
     return out.getvalue()
 
 
+def comparable(lines: list[str]) -> list[str]:
+    """``lines`` with the usage paragraph as one line of single spaces. Where argparse breaks
+    a usage line differs between Pythons (3.13 keeps a mutually exclusive group whole); what
+    the usage says does not, and that is what the page must get right."""
+    if not lines or not lines[0].startswith("usage:"):
+        return lines
+    end = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+    return [" ".join(" ".join(lines[:end]).split()), *lines[end:]]
+
+
 def shown_lines(block: Block) -> list[str]:
-    return block.source.rstrip("\n").splitlines()[1:]
+    """The help the block shows, its usage as one line (``comparable``)."""
+    return comparable(block.source.rstrip("\n").splitlines()[1:])
 
 
 def expected_lines(block: Block, command: str) -> list[str]:
-    """The real help cut to as many lines as the block shows (whole paragraphs)."""
-    real = real_help(command).rstrip("\n").splitlines()
+    """The real help, its usage as one line, cut to as many lines as the block shows."""
+    real = comparable(real_help(command).rstrip("\n").splitlines())
     return real[: len(shown_lines(block))]
 
 
@@ -65,7 +76,7 @@ def rewrite_page(text: str, blocks: list[Block]) -> str:
         if command is None:
             continue
         real = real_help(command).rstrip("\n").splitlines()
-        shown = len(shown_lines(block))
+        shown = len(block.source.rstrip("\n").splitlines()[1:])  # as written, usage unjoined
         if shown < len(real):
             # keep the page's cut: up to the end of the paragraph the shown text ended in
             cut = shown

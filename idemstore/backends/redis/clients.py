@@ -20,7 +20,13 @@ from idemstore.backends.redis.client_errors import CONNECT_TIMEOUT
 from idemstore.backends.redis.options import TLS_SETTINGS
 from idemstore.backends.redis.replication import sentinel_client
 
-__all__ = ["driver_options", "handshake_within_connect_timeout", "new_client", "retry_policy"]
+__all__ = [
+    "data_options",
+    "driver_options",
+    "handshake_within_connect_timeout",
+    "new_client",
+    "retry_policy",
+]
 
 
 def retry_policy(retries: int, *errors: type[RedisError]) -> Retry:
@@ -49,6 +55,16 @@ def driver_options(
         options["ssl"] = True
         options.update({name: given[name] for name in TLS_SETTINGS})
     return options
+
+
+def data_options(options: dict[str, Any], *, cluster: bool, db: int) -> dict[str, Any]:
+    """The options of the store's data connections: ``options`` without a socket timeout
+    (the store bounds each attempt itself) and, on a single server, the database and a
+    handshake bounded by the connect timeout unless ``options`` names another connect
+    function. RedisCluster takes no handshake of ours: the store bounds its discovery."""
+    if not cluster:
+        options = {"db": db, "redis_connect_func": handshake_within_connect_timeout, **options}
+    return {**options, "socket_timeout": None}
 
 
 async def handshake_within_connect_timeout(connection: Any) -> None:

@@ -26,8 +26,8 @@ from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
 from idemstore.backends.envelope import StoreEnvelope
 from idemstore.backends.redis.client_errors import redis_errors
 from idemstore.backends.redis.clients import (
+    data_options,
     driver_options,
-    handshake_within_connect_timeout,
     new_client,
     retry_policy,
 )
@@ -171,16 +171,13 @@ class RedisStore(StoreEnvelope[Any]):
         self._shards = ShardNotifiers(
             {**options, "retry": retry_policy(retries, RedisConnectionError, RedisTimeoutError)}
         )
-        if not cluster:  # (RedisCluster takes no handshake of ours: _open bounds discovery)
-            options["db"] = db
-            options["redis_connect_func"] = handshake_within_connect_timeout
         if wait_replicas:
             # Each new primary's persistence is checked on its first connection (see
             # persistence): off the hot path, and again after a failover.
             options["redis_connect_func"] = PrimaryPersistence(
                 given["volatile_primary"], self._where
             ).connect
-        self._client_options = {**options, "socket_timeout": None}
+        self._client_options = data_options(options, cluster=cluster, db=db)
         # The driver's pools fail (rather than wait) when exhausted, so limit in-flight
         # operations here; the pool gets one more connection for the pub/sub reader.
         self._max_connections = max_connections
