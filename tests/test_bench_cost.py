@@ -66,20 +66,31 @@ async def test_redis_counts_two_round_trips_a_new_key_and_one_a_replay(
     assert notes["key_bytes_per_record_4096"] - notes["key_bytes_per_record_256"] > 3840
 
 
-async def test_postgres_counts_table_bytes_wal_and_transactions(postgres_store_url: str) -> None:
-    measured = await measured_on("postgres", postgres_store_url)
-    notes = measured.notes
+def _replays_logged_almost_nothing(notes: dict[str, Any]) -> bool:
+    return all(
+        notes[f"per_replay_{size}"]["wal_bytes"] < notes[f"per_new_call_{size}"]["wal_bytes"] / 10
+        for size in RESPONSE_SIZES
+    )
 
-    held = notes["bytes_per_record"]["bytes"]  # in 8 KB pages: 30 records fill a few
-    assert held["4096"] > held["256"] + 3000
-    for size in RESPONSE_SIZES:
-        fresh = notes[f"per_new_call_{size}"]
-        assert fresh["wal_bytes"] > size / 2  # the response is logged, compressed or not
-        # Two (reserve, complete); the server is the test session's, and other tests' sessions
-        # publish their counts when they end, into this delta or into the idle phase's.
-        assert 1 <= fresh["transactions"] <= 6
-        assert notes[f"per_replay_{size}"]["wal_bytes"] < fresh["wal_bytes"] / 10
-    assert notes["sweep"]["removed"] == 30
+
+async def test_postgres_counts_table_bytes_wal_and_transactions(postgres_store_url: str) -> None:
+    # WAL is counted server-wide, and this server is the test session's: a checkpoint's or
+    # autovacuum's WAL can land in one run's replay window. Replays write none of their own,
+    # so one run of three that shows it is enough; the other counts hold in every run.
+    for _ in range(3):
+        notes = (await measured_on("postgres", postgres_store_url)).notes
+        held = notes["bytes_per_record"]["bytes"]  # in 8 KB pages: 30 records fill a few
+        assert held["4096"] > held["256"] + 3000
+        for size in RESPONSE_SIZES:
+            fresh = notes[f"per_new_call_{size}"]
+            assert fresh["wal_bytes"] > size / 2  # the response is logged, compressed or not
+            # Two (reserve, complete); other tests' sessions on this server publish their
+            # counts when they end, into this delta or into the idle phase's.
+            assert 1 <= fresh["transactions"] <= 6
+        assert notes["sweep"]["removed"] == 30
+        if _replays_logged_almost_nothing(notes):
+            break
+    assert _replays_logged_almost_nothing(notes)
 
 
 async def test_dynamodb_items_are_sized_and_billed_by_aws_rules(dynamodb_store_url: str) -> None:
