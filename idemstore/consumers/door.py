@@ -45,12 +45,20 @@ from idemstore.consumers.messages import UNKEYABLE, MessageKeying, message_id
 from idemstore.execution.refusals import Refusal, refusal_of
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
 
     from idemstore import Execution, Idempotency, Serializer
     from idemstore.consumers.messages import Message
 
-__all__ = ["RETRY_DELAY", "ConsumerDoor", "Delivery", "Disposition", "handle_all", "logger"]
+__all__ = [
+    "RETRY_DELAY",
+    "ConsumerDoor",
+    "Delivery",
+    "Disposition",
+    "Polling",
+    "handle_all",
+    "logger",
+]
 
 logger = logging.getLogger("idemstore.consumers")
 
@@ -347,3 +355,37 @@ class _VisibilityKeeper:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+
+
+class Polling:
+    """The loop of a consumer that pulls (SQS, Redis Streams, NATS JetStream): poll until
+    ``stop()``; a failed read is logged and retried after ``RETRY_DELAY``, never ends it."""
+
+    __slots__ = ("_stopping",)
+
+    def __init__(self) -> None:
+        self._stopping = False
+
+    async def run(
+        self,
+        poll_once: Callable[[], Awaitable[Sequence[object]]],
+        source: str,
+        *,
+        idle_delay: float = 0.0,
+    ) -> None:
+        """Call ``poll_once`` until ``stop()`` or cancellation; after a poll that brought
+        nothing, wait ``idle_delay`` seconds (for a broker that answers at once when empty)."""
+        self._stopping = False
+        while not self._stopping:
+            try:
+                handled = await poll_once()
+            except Exception:
+                logger.exception("reading from %s failed; retrying", source)
+                await asyncio.sleep(RETRY_DELAY)
+                continue
+            if not handled and idle_delay:
+                await asyncio.sleep(idle_delay)
+
+    def stop(self) -> None:
+        """End ``run`` after the poll in hand."""
+        self._stopping = True

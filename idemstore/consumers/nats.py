@@ -14,11 +14,10 @@ de-duplication id), else ``<stream>:<stream sequence>``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from idemstore import MissingDependencyError
-from idemstore.consumers.door import RETRY_DELAY, handle_all, logger
+from idemstore.consumers.door import Polling, handle_all
 from idemstore.consumers.messages import Message
 from idemstore.install_lines import install_hint
 
@@ -95,7 +94,7 @@ class JetStreamConsumer:
     __slots__ = (
         "_handler",
         "_js",
-        "_stopping",
+        "_polling",
         "_sub",
         "ack_wait",
         "batch",
@@ -132,7 +131,7 @@ class JetStreamConsumer:
         self.ack_wait = door.policy.lease_ttl if ack_wait is None else ack_wait
         self.max_deliver = max_deliver
         self._sub: Any = None
-        self._stopping = False
+        self._polling = Polling()
 
     async def subscribe(self) -> None:
         """Bind to the durable consumer, creating it (explicit acks) if it is missing."""
@@ -158,16 +157,11 @@ class JetStreamConsumer:
 
     async def run(self) -> None:
         """Consume until ``stop()`` or cancellation."""
-        self._stopping = False
-        while not self._stopping:
-            try:
-                await self.poll_once()
-            except Exception:
-                logger.exception("reading from %s failed; retrying", self.subject)
-                await asyncio.sleep(RETRY_DELAY)
+        await self._polling.run(self.poll_once, self.subject)
 
     def stop(self) -> None:
-        self._stopping = True
+        """End ``run`` after the messages in hand."""
+        self._polling.stop()
 
     async def close(self) -> None:
         """Unsubscribe (the durable consumer stays on the server)."""

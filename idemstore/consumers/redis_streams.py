@@ -15,11 +15,10 @@ Its ``Message.id`` is ``<stream>:<entry id>``.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import RETRY_DELAY, handle_all, logger
+from idemstore.consumers.door import Polling, handle_all
 from idemstore.consumers.messages import Message
 
 if TYPE_CHECKING:
@@ -115,8 +114,8 @@ class RedisStreamConsumer:
 
     __slots__ = (
         "_handler",
+        "_polling",
         "_ready",
-        "_stopping",
         "block",
         "body_field",
         "claim_idle",
@@ -156,7 +155,7 @@ class RedisStreamConsumer:
         self.body_field = body_field
         self.dead_letter_stream = dead_letter_stream or f"{stream}.dead"
         self._ready = False
-        self._stopping = False
+        self._polling = Polling()
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) unless it exists."""
@@ -209,14 +208,8 @@ class RedisStreamConsumer:
 
     async def run(self) -> None:
         """Consume until ``stop()`` or cancellation."""
-        self._stopping = False
-        while not self._stopping:
-            try:
-                await self.poll_once()
-            except Exception:
-                logger.exception("reading from %s failed; retrying", self.stream)
-                await asyncio.sleep(RETRY_DELAY)
+        await self._polling.run(self.poll_once, self.stream)
 
     def stop(self) -> None:
         """End ``run`` after the entries in hand."""
-        self._stopping = True
+        self._polling.stop()

@@ -12,11 +12,10 @@ default: the lease's length).
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from idemstore.consumers.door import RETRY_DELAY, handle_all, logger
+from idemstore.consumers.door import Polling, handle_all
 from idemstore.consumers.messages import Message
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ class SQSConsumer:
     __slots__ = (
         "_client",
         "_handler",
-        "_stopping",
+        "_polling",
         "batch_size",
         "door",
         "idle_delay",
@@ -140,7 +139,7 @@ class SQSConsumer:
             door.policy.lease_ttl if visibility_timeout is None else visibility_timeout
         )
         self.idle_delay = idle_delay
-        self._stopping = False
+        self._polling = Polling()
 
     async def poll_once(self) -> list[Disposition]:
         """Receive one batch (waiting up to ``wait_time``) and handle it; what became of
@@ -161,17 +160,9 @@ class SQSConsumer:
     async def run(self) -> None:
         """Consume until ``stop()`` or cancellation (a batch being handled is finished first
         after ``stop``; a cancellation leaves its messages to their visibility timeout)."""
-        self._stopping = False
-        while not self._stopping:
-            try:
-                handled = await self.poll_once()
-            except Exception:
-                logger.exception("receiving from %s failed; retrying", self.queue_url)
-                handled = []
-                await asyncio.sleep(RETRY_DELAY)
-            if not handled and self.wait_time == 0:
-                await asyncio.sleep(self.idle_delay)
+        idle = self.idle_delay if self.wait_time == 0 else 0.0
+        await self._polling.run(self.poll_once, self.queue_url, idle_delay=idle)
 
     def stop(self) -> None:
         """End ``run`` after the batch in hand."""
-        self._stopping = True
+        self._polling.stop()

@@ -126,3 +126,38 @@ async def test_a_dead_lettered_entry_moves_to_the_dead_letter_stream(
     dead = await redis.xrange(f"{stream}.dead")
     assert dead[0][1][b"dead_letter_of"].decode() == entry
     assert (await redis.xpending(stream, "g"))["pending"] == 0
+
+
+async def test_run_logs_a_failed_read_and_goes_on_until_stopped(
+    store: IdempotencyStore,
+    redis: Any,
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr("idemstore.consumers.door.RETRY_DELAY", 0.05)
+    door = ConsumerDoor(Idempotency(store), key=body_pointer("/event"))
+    handled: list[str] = []
+
+    async def handler(message: Message) -> str:
+        handled.append(message.json()["event"])
+        return "ok"
+
+    await redis.set(stream, "not a stream")  # every read fails: WRONGTYPE
+    consumer = RedisStreamConsumer(door, redis, stream, "g", "c1", handler, block=0.05)
+    running = asyncio.create_task(consumer.run())
+    for _ in range(100):
+        if any("failed; retrying" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.02)
+    assert not running.done()
+    assert f"reading from {stream} failed; retrying" in caplog.text
+    await redis.delete(stream)
+    await redis.xadd(stream, {"body": json.dumps({"event": "a"})})
+    for _ in range(200):
+        if handled:
+            break
+        await asyncio.sleep(0.02)
+    consumer.stop()
+    await asyncio.wait_for(running, 5)
+    assert handled == ["a"]
