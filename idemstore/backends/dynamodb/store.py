@@ -2,8 +2,10 @@
 
 Every operation is one HTTP request on one long-lived aiobotocore client: ``reserve`` is a
 conditional ``UpdateItem`` (it continues the fence in the same request, which a ``PutItem``
-cannot), ``complete``/``release``/``extend`` are ``UpdateItem`` conditioned on token and
-fence, ``get`` is a ``GetItem`` with ``ConsistentRead``, ``delete`` a ``DeleteItem``. Times
+cannot) after a ``PutItem`` first claim (``first_claims``); ``complete``, ``release`` and
+``extend`` are ``UpdateItem`` conditioned on token and fence (a lease this store acquired
+completes by a conditional ``PutItem``: ``whole_completions``); ``get`` is a ``GetItem`` with
+``ConsistentRead``, ``delete`` a ``DeleteItem``. Times
 come from the client's clock; ``clock_skew`` (seconds) is the margin by which every deadline
 is pushed out before it counts as passed. See docs/backends/dynamodb.md.
 """
@@ -55,6 +57,7 @@ from idemstore.backends.dynamodb.listing import listed
 from idemstore.backends.dynamodb.options import CHAIN, OPTIONS, check_region
 from idemstore.backends.dynamodb.stats import count
 from idemstore.backends.dynamodb.table import Table
+from idemstore.backends.dynamodb.whole_completions import WholeCompletions
 from idemstore.backends.envelope import StoreEnvelope, lost_reserve
 from idemstore.backends.urls import parse_store_url, redact_url
 from idemstore.backends.waiting import Sighting, wait_for_holder
@@ -105,6 +108,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         "_auto_create",
         "_call_timeout",
         "_clock",
+        "_completions",
         "_compress_min_bytes",
         "_config",
         "_endpoint_url",
@@ -177,6 +181,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         self._tables = Table(table, self._url, self._errors)
         self._holder = HolderWrites(self._call, clock, self._skew)
         self._first_claims = FirstClaims(self._call, self._failed_item, self._live, self._skew)
+        self._completions = WholeCompletions(self._call, self._skew)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -314,7 +319,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         )
         if found is not None:
             if found.lease is not None:
-                self._first_claims.held(scope, key)
+                self._held(found.lease, fingerprint, now)
             return found
         try:
             response = await self._call(
@@ -347,8 +352,10 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             if existing is None:
                 raise _Rewritten from exc  # gone between the write and the read: try again
             if existing.get("token", {}).get("S") == token:
-                self._first_claims.held(scope, key)
-                return landed(existing, claim)
+                found = landed(existing, claim)
+                if found.lease is not None and not item_checkpoints(existing):
+                    self._held(found.lease, fingerprint, now)
+                return found
             if not self._live(existing, now):
                 # Became reservable after our condition was evaluated: try again.
                 raise _Rewritten from exc
@@ -359,8 +366,10 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             old and self._live(old, now) and old["status"]["S"] == Status.IN_PROGRESS.value
         )
         lease = Lease(scope, key, token, fence, lease_expires_at, retention)
-        self._first_claims.held(scope, key)
         kept = item_checkpoints(old) if old else ()
+        self._first_claims.held(scope, key)
+        if not (kept and takeover):
+            self._completions.acquired(lease, fingerprint, now)
         if kept and not takeover:
             # One update cannot keep checkpoints for a takeover only: a record past retention
             # that held some is acquired afresh, so drop them before the owner starts.
@@ -369,6 +378,11 @@ class DynamoDBStore(StoreEnvelope[_Client]):
             )
             kept = ()
         return Reservation(Outcome.ACQUIRED, lease=lease, takeover=takeover, checkpoints=kept)
+
+    def _held(self, lease: Lease, fingerprint: str, created_at: float) -> None:
+        """This store acquired ``lease``, stored with no checkpoints."""
+        self._first_claims.held(lease.scope, lease.key)
+        self._completions.acquired(lease, fingerprint, created_at)
 
     async def _failed_item(self, exc: Exception, scope: str, key: str) -> Mapping[str, Any] | None:
         """The item a conditional write failed on (``ALL_OLD``); re-raise anything else.
@@ -388,6 +402,14 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         stored, compressed = encode_response(response, self._compress_min_bytes)
         now = self._clock()
         expires_at = min(now + retention, _MAX_DEADLINE)
+        besides = response_bytes(lease, stored)
+        too_large = response_too_large(response, stored, compressed)
+        # A lease this store acquired itself: one PutItem of the whole record, else the update.
+        whole = await self._completions.complete(
+            lease, stored, compressed, now, expires_at, self._ttl(expires_at), besides, too_large
+        )
+        if whole is not None:
+            return whole
         return await self._holder.within_limit(
             lease,
             COMPLETE_UPDATE,
@@ -400,12 +422,13 @@ class DynamoDBStore(StoreEnvelope[_Client]):
                 ":exp": number(expires_at),
                 ":ttl": self._ttl(expires_at),
             },
-            response_bytes(lease, stored),
-            response_too_large(response, stored, compressed),
+            besides,
+            too_large,
         )
 
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         entry = encode_checkpoint(name, data)
+        self._completions.forget(lease)  # the record will hold more than it knows
         return await self._holder.within_limit(
             lease,
             CHECKPOINT_UPDATE,
@@ -417,6 +440,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         )
 
     async def _release(self, lease: Lease) -> bool:
+        self._completions.forget(lease)
         return await self._holder.write(
             lease,
             RELEASE_UPDATE,
