@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
 
+from idemstore.backends.redis.cluster_wait import run_on_key_primary
+from idemstore.backends.redis.replication import run_replicated
+
 if TYPE_CHECKING:
     from idemstore.backends.redis.scripts import Script
     from idemstore.backends.redis.slots import ConnectionSlots
 
-__all__ = ["ScriptCalls", "packed_call"]
+__all__ = ["ScriptCalls", "packed_call", "routed_call"]
 
 
 def _bulk(value: bytes) -> bytes:
@@ -122,3 +125,29 @@ class ScriptCalls:
         made, self._made, self._free = self._made, [], []
         for connection in made:
             await connection.disconnect()
+
+
+async def routed_call(
+    client: Any,
+    script: Script,
+    key: bytes,
+    args: tuple[str | bytes, ...],
+    *,
+    replicas: int,
+    timeout_ms: int,
+    cluster: bool,
+    where: str,
+) -> Any:
+    """The script's reply through redis-py's routing, where the store keeps it: a cluster,
+    Sentinel, or ``replicas`` to ``WAIT`` for."""
+    try:
+        if replicas:
+            route = run_on_key_primary if cluster else run_replicated
+            return await route(
+                client, script, key, args, replicas=replicas, timeout_ms=timeout_ms, where=where
+            )
+        return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
+    except NoScriptError:
+        # This node restarted, was flushed or was promoted (a replica has no script cache):
+        # EVAL runs and caches it again.
+        return await client.execute_command("EVAL", script.source, 1, key, *args)
