@@ -1,12 +1,16 @@
-"""The Redis store's attempt bounds: one timer for every attempt, as ``asyncio.timeout`` acts."""
+"""The Redis store's attempts: bounded by one timer for all, as ``asyncio.timeout`` bounds one;
+retried with the pauses of ``REDIS_TIMEOUTS``."""
 
 from __future__ import annotations
 
 import asyncio
+from itertools import islice
 
 import pytest
 
+from idemstore.backends.backoff import REDIS_TIMEOUTS
 from idemstore.backends.redis.deadlines import Deadlines
+from idemstore.backends.redis.store import AFTER_FIRST_RETRY
 
 # Long enough for a quick attempt to finish first on a loaded machine, short for a test.
 TIMEOUT = 0.2
@@ -103,3 +107,11 @@ async def test_attempts_on_a_new_event_loop_are_bounded_there() -> None:
     never: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     with pytest.raises(TimeoutError):
         await bounded(deadlines, never)
+
+
+def test_the_retries_after_a_first_stalled_attempt_pause_as_the_whole_loop_would() -> None:
+    # The store makes its first attempt outside ``retrying``, then sleeps REDIS_TIMEOUTS'
+    # first pause and hands the rest to ``retrying`` with AFTER_FIRST_RETRY.
+    count = 8
+    whole = list(islice(REDIS_TIMEOUTS.pauses(), count))
+    assert [whole[0], *islice(AFTER_FIRST_RETRY.pauses(), count - 1)] == whole

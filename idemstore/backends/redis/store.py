@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idemstore.backends.arguments import retention_while_held
-from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
+from idemstore.backends.backoff import REDIS_TIMEOUTS, Backoff, retrying
 from idemstore.backends.envelope import StoreEnvelope
 from idemstore.backends.redis.client_errors import redis_errors
 from idemstore.backends.redis.clients import (
@@ -75,6 +75,8 @@ __all__ = ["RedisStore"]
 # member, Outcome.ACQUIRED, is a descriptor call on every reserve).
 _ACQUIRED = Outcome.ACQUIRED
 _FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
+# REDIS_TIMEOUTS from its second pause on: what follows a first attempt that stalled.
+AFTER_FIRST_RETRY = Backoff(min(REDIS_TIMEOUTS.first * 2, REDIS_TIMEOUTS.cap), REDIS_TIMEOUTS.cap)
 
 
 class RedisStore(StoreEnvelope[Any]):
@@ -280,8 +282,7 @@ class RedisStore(StoreEnvelope[Any]):
         Each attempt has ``socket_timeout`` for its reply (connecting included); one that
         runs out on a server that answered before is retried, ``retries`` times, with
         redis-py's backoff. A retry is safe: every script answers a repeat of its own call
-        as it answered the first (reserve by its token, complete and release by their nonce).
-        """
+        as it answered the first (reserve by its token, complete and release by their nonce)."""
         try:
             client = self._connection
             if client is None:
@@ -291,11 +292,18 @@ class RedisStore(StoreEnvelope[Any]):
             if not self._slots.take_now():
                 await self._acquire_slot()
             try:
+                # The first attempt outside ``retrying`` (two coroutine frames fewer per call);
+                # after it, the pauses and attempts ``retrying`` would have taken.
+                reply = await self._attempt(client, script, key, args)
+            except Exception as exc:
+                if not self._retries or not self._stalled(exc):
+                    raise
+                await asyncio.sleep(REDIS_TIMEOUTS.first)
                 reply = await retrying(
                     lambda: self._attempt(client, script, key, args),
                     retry_on=self._stalled,
-                    backoff=REDIS_TIMEOUTS,
-                    attempts=self._retries + 1,
+                    backoff=AFTER_FIRST_RETRY,
+                    attempts=self._retries,
                 )
             finally:
                 self._slots.give()
@@ -317,9 +325,8 @@ class RedisStore(StoreEnvelope[Any]):
     async def _attempt(
         self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
     ) -> Any:
-        """One try of ``_call``, within ``socket_timeout`` (``deadlines``: one timer for every
-        attempt, as cheap as the hot path needs): on a single server through the store's own
-        connections (``script_calls``), else through redis-py's routing."""
+        """One try of ``_call`` within ``socket_timeout`` (``deadlines``): on a single server
+        through the store's own connections (``script_calls``), else redis-py's routing."""
         bound = self._deadlines.start()
         try:
             if self._calls is not None:
