@@ -22,8 +22,17 @@ from idemstore.backends.redis.cluster_wait import run_on_key_primary
 from idemstore.backends.redis.replication import run_replicated
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from idemstore.backends.redis.scripts import Script
     from idemstore.backends.redis.slots import ConnectionSlots
+
+_pack: Callable[..., Any] | None
+try:
+    # hiredis packs a command in C, in about two thirds of packed_call's time.
+    from hiredis import pack_command as _pack
+except ImportError:  # the redis extra installs hiredis, but redis-py runs without it
+    _pack = None
 
 __all__ = ["ScriptCalls", "packed_call", "routed_call"]
 
@@ -41,12 +50,14 @@ def packed_call(head: bytes, count: int, key: bytes, args: tuple[str | bytes, ..
     return b"".join(parts)
 
 
-def _heads(script: Script) -> tuple[bytes, bytes]:
+def _heads(script: Script) -> tuple[bytes, bytes, bytes]:
     """The packed ``EVALSHA sha 1`` and ``EVAL source 1`` of ``script`` (3 items each, the
-    array's length excluded)."""
+    array's length excluded), and its SHA as bytes (for hiredis)."""
+    sha = script.sha.encode()
     return (
-        b"$7\r\nEVALSHA\r\n" + _bulk(script.sha.encode()) + b"$1\r\n1\r\n",
+        b"$7\r\nEVALSHA\r\n" + _bulk(sha) + b"$1\r\n1\r\n",
         b"$4\r\nEVAL\r\n" + _bulk(script.source.encode()) + b"$1\r\n1\r\n",
+        sha,
     )
 
 
@@ -61,7 +72,7 @@ class ScriptCalls:
         self._slots = slots  # the store's bound on calls in flight, for what runs beside them
         self._free: list[Any] = []
         self._made: list[Any] = []
-        self._heads: dict[str, tuple[bytes, bytes]] = {}
+        self._heads: dict[str, tuple[bytes, bytes, bytes]] = {}
 
     async def call(self, script: Script, key: bytes, args: tuple[str | bytes, ...]) -> Any:
         """The script's reply. A connection error is retried as redis-py retries it (the
@@ -71,10 +82,14 @@ class ScriptCalls:
         heads = self._heads.get(script.sha)
         if heads is None:
             heads = self._heads[script.sha] = _heads(script)
+        if _pack is not None:
+            first: bytes = _pack((b"EVALSHA", heads[2], b"1", key, *args))
+        else:
+            first = packed_call(heads[0], 3, key, args)
         connection = self._take()
         try:
             try:
-                return await self._round_trip(connection, packed_call(heads[0], 3, key, args))
+                return await self._round_trip(connection, first)
             except NoScriptError:
                 # The server restarted, was flushed or was promoted: EVAL caches it again.
                 return await self._round_trip(connection, packed_call(heads[1], 3, key, args))
