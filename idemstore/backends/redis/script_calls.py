@@ -5,8 +5,9 @@ connection taken and given back under an asyncio lock, observability events and 
 around both, a retry wrapper, and the command packed argument by argument in Python. With a
 single server (no cluster, Sentinel or ``wait_replicas``, which keep redis-py's routing) the
 store makes its own connections from the pool's settings (the same handshake, retry policy
-and timeouts), keeps the idle ones, and writes each call as one buffer whose
-``EVALSHA sha 1`` head is built once per script. ``ConnectionSlots`` already bounds the calls
+and timeouts), keeps the idle ones, and writes each call as one buffer, packed by hiredis
+in C where it is installed, else with an ``EVALSHA sha 1`` head built once per script (the
+fallback for ``EVAL``, too). ``ConnectionSlots`` already bounds the calls
 in flight, so at most ``max_connections`` such connections ever exist (``ping`` and the
 clock check's ``TIME`` use them too, the latter taking a slot of its own); the pool itself
 then serves only pub/sub, ``sweep`` and ``stats``.
