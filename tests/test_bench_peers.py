@@ -14,8 +14,10 @@ from idemstore.bench.peers_scenario import (
     PEERS,
     REPLAY,
     SCENARIO,
+    Peer,
     default_scenarios,
     installed_peers,
+    peer_note,
     run_peers,
 )
 from idemstore.bench.report import note_lines
@@ -25,6 +27,8 @@ from idemstore.bench.scenarios import ON_REQUEST, SCENARIOS, Load
 
 if TYPE_CHECKING:
     import pytest
+
+    from idemstore.bench.peers_timing import Side
 
 # 2 keys per round over 4 rounds: 8 first calls and 8 replays per side.
 LOAD = Load(concurrency=1, ops=16, duration=None, payload_bytes=256)
@@ -70,6 +74,64 @@ async def test_idemstore_and_each_peer_are_timed_on_the_same_redis_and_postgres(
     (missing,) = [u for u in measured if isinstance(u, Unavailable)]
     assert missing.backend == "postgres vs powertools" and "PostgreSQL" in missing.reason
     assert len(note_lines(BenchResult(measurements=rows))) == len(rows)
+
+
+async def test_every_concurrency_level_has_its_rows_with_that_many_callers_per_side(
+    redis_store_url: str,
+) -> None:
+    # Two levels on the same open sides; at 4 callers a round gives each caller its own keys.
+    load = Load(concurrency=1, ops=32, duration=None, payload_bytes=256)
+    # A prefix of its own: the other tests' keys on the shared server must not be replays here.
+    target = [Target("redis", redis_store_url)]
+    measured = await run_peers(target, load, "test-levels-", levels=(1, 4))
+    rows = [m for m in measured if isinstance(m, Measurement)]
+    assert sorted({(m.concurrency, m.notes["peer"], m.scenario) for m in rows}) == sorted(
+        (level, peer, scenario)
+        for level in (1, 4)
+        for peer in ("idemkit", "powertools")
+        for scenario in (FIRST, REPLAY)
+    )
+    assert len(rows) == 8
+    for m in rows:
+        assert_counted(m)
+        if m.concurrency == 4 and m.scenario == FIRST:
+            # Every caller made first calls of its own: at least one key each.
+            assert m.subject.unique_keys >= 4 and m.floor.unique_keys >= 4
+
+
+async def test_a_peer_that_runs_the_work_twice_shows_at_concurrency(
+    redis_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A peer that forgets every key between its first call and the replay runs the work again
+    # on each replay: the scenario must count those executions, threads or tasks alike.
+    from idemstore.bench import peers_scenario
+
+    opened = peers_scenario._open_peer
+
+    async def forgetful(peer: Peer, engine: str, url: str) -> Side:
+        side = await opened(peer, engine, url)
+        calls = side.call
+        seen: set[str] = set()
+
+        def call(key: str) -> object:
+            if key in seen:
+                return calls(f"{key}-again")
+            seen.add(key)
+            return calls(key)
+
+        side.call = call
+        return side
+
+    monkeypatch.setattr(peers_scenario, "_open_peer", forgetful)
+    load = Load(concurrency=4, ops=16, duration=None, payload_bytes=256)
+    measured = await run_peers([Target("redis", redis_store_url)], load, "test-forgetful-")
+    replays = [m for m in measured if isinstance(m, Measurement) and m.scenario == REPLAY]
+    assert {m.notes["peer"] for m in replays} == {"idemkit", "powertools"}
+    for m in replays:
+        assert m.concurrency == 4
+        assert m.floor is not None and m.floor.executions == m.floor.ops > 0
+        assert m.notes["peer_executions"] != m.notes["peer_expected_executions"]
+        assert "ran the work" in (peer_note(m) or "")
 
 
 async def test_powertools_is_timed_beside_the_sync_runner_on_dynamodb(

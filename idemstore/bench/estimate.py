@@ -128,9 +128,9 @@ def _target_seconds(config: BenchConfig, duration: float, engine: Engine | None)
         seconds += stores * (sides * duration + setup)
     per_target = [p for p in (*TARGET_PROBES, *ONCE_ON_EACH_TARGET) if p != "peers"]
     seconds += sum(SETUP_SECONDS[p] for p in per_target if p in config.scenarios)
-    # peers: idemstore's door and each peer of that door, about `duration` each.
+    # peers: idemstore's door and each peer of that door, about `duration` each, per level.
     if "peers" in config.scenarios and engine is not None and (sides := timed_sides(engine.name)):
-        seconds += sides * duration + SETUP_SECONDS["peers"]
+        seconds += sides * duration * len(config.concurrency) + SETUP_SECONDS["peers"]
     return seconds
 
 

@@ -10,7 +10,8 @@ straight from the store URL with the driver the backend uses, never through idem
 - PostgreSQL: asyncpg ``INSERT … ON CONFLICT DO NOTHING RETURNING`` of a row shaped like the
   store's record (scope, key, fingerprint, status, token, fence, response, timestamps), over
   one pool configured as the store's (same size, no reset query on release);
-- Redis: ``SET key value NX PX``;
+- Redis: ``SET key value NX PX``, packed once per call and written on redis-py's own
+  ``Connection`` objects (a cluster: ``RedisCluster.set``);
 - DynamoDB: ``PutItem`` conditioned on ``attribute_not_exists`` in the URL's table.
 
 Where the store completes what it claimed (``fresh``, ``contention``, ``mixed``), the floor
@@ -220,16 +221,39 @@ def without_query(url: str) -> str:
     return urlunsplit(parts._replace(query="", fragment=""))
 
 
-class RedisFloor:
-    """redis-py ``SET key value NX PX``: one round trip, no script."""
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(value), value)
 
-    __slots__ = ("_all_nodes", "_client", "_factory", "_prefix")
+
+# The fixed tails of ``SET key value NX PX ms`` and ``SET key value XX PX ms``, packed once:
+# a call then packs only its key and value, with one bytes format.
+_PX = _bulk(b"PX") + _bulk(b"%d" % REDIS_FLOOR_TTL_MS)
+REDIS_SET_NX = b"*6\r\n$3\r\nSET\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" + _bulk(b"NX") + _PX
+REDIS_SET_XX = b"*6\r\n$3\r\nSET\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" + _bulk(b"XX") + _PX
+
+
+class RedisFloor:
+    """``SET key value NX PX`` on redis-py's own connections: one round trip, no script.
+
+    On a single server the floor skips redis-py's command layer (pool lock, per-argument
+    encoding, ``execute_command``, retries, observability), which the store skips too: each
+    call takes a ``Connection`` from a free list (made from the URL's pool settings when the
+    list is empty, so it holds as many connections as calls were ever in flight, as the
+    store's pool does), writes the command packed as one buffer with ``send_packed_command``
+    and reads the reply with ``read_response``. On a cluster it stays redis-py's
+    ``RedisCluster.set``, which routes each key to its node.
+    """
+
+    __slots__ = ("_all_nodes", "_client", "_factory", "_free", "_made", "_prefix")
 
     def __init__(self, factory: Callable[[], Any], *, cluster: bool = False) -> None:
         self._factory = factory
         self._all_nodes: dict[str, Any] = {"target_nodes": "all"} if cluster else {}
         self._client: Any = None
         self._prefix = f"{FLOOR_KEY_PREFIX}:{secrets.token_hex(4)}"
+        # Idle connections of the single-server path, and all it made (``None``: a cluster).
+        self._free: list[Any] | None = None if cluster else []
+        self._made: list[Any] = []
 
     @classmethod
     def from_url(cls, url: str) -> RedisFloor:
@@ -252,27 +276,57 @@ class RedisFloor:
         def single() -> Any:
             import redis.asyncio
 
-            return redis.asyncio.Redis.from_url(plain)
+            # The client serves ping and INFO; its pool makes the floor's connections.
+            return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool.from_url(plain))
 
         return cls(single)
 
     @property
     def name(self) -> str:
-        return "redis SET NX PX"
+        if self._free is None:
+            return "redis-py cluster SET NX PX"
+        return "redis-py Connection SET NX PX (packed)"
 
     async def open(self) -> None:
         self._client = self._factory()
         await self._client.ping()
 
-    async def put(self, key: str, value: bytes) -> bool:
+    async def _send(self, command: bytes) -> Any:
+        free = self._free
+        assert free is not None
+        connection = free.pop() if free else self._new_connection()
+        try:
+            # No health check: a broken connection fails the call, as the store's would.
+            await connection.send_packed_command(command, False)
+            return await connection.read_response()
+        finally:
+            # A failure mid-reply leaves it disconnected (redis-py does that); the next call
+            # on it reconnects.
+            free.append(connection)
+
+    def _new_connection(self) -> Any:
+        connection = self._client.connection_pool.make_connection()
+        self._made.append(connection)
+        return connection
+
+    def _key(self, key: str) -> bytes:
         # The hash tag keeps each floor key in one slot, like a store key, on a cluster.
-        done = await self._client.set(
-            f"{self._prefix}:{{{key}}}", value, nx=True, px=REDIS_FLOOR_TTL_MS
-        )
-        return bool(done)
+        return f"{self._prefix}:{{{key}}}".encode()
+
+    async def put(self, key: str, value: bytes) -> bool:
+        if self._free is None:
+            done = await self._client.set(self._key(key), value, nx=True, px=REDIS_FLOOR_TTL_MS)
+            return bool(done)
+        packed = self._key(key)
+        reply = await self._send(REDIS_SET_NX % (len(packed), packed, len(value), value))
+        return reply is not None
 
     async def finish(self, key: str, value: bytes) -> None:
-        await self._client.set(f"{self._prefix}:{{{key}}}", value, xx=True, px=REDIS_FLOOR_TTL_MS)
+        if self._free is None:
+            await self._client.set(self._key(key), value, xx=True, px=REDIS_FLOOR_TTL_MS)
+            return
+        packed = self._key(key)
+        await self._send(REDIS_SET_XX % (len(packed), packed, len(value), value))
 
     async def command_counts(self) -> dict[str, int]:
         """Calls per command since the server started, summed over every node of a cluster.
@@ -297,6 +351,12 @@ class RedisFloor:
         self._prefix = f"{FLOOR_KEY_PREFIX}:{secrets.token_hex(4)}"
 
     async def close(self) -> None:
+        made, self._made = self._made, []
+        if self._free is not None:
+            self._free = []
+        for connection in made:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

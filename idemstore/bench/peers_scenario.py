@@ -4,11 +4,12 @@ The peers are idemkit (async; Redis, PostgreSQL, DynamoDB through aioboto3) and 
 Powertools' idempotency utility (synchronous; Redis and DynamoDB, no PostgreSQL). On every
 target whose engine a peer supports, the same decorated function runs through idemstore's
 matching door (``idemstore.Idempotency`` for an async peer, ``idemstore.sync.Idempotency``
-from a plain thread for a sync one) and through the peer, on the same server: a first call
-(the key absent), then a replay of that key (completed). Each library keys the call by
-``order["order_id"]``, in its documented default configuration otherwise (no in-process
-cache on any side). Sides take turns in rounds, as store and floor do elsewhere, so drift on
-a shared machine lands on all of them.
+from plain threads for a sync one) and through the peer, on the same server: first calls
+(the key absent), then replays of those keys (completed), by as many concurrent callers per
+side as the run's ``--concurrency`` says, each level in turn (``peers_timing``). Each library
+keys the call by ``order["order_id"]``, in its documented default configuration otherwise
+(no in-process cache on any side). Sides take turns in rounds, as store and floor do
+elsewhere, so drift on a shared machine lands on all of them.
 
 A ``Measurement`` has idemstore as its subject and the peer as its floor ("the same work
 without idemstore"): ``x floor p50`` under 1.00 means idemstore answered faster.
@@ -19,19 +20,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import time
 import warnings
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from idemstore.backends.registry import engine_for_url
 from idemstore.backends.urls import redact_url
+from idemstore.bench.peers_timing import Door, Executions, Side, timed_rounds
 from idemstore.bench.results import Measurement, Timing, Unavailable
-from idemstore.bench.scenarios import ON_REQUEST, keep_going, merge, rounds_of
+from idemstore.bench.scenarios import ON_REQUEST, merge
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Callable, Sequence
 
     from idemstore.bench.runner import Target
     from idemstore.bench.scenarios import Load
@@ -65,8 +66,6 @@ ORDER: dict[str, Any] = {
     "note": "leave at the door",
 }
 RECEIPT: dict[str, Any] = {"status": "charged", "receipt": "r-1", "amount": 1250}
-
-Door = Literal["async", "sync"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,27 +108,15 @@ def default_scenarios(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(name for name in names if name not in skipped)
 
 
-@dataclass(slots=True)
-class _Side:
-    """One library on one engine through one door: ``call(order_id)`` runs the decorated
-    function (awaited for the async door, in a worker thread for the sync one)."""
-
-    label: str
-    door: Door
-    call: Callable[[str], Any]
-    close: Callable[[], Awaitable[None]]
-    executions: list[int] = field(default_factory=lambda: [0])
-
-
 def _peer_module(name: str) -> Any:
     """A peer's module, imported when its side opens. Untyped on purpose: the peers are
     optional, and the bench type-checks the same with or without them."""
     return importlib.import_module(name)
 
 
-def _counting(executions: list[int]) -> Callable[..., dict[str, Any]]:
+def _counting(executions: Executions) -> Callable[..., dict[str, Any]]:
     def charge(order: dict[str, Any]) -> dict[str, Any]:
-        executions[0] += 1
+        executions.add()
         return dict(RECEIPT)
 
     return charge
@@ -167,13 +154,13 @@ def _order_id(order: dict[str, Any]) -> str:
     return str(order["order_id"])
 
 
-async def _idemstore_async(url: str) -> _Side:
+async def _idemstore_async(url: str) -> Side:
     from idemstore.backends.urls import open_store
     from idemstore.runner import Idempotency
 
     store = open_store(url)
     await store.__aenter__()
-    side = _Side("idemstore", "async", lambda _: None, store.close)
+    side = Side("idemstore", "async", lambda _: None, store.close)
     charge = _counting(side.executions)
 
     async def work(order: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +173,7 @@ async def _idemstore_async(url: str) -> _Side:
     return side
 
 
-async def _idemstore_sync(url: str) -> _Side:
+async def _idemstore_sync(url: str) -> Side:
     from idemstore.sync import Idempotency
 
     runner = await asyncio.to_thread(Idempotency, url, lease_ttl=LEASE_TTL, retention=RETENTION)
@@ -194,7 +181,7 @@ async def _idemstore_sync(url: str) -> _Side:
     async def close() -> None:
         await asyncio.to_thread(runner.close)
 
-    side = _Side("idemstore", "sync", lambda _: None, close)
+    side = Side("idemstore", "sync", lambda _: None, close)
     decorated = runner.idempotent(_order_id, scope=SCOPE)(_counting(side.executions))
     side.call = lambda key: decorated(order={"order_id": key, **ORDER})
     return side
@@ -217,10 +204,10 @@ async def _idemkit_backend(engine: str, url: str) -> Any:
     return dynamodb.DynamoBackend(table=PEER_TABLE, endpoint_url=endpoint, region_name=region)
 
 
-async def _idemkit(engine: str, url: str) -> _Side:
+async def _idemkit(engine: str, url: str) -> Side:
     idemkit = _peer_module("idemkit")
     backend = await _idemkit_backend(engine, url)
-    side = _Side("idemkit", "async", lambda _: None, backend.aclose)
+    side = Side("idemkit", "async", lambda _: None, backend.aclose)
     charge = _counting(side.executions)
     config = idemkit.MethodConfig(
         key_fields=["order.order_id"],
@@ -276,7 +263,7 @@ def _powertools_layer(engine: str, url: str) -> tuple[Any, Callable[[], None]]:
     return layer, dynamodb.close
 
 
-async def _powertools(engine: str, url: str) -> _Side:
+async def _powertools(engine: str, url: str) -> Side:
     powertools = _peer_module("aws_lambda_powertools.utilities.idempotency")
     # Outside Lambda there is no remaining time to read, and Powertools warns so on every
     # first call: once is in docs/benchmarks.md, a thousand times is noise.
@@ -286,7 +273,7 @@ async def _powertools(engine: str, url: str) -> _Side:
     async def close() -> None:
         await asyncio.to_thread(close_client)
 
-    side = _Side("powertools", "sync", lambda _: None, close)
+    side = Side("powertools", "sync", lambda _: None, close)
     config = powertools.IdempotencyConfig(
         event_key_jmespath="order_id", expires_after_seconds=RETENTION
     )
@@ -298,7 +285,7 @@ async def _powertools(engine: str, url: str) -> _Side:
     return side
 
 
-async def _open_peer(peer: Peer, engine: str, url: str) -> _Side:
+async def _open_peer(peer: Peer, engine: str, url: str) -> Side:
     if peer.name == "idemkit":
         return await _idemkit(engine, url)
     return await _powertools(engine, url)
@@ -321,83 +308,6 @@ def timed_sides(engine: str) -> int:
     return sum(1 + n for n in per_door if n)
 
 
-# -- the timed loops --------------------------------------------------------------------------
-
-
-def _sync_calls(call: Callable[[str], Any], keys: list[str], timing: Timing) -> None:
-    clock = time.perf_counter_ns
-    for key in keys:
-        begun = clock()
-        try:
-            call(key)
-        except Exception as exc:
-            timing.record_error(exc)
-        else:
-            timing.latencies_ns.append(clock() - begun)
-
-
-async def _calls(side: _Side, keys: list[str], timing: Timing) -> None:
-    """``side.call`` on every key in turn, timed; the work's executions are added up."""
-    before = side.executions[0]
-    started = time.perf_counter()
-    if side.door == "sync":
-        # From a plain thread, as a WSGI worker or a Lambda handler calls it.
-        await asyncio.to_thread(_sync_calls, side.call, keys, timing)
-    else:
-        clock = time.perf_counter_ns
-        for key in keys:
-            begun = clock()
-            try:
-                await side.call(key)
-            except Exception as exc:
-                timing.record_error(exc)
-            else:
-                timing.latencies_ns.append(clock() - begun)
-    timing.seconds += time.perf_counter() - started
-    timing.executions += side.executions[0] - before
-
-
-async def _first(side: _Side, prefix: str, part: Load, timing: Timing) -> list[str]:
-    """First calls on fresh keys (half of a round's operations, or of its seconds; the rest
-    are their replays); returns the keys."""
-    keys: list[str] = []
-    if part.ops is not None:
-        keys = [f"{prefix}{j}" for j in range(max(1, part.ops // 2))]
-        await _calls(side, keys, timing)
-    else:
-        deadline = time.monotonic() + (part.duration or 0.0) / 2
-        while not keys or keep_going(len(keys), None, deadline):
-            keys.append(f"{prefix}{len(keys)}")
-            await _calls(side, keys[-1:], timing)
-    timing.unique_keys += len(keys)
-    return keys
-
-
-@dataclass(slots=True)
-class _Timed:
-    first: list[Timing] = field(default_factory=list)
-    replay: list[Timing] = field(default_factory=list)
-
-
-async def _rounds(sides: list[_Side], load: Load, prefix: str) -> list[_Timed]:
-    timed = [_Timed() for _ in sides]
-    # Untimed first calls: pools open their connections, scripts get loaded.
-    for side in sides:
-        await _calls(side, [f"{prefix}{side.label}-warm"], Timing())
-    # Short rounds (at most ROUND_SECONDS per side in a timed run), as store and floor take:
-    # the speed of a shared machine drifts within seconds.
-    for r, part in enumerate(rounds_of(load)):
-        # Who goes first rotates, so no side always runs on another's heels.
-        order = [(r + i) % len(sides) for i in range(len(sides))]
-        for i in order:
-            first, replay = Timing(), Timing()
-            keys = await _first(sides[i], f"{prefix}{sides[i].label}-{r}-", part, first)
-            await _calls(sides[i], keys, replay)
-            timed[i].first.append(first)
-            timed[i].replay.append(replay)
-    return timed
-
-
 def peer_note(m: Measurement) -> str | None:
     """One line for the report on a ``peers`` measurement: both p50s, and any execution the
     peer ran that it should not have."""
@@ -408,8 +318,9 @@ def peer_note(m: Measurement) -> str | None:
         return None
     call = "first call" if m.scenario == FIRST else "replay"
     peer = m.notes.get("peer", m.floor_name)
+    callers = "1 caller" if m.concurrency == 1 else f"{m.concurrency} callers"
     text = (
-        f"{m.backend} ({m.notes.get('door')}), {call} p50: idemstore {ours:.3f} ms,"
+        f"{m.backend} ({m.notes.get('door')}, {callers}), {call} p50: idemstore {ours:.3f} ms,"
         f" {peer} {theirs:.3f} ms"
     )
     ran, expected = m.notes.get("peer_executions"), m.notes.get("peer_expected_executions")
@@ -422,8 +333,13 @@ def peer_note(m: Measurement) -> str | None:
 
 
 def _measurement(
-    target: Target, door: Door, peer: _Side, ours: Timing, theirs: Timing, scenario: str
+    target: Target,
+    door: Door,
+    peer: Side,
+    concurrency: int,
+    measured: tuple[str, Timing, Timing],
 ) -> Measurement:
+    scenario, ours, theirs = measured
     expected = ours.unique_keys if scenario == FIRST else 0
     notes: dict[str, Any] = {
         "peer": peer.label,
@@ -438,7 +354,7 @@ def _measurement(
         # Each peer has one door (its floor_name says which): the name stays short.
         backend=f"{target.name} vs {peer.label}",
         scenario=scenario,
-        concurrency=1,
+        concurrency=concurrency,
         subject=ours,
         floor=theirs,
         floor_name=f"{peer.label} ({door})",
@@ -449,11 +365,12 @@ def _measurement(
 
 
 async def _on_door(
-    target: Target, engine: str, door: Door, peers: list[Peer], load: Load, prefix: str
+    target: Target, engine: str, door: Door, peers: list[Peer], loads: list[Load], prefix: str
 ) -> list[Measurement | Unavailable]:
-    """idemstore's ``door`` beside every peer of that door, on one target."""
+    """idemstore's ``door`` beside every peer of that door, on one target, at each load's
+    concurrency (the sides opened once for all)."""
     out: list[Measurement | Unavailable] = []
-    sides: list[_Side] = []
+    sides: list[Side] = []
     try:
         opener = _idemstore_async if door == "async" else _idemstore_sync
         sides.append(await opener(target.url))
@@ -465,23 +382,25 @@ async def _on_door(
                 out.append(Unavailable(f"{target.name} vs {peer.name}", why, SCENARIO))
         if len(sides) < 2:
             return out
-        timed = await _rounds(sides, load, f"{prefix}{target.name}-{door}-")
+        for load in loads:
+            where = f"{prefix}{target.name}-{door}-c{load.concurrency}-"
+            timed = await timed_rounds(sides, load, where)
+            ours_first, ours_replay = merge(timed[0].first), merge(timed[0].replay)
+            for side, times in zip(sides[1:], timed[1:], strict=True):
+                for measured in (
+                    (FIRST, ours_first, merge(times.first)),
+                    (REPLAY, ours_replay, merge(times.replay)),
+                ):
+                    out.append(_measurement(target, door, side, load.concurrency, measured))
     finally:
         for side in sides:
             with contextlib.suppress(Exception):
                 await side.close()
-    ours_first, ours_replay = merge(timed[0].first), merge(timed[0].replay)
-    for side, times in zip(sides[1:], timed[1:], strict=True):
-        for scenario, ours, theirs in (
-            (FIRST, ours_first, merge(times.first)),
-            (REPLAY, ours_replay, merge(times.replay)),
-        ):
-            out.append(_measurement(target, door, side, ours, theirs, scenario))
     return out
 
 
 async def _on_target(
-    target: Target, engine: str, peers: list[Peer], load: Load, prefix: str
+    target: Target, engine: str, peers: list[Peer], loads: list[Load], prefix: str
 ) -> list[Measurement | Unavailable]:
     out: list[Measurement | Unavailable] = []
     runnable: list[Peer] = []
@@ -498,7 +417,7 @@ async def _on_target(
         if not of_door:
             continue
         try:
-            out += await _on_door(target, engine, door, of_door, load, prefix)
+            out += await _on_door(target, engine, door, of_door, loads, prefix)
         except Exception as exc:
             why = f"{door} door failed: {type(exc).__name__}: {exc}"
             out.append(Unavailable(target.name, why, SCENARIO))
@@ -506,11 +425,13 @@ async def _on_target(
 
 
 async def run_peers(
-    targets: Sequence[Target], load: Load, prefix: str
+    targets: Sequence[Target], load: Load, prefix: str, *, levels: Sequence[int] = ()
 ) -> list[Measurement | Unavailable]:
-    """The scenario on every target whose engine a peer supports; a peer package that is not
-    installed, an engine a peer lacks, or a target without a peer engine is ``Unavailable``
-    with its reason, and never stops the run."""
+    """The scenario on every target whose engine a peer supports, with ``load.concurrency``
+    callers per side, or with each of ``levels`` in turn (the run's ``--concurrency``); a peer
+    package that is not installed, an engine a peer lacks, or a target without a peer engine
+    is ``Unavailable`` with its reason, and never stops the run."""
+    loads = [replace(load, concurrency=n) for n in levels] or [load]
     out: list[Measurement | Unavailable] = []
     peers = installed_peers()
     for peer in PEERS:
@@ -529,5 +450,5 @@ async def run_peers(
     if not peers:
         return out
     for target, engine in chosen:
-        out += await _on_target(target, engine, peers, load, prefix)
+        out += await _on_target(target, engine, peers, loads, prefix)
     return out

@@ -120,7 +120,8 @@ SCENARIO_LEGEND: dict[str, str] = {
     "middleware": "a request through the ASGI middleware (floor: the bare app)",
     "sync": "idemstore.sync from a thread (floor: the async runner)",
     "settle": "settling inside the business transaction (floor: commit, then settle)",
-    "peers": "idemstore against another library's door on the same server",
+    "peers": "idemstore against another library's door on the same server, first calls"
+    " and replays, c callers per side",
     "consumers": "a message through the consumer door vs. the same consumer without it, per broker",
     "cost": "what a record and a call cost each engine (bytes, round trips, WAL), for plan",
 }
@@ -146,7 +147,9 @@ def legend(header: Sequence[str]) -> str:
 
 def scenario_legend(scenarios: Sequence[str]) -> str:
     """One line (to be wrapped) saying what the rows of each of ``scenarios`` measure."""
-    named = "; ".join(f"{s}: {SCENARIO_LEGEND[s]}" for s in scenarios if s in SCENARIO_LEGEND)
+    # A scenario with several kinds of rows names them "<scenario>-<kind>" (peers-first).
+    names = dict.fromkeys(s if s in SCENARIO_LEGEND else s.rsplit("-", 1)[0] for s in scenarios)
+    named = "; ".join(f"{s}: {SCENARIO_LEGEND[s]}" for s in names if s in SCENARIO_LEGEND)
     return f"Scenarios: {named}."
 
 

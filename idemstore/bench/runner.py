@@ -327,7 +327,8 @@ async def _middleware(
 
 
 _Measured = list[Measurement] | list[Measurement | Unavailable] | Measurement | Unavailable
-# (the targets, for the scenarios measured on each: sync; one worker's load; a key prefix)
+# (the targets, for the scenarios measured on each: sync; one worker's load, which peers
+# widens to every --concurrency level; a key prefix)
 _Once = Callable[[Sequence[Target], Load, str], Awaitable[_Measured]]
 # What the progress bar says while each scenario measured once per bench runs, and the
 # function that runs it on one worker (in estimate.ONCE_PER_BENCH's order).
@@ -467,7 +468,14 @@ async def run_bench(
             continue
         label, run_once = _ONCE_RUNNERS[scenario]
         progress.step(label)
-        measured = await run_once(targets, one_worker, f"{run_id}-{scenario}:")
+        measured: _Measured
+        if scenario == "peers":
+            # Its callers per side follow --concurrency, every level on the same open sides.
+            measured = await run_peers(
+                targets, one_worker, f"{run_id}-{scenario}:", levels=config.concurrency
+            )
+        else:
+            measured = await run_once(targets, one_worker, f"{run_id}-{scenario}:")
         for item in measured if isinstance(measured, list) else [measured]:
             if isinstance(item, Unavailable):
                 result.unavailable.append(item)

@@ -18,11 +18,10 @@ import random
 from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idemstore.backends.arguments import retention_while_held
-from idemstore.backends.backoff import REDIS_TIMEOUTS, retrying
+from idemstore.backends.backoff import REDIS_TIMEOUTS, Backoff, retrying
 from idemstore.backends.envelope import StoreEnvelope
 from idemstore.backends.redis.client_errors import redis_errors
 from idemstore.backends.redis.clients import (
@@ -32,7 +31,7 @@ from idemstore.backends.redis.clients import (
     retry_policy,
 )
 from idemstore.backends.redis.clocks import RedisClocks
-from idemstore.backends.redis.cluster_wait import TOPOLOGY_ERRORS, run_on_key_primary
+from idemstore.backends.redis.cluster_wait import TOPOLOGY_ERRORS
 from idemstore.backends.redis.codec import (
     MAX_DURATION,
     decode_record,
@@ -42,6 +41,7 @@ from idemstore.backends.redis.codec import (
     record_key,
     seconds,
 )
+from idemstore.backends.redis.deadlines import Deadlines
 from idemstore.backends.redis.keyspace import listed, prefix_keys
 from idemstore.backends.redis.notifier import (
     Notifier,
@@ -51,8 +51,7 @@ from idemstore.backends.redis.notifier import (
 )
 from idemstore.backends.redis.options import DEFAULT_PREFIX, OPTIONS, check_together
 from idemstore.backends.redis.persistence import PrimaryPersistence
-from idemstore.backends.redis.replication import run_replicated
-from idemstore.backends.redis.script_calls import ScriptCalls
+from idemstore.backends.redis.script_calls import ScriptCalls, routed_call
 from idemstore.backends.redis.scripts import SCRIPTS, SHARDED_SCRIPTS, Script
 from idemstore.backends.redis.slots import ConnectionSlots
 from idemstore.backends.redis.stats import BATCH, FIELDS, count_records
@@ -76,6 +75,8 @@ __all__ = ["RedisStore"]
 # member, Outcome.ACQUIRED, is a descriptor call on every reserve).
 _ACQUIRED = Outcome.ACQUIRED
 _FOUND = {b"m": Outcome.MISMATCH, b"c": Outcome.COMPLETED, b"p": Outcome.IN_PROGRESS}
+# REDIS_TIMEOUTS from its second pause on: what follows a first attempt that stalled.
+AFTER_FIRST_RETRY = Backoff(min(REDIS_TIMEOUTS.first * 2, REDIS_TIMEOUTS.cap), REDIS_TIMEOUTS.cap)
 
 
 class RedisStore(StoreEnvelope[Any]):
@@ -93,6 +94,7 @@ class RedisStore(StoreEnvelope[Any]):
         "_calls",
         "_client_options",
         "_cluster",
+        "_deadlines",
         "_errors",
         "_grace_ms",
         "_max_connections",
@@ -162,6 +164,7 @@ class RedisStore(StoreEnvelope[Any]):
         # of its own per command on Python 3.11) and every read under a timer of its own, which
         # cost the hot path more than the script's whole server time.
         self._attempt_timeout: float = given["socket_timeout"]
+        self._deadlines = Deadlines(self._attempt_timeout)
         self._retries = retries
         self._answered = False
         options = driver_options(username, password, given)
@@ -279,8 +282,7 @@ class RedisStore(StoreEnvelope[Any]):
         Each attempt has ``socket_timeout`` for its reply (connecting included); one that
         runs out on a server that answered before is retried, ``retries`` times, with
         redis-py's backoff. A retry is safe: every script answers a repeat of its own call
-        as it answered the first (reserve by its token, complete and release by their nonce).
-        """
+        as it answered the first (reserve by its token, complete and release by their nonce)."""
         try:
             client = self._connection
             if client is None:
@@ -290,11 +292,18 @@ class RedisStore(StoreEnvelope[Any]):
             if not self._slots.take_now():
                 await self._acquire_slot()
             try:
+                # The first attempt outside ``retrying`` (two coroutine frames fewer per call);
+                # after it, the pauses and attempts ``retrying`` would have taken.
+                reply = await self._attempt(client, script, key, args)
+            except Exception as exc:
+                if not self._retries or not self._stalled(exc):
+                    raise
+                await asyncio.sleep(REDIS_TIMEOUTS.first)
                 reply = await retrying(
                     lambda: self._attempt(client, script, key, args),
                     retry_on=self._stalled,
-                    backoff=REDIS_TIMEOUTS,
-                    attempts=self._retries + 1,
+                    backoff=AFTER_FIRST_RETRY,
+                    attempts=self._retries,
                 )
             finally:
                 self._slots.give()
@@ -316,28 +325,28 @@ class RedisStore(StoreEnvelope[Any]):
     async def _attempt(
         self, client: Any, script: Script, key: bytes, args: tuple[str | bytes, ...]
     ) -> Any:
-        """One try of ``_call``, within ``socket_timeout``: on a single server through the
-        store's own connections (``script_calls``), else through redis-py's routing."""
-        async with asyncio.timeout(self._attempt_timeout):
+        """One try of ``_call`` within ``socket_timeout`` (``deadlines``): on a single server
+        through the store's own connections (``script_calls``), else redis-py's routing."""
+        bound = self._deadlines.start()
+        try:
             if self._calls is not None:
                 return await self._calls.call(script, key, args)
-            try:
-                if self._wait_replicas:
-                    route = run_on_key_primary if self._cluster else run_replicated
-                    return await route(
-                        client,
-                        script,
-                        key,
-                        args,
-                        replicas=self._wait_replicas,
-                        timeout_ms=self._wait_replicas_ms,
-                        where=self._where,
-                    )
-                return await client.execute_command("EVALSHA", script.sha, 1, key, *args)
-            except NoScriptError:
-                # This node restarted, was flushed or was promoted (a replica has no script
-                # cache): EVAL runs and caches it again.
-                return await client.execute_command("EVAL", script.source, 1, key, *args)
+            return await routed_call(
+                client,
+                script,
+                key,
+                args,
+                replicas=self._wait_replicas,
+                timeout_ms=self._wait_replicas_ms,
+                cluster=self._cluster,
+                where=self._where,
+            )
+        except asyncio.CancelledError as exc:
+            if bound.timed_out():
+                raise TimeoutError from exc
+            raise
+        finally:
+            bound.end()
 
     async def _acquire_slot(self) -> None:
         try:
