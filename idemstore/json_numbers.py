@@ -49,24 +49,34 @@ def ecmascript_text(value: float) -> str:
     return sign + digits[0] + "." + digits[1:] + e_text
 
 
-def odd_float(value: float) -> int | str:
-    """A double of 1e-9 <= |x| < 1e-4 or 1e16 <= |x| < 1e21 (or NaN, an infinity: refused),
-    the ranges where repr writes an exponent and ECMAScript none or one of one digit: as the
-    int whose digits are its JCS form, or that form. Its repr is re-laid out directly: this is
-    the float-heavy hot path of ``idemstore.hashing``."""
+# The exponents repr writes for the two ranges where its layout is not ECMAScript's, by how
+# ECMAScript writes them: from 1e16 the digits padded to this many places, below 1e-6 the
+# exponent without its leading zero, from 1e-6 "0." and this many zeros before the digits.
+_ODD_EXPONENTS: dict[str, int | str] = {
+    **{f"e+{e}": e + 1 for e in range(16, 21)},
+    **{f"e-0{e}": "e-0" for e in range(7, 10)},
+    "e-06": "0.00000",
+    "e-05": "0.0000",
+}
+
+
+def odd_float(value: float) -> str:
+    """The JCS text of a double of 1e-9 <= |x| < 1e-4 or 1e16 <= |x| < 1e21 (NaN and the
+    infinities are refused), the ranges where repr writes an exponent and ECMAScript none or
+    one of one digit. Its repr is re-laid out by a table of its exponent: this is the
+    float-heavy hot path of ``idemstore.hashing``, where each string operation counts."""
     text = float.__repr__(value)
-    mantissa, e, exponent = text.partition("e")
-    if not e:  # "nan", "inf" or "-inf": every finite double these ranges hold has an "e"
+    layout = _ODD_EXPONENTS.get(text[-4:])
+    if layout is None:  # "nan", "inf" or "-inf": each finite double of the ranges is listed
         raise NotAJSONNumber(f"{text} is not a JSON number")
-    if exponent[0] == "+":  # 1e16 <= |x| < 1e21: the digits, padded with zeros
-        point = mantissa.find(".")
-        shift = int(exponent) - (0 if point < 0 else len(mantissa) - point - 1)
-        return int(mantissa.replace(".", "") + "0" * shift)
-    if exponent < "-07":  # "-05" or "-06": written plainly, "0.0000" and the digits
-        sign = "-" if mantissa[0] == "-" else ""
-        digits = mantissa.lstrip("-").replace(".", "")
-        return sign + "0." + "0" * (int(exponent[1:]) - 1) + digits
-    return mantissa + "e-" + exponent[2:]  # 1e-9 <= |x| < 1e-6: an exponent of one digit
+    if layout == "e-0":
+        return text.replace("e-0", "e-")
+    digits = text[:-4].replace(".", "")
+    if isinstance(layout, int):
+        return digits.ljust(layout + (text[0] == "-"), "0")
+    if text[0] == "-":
+        return "-" + layout + digits[1:]
+    return layout + digits
 
 
 def big_int_text(value: int) -> str:
