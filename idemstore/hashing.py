@@ -102,8 +102,9 @@ _WRITTEN = {_MARK: "\\u001f\\u001e\\u001d", _SURROGATE_MARK: _SURROGATE_MARK}  #
 _utf16_units = codecs.utf_16_be_encode
 _sha256 = hashlib.sha256
 
-_NON_BMP = re.compile("[\U00010000-\U0010ffff]")
+# The rarer first: most objects that lack one lack this one.
 _LATE_BMP = re.compile("[\ue000-\uffff]")
+_NON_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
 class _Failure(Exception):
@@ -289,7 +290,7 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     except RecursionError:
         raise _Failure(_TOO_DEEP, key) from None
     result = obj if changed is None else changed
-    if not keys.isascii() and len(obj) > 1 and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
+    if not keys.isascii() and len(obj) > 1 and _LATE_BMP.search(keys) and _NON_BMP.search(keys):
         return _in_utf16_order(result)
     return result
 
