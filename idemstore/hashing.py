@@ -257,8 +257,10 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                     new = 0
                 else:
                     # And NaN and the infinities, refused there. Placed inline: a call costs.
-                    run.marks += 1
-                    new = f"{run.mark}{odd_float(item)}{run.mark}"
+                    new = odd_float(item)
+                    if type(new) is str:
+                        run.marks += 1
+                        new = f"{run.mark}{new}{run.mark}"
             elif kind is int:
                 if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
@@ -327,8 +329,10 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                         continue
                     new = 0
                 else:
-                    run.marks += 1
-                    new = f"{run.mark}{odd_float(item)}{run.mark}"
+                    new = odd_float(item)
+                    if type(new) is str:
+                        run.marks += 1
+                        new = f"{run.mark}{new}{run.mark}"
             elif kind is int:
                 if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue

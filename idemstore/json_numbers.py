@@ -60,11 +60,13 @@ _ODD_EXPONENTS: dict[str, int | str] = {
 }
 
 
-def odd_float(value: float) -> str:
-    """The JCS text of a double of 1e-9 <= |x| < 1e-4 or 1e16 <= |x| < 1e21 (NaN and the
+def odd_float(value: float) -> int | str:
+    """The JCS form of a double of 1e-9 <= |x| < 1e-4 or 1e16 <= |x| < 1e21 (NaN and the
     infinities are refused), the ranges where repr writes an exponent and ECMAScript none or
-    one of one digit. Its repr is re-laid out by a table of its exponent: this is the
-    float-heavy hot path of ``idemstore.hashing``, where each string operation counts."""
+    one of one digit: from 1e16 as the int whose digits it is (which the JSON encoder writes
+    as they are, with no placeholder to remove), below 1e-4 as its text. Its repr is re-laid
+    out by a table of its exponent: this is the float-heavy hot path of ``idemstore.hashing``,
+    where each string operation counts."""
     text = float.__repr__(value)
     layout = _ODD_EXPONENTS.get(text[-4:])
     if layout is None:  # "nan", "inf" or "-inf": each finite double of the ranges is listed
@@ -73,7 +75,7 @@ def odd_float(value: float) -> str:
         return text.replace("e-0", "e-")
     digits = text[:-4].replace(".", "")
     if isinstance(layout, int):
-        return digits.ljust(layout + (text[0] == "-"), "0")
+        return int(digits.ljust(layout + (text[0] == "-"), "0"))
     if text[0] == "-":
         return "-" + layout + digits[1:]
     return layout + digits
