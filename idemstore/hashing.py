@@ -266,6 +266,8 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                     continue
                 new = _int_for_encoder(item, run)
             elif kind is dict:
+                if not item:
+                    continue  # {} needs no call
                 new = _object(item, run, depth)
                 if new is item:
                     continue
@@ -301,10 +303,12 @@ def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` for the encoder to write in UTF-16 order, though it sorts by code point:
     sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay; ``obj``
     itself when both orders agree (keys mostly differ before the gap decides)."""
-    order = sorted(obj, key=_utf16_units)
-    if order == sorted(obj):
+    order = sorted(obj)
+    # Sorted from code-point order, where the two orders mostly agree: fewer comparisons.
+    by_units = sorted(order, key=_utf16_units)
+    if by_units == order:
         return obj
-    return {_Placed(key): obj[key] for key in order}
+    return {_Placed(key): obj[key] for key in by_units}
 
 
 def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
@@ -338,6 +342,8 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                     continue
                 new = _int_for_encoder(item, run)
             elif kind is dict:
+                if not item:
+                    continue  # {} needs no call
                 new = _object(item, run, depth)
                 if new is item:
                     continue
