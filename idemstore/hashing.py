@@ -21,10 +21,10 @@ import codecs
 import hashlib
 import json
 import re
-from math import isfinite
 from typing import TYPE_CHECKING, Any
 
 from idemstore.errors import CanonicalizationError
+from idemstore.json_numbers import NotAJSONNumber, big_int_text, ecmascript_text, odd_float
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -102,8 +102,9 @@ _WRITTEN = {_MARK: "\\u001f\\u001e\\u001d", _SURROGATE_MARK: _SURROGATE_MARK}  #
 _utf16_units = codecs.utf_16_be_encode
 _sha256 = hashlib.sha256
 
-_NON_BMP = re.compile("[\U00010000-\U0010ffff]")
+# The rarer first: most objects that lack one lack this one.
 _LATE_BMP = re.compile("[\ue000-\uffff]")
+_NON_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
 class _Failure(Exception):
@@ -128,68 +129,6 @@ def _pointer(segments: Iterable[str | int]) -> str:
     return "".join(parts)
 
 
-def _float(value: float) -> str:
-    """ECMAScript Number.prototype.toString of a finite double (RFC 8785 section 3.2.2.3)."""
-    text = repr(value)
-    # repr and ECMAScript both pick the shortest round-trip digits; they differ only in
-    # layout. repr is plain for 1e-4 <= |x| < 1e16, a sub-range of where ECMAScript is
-    # plain, so only exponent forms ("e") and "nan"/"inf" (the only reprs with an "n")
-    # need more than dropping a trailing ".0".
-    if "e" not in text and "n" not in text:
-        if text[-2:] == ".0":
-            return "0" if text == "-0.0" else text[:-2]
-        return text
-    if not isfinite(value):
-        raise _Failure(f"{text} is not a JSON number")
-    mantissa, _, exponent = text.partition("e")
-    sign = ""
-    if mantissa[0] == "-":
-        sign = "-"
-        mantissa = mantissa[1:]
-    digits = mantissa.replace(".", "")
-    k = len(digits)
-    n = int(exponent) + 1  # the value is 0.DIGITS * 10**n
-    if k <= n <= 21:
-        return sign + digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return sign + digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return sign + "0." + "0" * -n + digits
-    e = n - 1
-    e_text = ("e+" if e >= 0 else "e-") + str(abs(e))
-    if k == 1:
-        return sign + digits + e_text
-    return sign + digits[0] + "." + digits[1:] + e_text
-
-
-def _big_int(value: int) -> str:
-    """An integer beyond +-2**53: as the double that holds it exactly, else its exact digits."""
-    nearest: str | None = None
-    try:
-        as_float = float(value)
-    except OverflowError:
-        pass
-    else:
-        if int(as_float) == value:
-            return _float(as_float)
-        nearest = _float(as_float)
-    try:
-        digits = int.__repr__(value)
-    except ValueError:
-        # Beyond sys.get_int_max_str_digits(); json.loads could not have produced it either.
-        raise _Failure("integer has too many digits to write in decimal") from None
-    if digits == nearest:
-        # Below 1e21 ECMAScript pads a double's shortest digits with zeros, so the double
-        # 2**60 is written "1152921504606847000", which is also the exact digits of a different
-        # integer. Write that integer in exponent form instead, which no double below 1e21
-        # ever takes: equal text still means equal numbers.
-        sign, body = ("-", digits[1:]) if digits[0] == "-" else ("", digits)
-        significant = body.rstrip("0")
-        mantissa = significant[0] + ("." + significant[1:] if len(significant) > 1 else "")
-        return f"{sign}{mantissa}e+{len(body) - 1}"
-    return digits
-
-
 class _Placed(str):
     """A key of an object already in RFC 8785 order: never less than another key.
 
@@ -200,8 +139,9 @@ class _Placed(str):
 
     __slots__ = ()
 
-    def __lt__(self, other: str) -> bool:
-        return False
+    # The keys of one object are distinct, so never equal: str.__eq__ answers "not less"
+    # without a Python frame per comparison.
+    __lt__ = str.__eq__
 
 
 class _Run:
@@ -222,7 +162,7 @@ def _placeholder(text: str, run: _Run) -> str:
 
 def _float_for_encoder(value: float, run: _Run) -> object:
     """A float, as the float, int or placeholder the encoder writes as its JCS form."""
-    text = _float(value)
+    text = ecmascript_text(value)
     if "." not in text and "e" not in text:
         # Integral: JCS writes the digits (zero-padded past 2**53), as the encoder writes
         # this int.
@@ -232,33 +172,9 @@ def _float_for_encoder(value: float, run: _Run) -> object:
     return _placeholder(text, run)
 
 
-def _odd_float(value: float, run: _Run) -> object:
-    """``_float_for_encoder`` for the only floats the passes below send: NaN, infinities,
-    1e-9 <= |x| < 1e-4 and 1e16 <= |x| < 1e21, the ranges where repr and ECMAScript
-    disagree (repr writes an exponent in both, ECMAScript none or one of one digit). Their
-    repr is re-laid out directly: this is the float-heavy hot path.
-    """
-    text = float.__repr__(value)
-    mantissa, e, exponent = text.partition("e")
-    if not e:  # "nan", "inf" or "-inf": every finite double these ranges hold has an "e"
-        raise _Failure(f"{text} is not a JSON number")
-    if exponent[0] == "+":  # 1e16 <= |x| < 1e21: the digits, padded with zeros
-        point = mantissa.find(".")
-        shift = int(exponent) - (0 if point < 0 else len(mantissa) - point - 1)
-        return int(mantissa.replace(".", "") + "0" * shift)
-    if exponent < "-07":  # "-05" or "-06": written plainly, "0.0000" and the digits
-        sign = "-" if mantissa[0] == "-" else ""
-        digits = mantissa.lstrip("-").replace(".", "")
-        text = sign + "0." + "0" * (int(exponent[1:]) - 1) + digits
-    else:  # 1e-9 <= |x| < 1e-6: an exponent of one digit, not two
-        text = mantissa + "e-" + exponent[2:]
-    run.marks += 1
-    return run.mark + text + run.mark
-
-
 def _int_for_encoder(value: int, run: _Run) -> object:
     """An integer beyond +-2**53, as the int or placeholder the encoder writes as its form."""
-    text = _big_int(value)
+    text = big_int_text(value)
     if text.lstrip("-").isdigit():
         return int(text)
     return _placeholder(text, run)
@@ -340,12 +256,18 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
                         continue
                     new = 0
                 else:
-                    new = _odd_float(item, run)  # and NaN and the infinities, refused there
+                    # And NaN and the infinities, refused there. Placed inline: a call costs.
+                    new = odd_float(item)
+                    if type(new) is str:
+                        run.marks += 1
+                        new = f"{run.mark}{new}{run.mark}"
             elif kind is int:
                 if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
                 new = _int_for_encoder(item, run)
             elif kind is dict:
+                if not item:
+                    continue  # {} needs no call
                 new = _object(item, run, depth)
                 if new is item:
                     continue
@@ -367,10 +289,12 @@ def _object(obj: dict[Any, Any], run: _Run, depth: int) -> object:
     except _Failure as failure:
         failure.segments.append(key)
         raise
+    except NotAJSONNumber as error:
+        raise _Failure(str(error), key) from None
     except RecursionError:
         raise _Failure(_TOO_DEEP, key) from None
     result = obj if changed is None else changed
-    if not keys.isascii() and len(obj) > 1 and _NON_BMP.search(keys) and _LATE_BMP.search(keys):
+    if not keys.isascii() and len(obj) > 1 and _LATE_BMP.search(keys) and _NON_BMP.search(keys):
         return _in_utf16_order(result)
     return result
 
@@ -379,10 +303,12 @@ def _in_utf16_order(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` for the encoder to write in UTF-16 order, though it sorts by code point:
     sorted here (one C-level encode per key), its keys made ``_Placed`` so they stay; ``obj``
     itself when both orders agree (keys mostly differ before the gap decides)."""
-    order = sorted(obj, key=_utf16_units)
-    if order == sorted(obj):
+    order = sorted(obj)
+    # Sorted from code-point order, where the two orders mostly agree: fewer comparisons.
+    by_units = sorted(order, key=_utf16_units)
+    if by_units == order:
         return obj
-    return {_Placed(key): obj[key] for key in order}
+    return {_Placed(key): obj[key] for key in by_units}
 
 
 def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
@@ -407,12 +333,17 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
                         continue
                     new = 0
                 else:
-                    new = _odd_float(item, run)
+                    new = odd_float(item)
+                    if type(new) is str:
+                        run.marks += 1
+                        new = f"{run.mark}{new}{run.mark}"
             elif kind is int:
                 if _LEAST_EXACT_INT <= item <= _EXACT_INT:
                     continue
                 new = _int_for_encoder(item, run)
             elif kind is dict:
+                if not item:
+                    continue  # {} needs no call
                 new = _object(item, run, depth)
                 if new is item:
                     continue
@@ -434,6 +365,8 @@ def _array(items: list[Any] | tuple[Any, ...], run: _Run, depth: int) -> object:
     except _Failure as failure:
         failure.segments.append(index)
         raise
+    except NotAJSONNumber as error:
+        raise _Failure(str(error), index) from None
     except RecursionError:
         raise _Failure(_TOO_DEEP, index) from None
     return items if changed is None else changed
@@ -533,6 +466,8 @@ def _text(value: object, default: Callable[[Any], object] | None, mark: str) -> 
         text = _encode(ready)
     except _Failure as failure:
         raise failure.to_error() from None
+    except NotAJSONNumber as error:
+        raise CanonicalizationError(str(error), "") from None
     except RecursionError:
         raise CanonicalizationError(_TOO_DEEP, "") from None
     except UnicodeEncodeError:
@@ -542,7 +477,11 @@ def _text(value: object, default: Callable[[Any], object] | None, mark: str) -> 
         return text
     # Around each placeholder: '"' MARK number MARK '"'. Once every mark is known to be
     # one of ours, '"' MARK only ever opens one and MARK '"' closes one.
+    # Neither '"' MARK nor MARK '"' can overlap another of its kind, and removing one of
+    # ours never makes or breaks another: the text shrinks by exactly our placeholders' quotes
+    # and marks unless a string of the caller's made more (cheaper than counting the marks).
     written = _WRITTEN[mark]
-    if text.count(written) != 2 * run.marks:
+    unmarked = text.replace('"' + written, "").replace(written + '"', "")
+    if len(text) - len(unmarked) != 2 * run.marks * (len(written) + 1):
         return None
-    return text.replace('"' + written, "").replace(written + '"', "")
+    return unmarked

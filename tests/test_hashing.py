@@ -545,6 +545,59 @@ def test_string_holding_the_mark_or_its_escape_is_written_like_rfc8785(text: str
     assert canonical_json(value) == rfc8785.dumps(value)
 
 
+# Placeholders are unmarked by removing '"' MARK and MARK '"' and checking how much the text
+# shrank: a caller's string that adds, or sits against, one of those must still come out as
+# itself. Strings and keys that read like the number tokens rewritten nearby, with escapes
+# before them, must too.
+LOOKALIKES = [
+    MARK + '"', '"' + MARK, "\\" + MARK, MARK + "\\", MARK + "1e-7", "1e-7" + MARK,
+    "\\u001f\\u001e\\u001d\"", "1e-07", "1e-7", "1.0", "-0.0", "1e+16", "1.5e-05",
+    "0.000015", ',1e-07,', '":1e-07}', '\\"1e-07', '\\\\1.0]', "100000000000000000",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_string_that_looks_like_a_rewritten_number_or_a_mark_is_written_like_rfc8785(
+    text: str,
+) -> None:
+    value = {
+        text: [1e-7, text, 1.5e-5, 1e16, -0.0, 1.0],
+        "k": {text: 2.5e-8, "x": [text, 1.2345e17]},
+        "n": 3e-9,
+    }
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+ODD_EXPONENTS = [-9, -8, -7, -6, -5, 16, 17, 18, 19, 20]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.floats(min_value=1.0, max_value=10.0, exclude_max=True),
+    st.sampled_from(ODD_EXPONENTS),
+    st.booleans(),
+)
+def test_doubles_where_repr_and_ecmascript_lay_out_differently_are_written_like_rfc8785(
+    mantissa: float, exponent: int, negative: bool
+) -> None:
+    # The ranges the pass rewrites from a table of repr's exponent, every exponent of them,
+    # with short and full-precision digits, in objects and arrays.
+    value = (-1 if negative else 1) * mantissa * 10.0**exponent
+    short = float(f"{'-' if negative else ''}{round(mantissa, 2)}e{exponent}")
+
+    assert canonical_json([value, {"v": short}]) == rfc8785.dumps([value, {"v": short}])
+
+
+@pytest.mark.parametrize("exponent", [*ODD_EXPONENTS, -4, 21])
+def test_doubles_next_to_each_layout_boundary_are_written_like_rfc8785(exponent: int) -> None:
+    values = [sign * x for x in _near(10.0**exponent) for sign in (1, -1)]
+    # Keys that are the reprs of the values beside them.
+    value = [values, {repr(x): x for x in values}]
+
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
 def test_canonicalizing_leaves_the_value_unchanged() -> None:
     # Integral and tiny floats, big integers, subclasses and non-BMP keys are all rewritten
     # on the way to the encoder: in copies.

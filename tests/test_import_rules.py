@@ -27,6 +27,7 @@ CONTRACT = {
     "idemstore.forwarded_options",
     "idemstore.hashing",
     "idemstore.install_lines",
+    "idemstore.json_numbers",
     "idemstore.protocol",
     "idemstore.records",
     "idemstore.serializers",
