@@ -7,6 +7,11 @@ single-item write atomically, and idemstore's correctness rests on that. This mo
 therefore serves moto's WSGI application behind a lock (one request at a time, keep-alive
 connections on threads), which gives the endpoint DynamoDB's per-item atomicity.
 
+Werkzeug's server closes every connection after one response (and drains the socket after
+it, which would swallow a kept connection's next request), so each request would pay a new
+TCP connection, which an SDK's pool never pays against DynamoDB. The handler here reads each
+request's body whole, answers with a ``Content-Length`` and keeps the connection.
+
 Run as ``python -m idemstore.local_servers.dynamodb --port N`` to serve in the foreground.
 """
 
@@ -14,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,6 +131,15 @@ class _OneRequestAtATime:
             return list(self._app(environ, start_response))
 
 
+def _request_body(environ: dict[str, Any]) -> bytes:
+    """The request's whole body, so the connection's next request starts right after it."""
+    stream = environ["wsgi.input"]
+    if environ.get("wsgi.input_terminated"):
+        return bytes(stream.read())  # chunked: read to its end
+    length = environ.get("CONTENT_LENGTH")
+    return bytes(stream.read(int(length))) if length else b""
+
+
 def serve(port: int, host: str = "127.0.0.1") -> None:
     """Serve moto's DynamoDB (and the rest of moto) on ``host:port`` until interrupted."""
     from moto.moto_server.werkzeug_app import (
@@ -133,13 +149,45 @@ def serve(port: int, host: str = "127.0.0.1") -> None:
     )
     from werkzeug.serving import make_server
 
-    class QuietHandler(MotoRequestHandler):
+    class KeepAliveHandler(MotoRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: without this, the body would wait for the
+        # client's delayed ACK of the headers (40 ms on Linux) on a kept connection.
+        disable_nagle_algorithm = True
+
         # One log line per request would grow the log by megabytes in a test session.
         def log_request(self, *args: Any, **kwargs: Any) -> None:
             pass
 
+        def run_wsgi(self) -> None:
+            environ = self.make_environ()
+            environ["wsgi.input"] = io.BytesIO(_request_body(environ))
+            answer: list[Any] = []
+
+            def start_response(status: str, headers: list[tuple[str, str]], *_: Any) -> Any:
+                answer[:] = [status, headers]
+                return None
+
+            try:
+                body = b"".join(self.server.app(environ, start_response))
+            except Exception:
+                self.log_error("moto failed a request:\n%s", traceback.format_exc())
+                answer[:] = ["500 Internal Server Error", []]
+                body = b""
+                self.close_connection = True
+            status, headers = answer
+            code, _, reason = status.partition(" ")
+            self.send_response(int(code), reason)
+            for name, value in headers:
+                if name.lower() not in ("content-length", "connection", "transfer-encoding"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if environ["REQUEST_METHOD"] != "HEAD":
+                self.wfile.write(body)
+
     app = _OneRequestAtATime(DomainDispatcherApplication(create_backend_app))
-    server = make_server(host, port, app, threaded=True, request_handler=QuietHandler)
+    server = make_server(host, port, app, threaded=True, request_handler=KeepAliveHandler)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
