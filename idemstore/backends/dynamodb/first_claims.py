@@ -11,6 +11,12 @@ on an endpoint that ignores ``ReturnValuesOnConditionCheckFailure`` on ``PutItem
 does: a failed put there costs a ``GetItem`` more). A key it does not remember that turns out
 replaceable (another process's lapsed lease or tombstone, a record past retention) costs the
 ``PutItem`` and then the update.
+
+A key this store completed itself is read first (a consistent ``GetItem``): a retry that comes
+back to the process that ran it is answered from the record, for one read unit per 4 KB of it
+where the update's refused write costs a write unit per KB, and without the update's
+expressions (which moto evaluates in Python, about 3 ms of its CPU). A record gone or past
+retention meanwhile costs the read more, then the update decides.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ __all__ = ["FirstClaims", "landed"]
 # forgot costs one more request when it turns out replaceable, never a wrong answer.
 _MAX_REMEMBERED = 4096
 _IN_PROGRESS = Status.IN_PROGRESS.value
+_COMPLETED = Status.COMPLETED.value
 _log = logging.getLogger(__name__)
 
 
@@ -59,7 +66,15 @@ class FirstClaims:
     """A store's first claims: ``call`` makes one request, ``failed_item`` reads the item a
     conditional write failed on, ``live`` says whether an item is a live record at a time."""
 
-    __slots__ = ("_call", "_denied", "_failed_item", "_live", "_remembered", "_skew")
+    __slots__ = (
+        "_call",
+        "_completed",
+        "_denied",
+        "_failed_item",
+        "_live",
+        "_remembered",
+        "_skew",
+    )
 
     def __init__(
         self,
@@ -73,6 +88,7 @@ class FirstClaims:
         self._live = live
         self._skew = skew
         self._remembered: set[tuple[str, str]] = set()
+        self._completed: set[tuple[str, str]] = set()
         self._denied = False
 
     def held(self, scope: str, key: str) -> None:
@@ -81,6 +97,25 @@ class FirstClaims:
             self._remembered.clear()
         self._remembered.add((scope, key))
 
+    def completed(self, scope: str, key: str) -> None:
+        """This store completed the key: its next reserve reads the record first."""
+        if len(self._completed) >= _MAX_REMEMBERED:
+            self._completed.clear()
+        self._completed.add((scope, key))
+
+    async def _replay(
+        self, scope: str, key: str, fingerprint: str, now: float
+    ) -> Reservation | None:
+        """The outcome of a key this store completed, read; ``None`` when the record is no
+        longer a live completed one (forgotten, past retention): the update decides."""
+        self._completed.discard((scope, key))
+        read = await self._call("get_item", Key=partition_key(scope, key), ConsistentRead=True)
+        item = read.get("Item")
+        if item is None or not self._live(item, now) or item["status"]["S"] != _COMPLETED:
+            return None
+        self._completed.add((scope, key))
+        return lost_reserve(decode_record(item), fingerprint)
+
     async def claim(
         self, claim: Lease, fingerprint: str, now: float, expires_at: float, ttl: dict[str, str]
     ) -> Reservation | None:
@@ -88,6 +123,8 @@ class FirstClaims:
         that may not be taken is; ``None`` when the update must decide (a remembered key, an
         item it may replace, or none left by the time it was read)."""
         scope, key = claim.scope, claim.key
+        if (scope, key) in self._completed:
+            return await self._replay(scope, key, fingerprint, now)
         if self._denied or (scope, key) in self._remembered:
             return None
         try:

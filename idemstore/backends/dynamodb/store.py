@@ -405,26 +405,28 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         besides = response_bytes(lease, stored)
         too_large = response_too_large(response, stored, compressed)
         # A lease this store acquired itself: one PutItem of the whole record, else the update.
-        whole = await self._completions.complete(
+        landed = await self._completions.complete(
             lease, stored, compressed, now, expires_at, self._ttl(expires_at), besides, too_large
         )
-        if whole is not None:
-            return whole
-        return await self._holder.within_limit(
-            lease,
-            COMPLETE_UPDATE,
-            HOLDER_CONDITION,
-            (*HOLDER_NAMES, "#response", "#compressed", "#ttl", "#lease"),
-            {
-                ":completed": text(Status.COMPLETED.value),
-                ":response": {"B": stored},
-                ":compressed": {"BOOL": compressed},
-                ":exp": number(expires_at),
-                ":ttl": self._ttl(expires_at),
-            },
-            besides,
-            too_large,
-        )
+        if landed is None:
+            landed = await self._holder.within_limit(
+                lease,
+                COMPLETE_UPDATE,
+                HOLDER_CONDITION,
+                (*HOLDER_NAMES, "#response", "#compressed", "#ttl", "#lease"),
+                {
+                    ":completed": text(Status.COMPLETED.value),
+                    ":response": {"B": stored},
+                    ":compressed": {"BOOL": compressed},
+                    ":exp": number(expires_at),
+                    ":ttl": self._ttl(expires_at),
+                },
+                besides,
+                too_large,
+            )
+        if landed:
+            self._first_claims.completed(lease.scope, lease.key)
+        return landed
 
     async def _checkpoint(self, lease: Lease, name: str, data: bytes) -> bool:
         entry = encode_checkpoint(name, data)
