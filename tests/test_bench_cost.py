@@ -77,10 +77,13 @@ async def test_postgres_counts_table_bytes_wal_and_transactions(postgres_store_u
     # WAL is counted server-wide, and this server is the test session's: a checkpoint's or
     # autovacuum's WAL can land in one run's replay window. Replays write none of their own,
     # so one run of three that shows it is enough; the other counts hold in every run.
-    for _ in range(3):
+    for run in range(3):
         notes = (await measured_on("postgres", postgres_store_url)).notes
-        held = notes["bytes_per_record"]["bytes"]  # in 8 KB pages: 30 records fill a few
-        assert held["4096"] > held["256"] + 3000
+        if run == 0:
+            # Growth of the table: only the first run grows it; later ones refill the pages
+            # the first run's sweep emptied, and may hold 0 bytes more.
+            held = notes["bytes_per_record"]["bytes"]  # in 8 KB pages: 30 records fill a few
+            assert held["4096"] > held["256"] + 3000
         for size in RESPONSE_SIZES:
             fresh = notes[f"per_new_call_{size}"]
             assert fresh["wal_bytes"] > size / 2  # the response is logged, compressed or not
