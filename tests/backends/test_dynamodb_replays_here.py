@@ -4,20 +4,13 @@ write is one write unit per KB), and a record that went meanwhile is decided by 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from idemstore import Outcome
 from idemstore.backends.dynamodb import DynamoDBStore
 from idemstore.testing import FakeClock
-from tests.backends.test_dynamodb import FP, LONG, acquire, counting_session, new_key
-
-if TYPE_CHECKING:
-    from collections import Counter
-
-
-def counted_store(url: str, **options: Any) -> tuple[DynamoDBStore, Counter[str]]:
-    session, sent = counting_session()
-    return DynamoDBStore.from_url(url, session=session, **options), sent
+from tests.backends.test_dynamodb import FP, LONG, acquire, new_key
+from tests.backends.test_dynamodb_whole_completions import counted_store
 
 
 async def test_a_retry_of_a_key_completed_here_is_one_read(dynamodb_store_url: str) -> None:

@@ -62,6 +62,13 @@ def landed(item: Mapping[str, Any], claim: Lease) -> Reservation:
     return Reservation(Outcome.ACQUIRED, lease=lease)
 
 
+def _remember(keys: set[tuple[str, str]], scope: str, key: str) -> None:
+    """Add the key; past ``_MAX_REMEMBERED`` the memory starts over."""
+    if len(keys) >= _MAX_REMEMBERED:
+        keys.clear()
+    keys.add((scope, key))
+
+
 class FirstClaims:
     """A store's first claims: ``call`` makes one request, ``failed_item`` reads the item a
     conditional write failed on, ``live`` says whether an item is a live record at a time."""
@@ -93,15 +100,11 @@ class FirstClaims:
 
     def held(self, scope: str, key: str) -> None:
         """This store acquired the key: its next reserve goes to the update."""
-        if len(self._remembered) >= _MAX_REMEMBERED:
-            self._remembered.clear()
-        self._remembered.add((scope, key))
+        _remember(self._remembered, scope, key)
 
     def completed(self, scope: str, key: str) -> None:
         """This store completed the key: its next reserve reads the record first."""
-        if len(self._completed) >= _MAX_REMEMBERED:
-            self._completed.clear()
-        self._completed.add((scope, key))
+        _remember(self._completed, scope, key)
 
     async def _replay(
         self, scope: str, key: str, fingerprint: str, now: float

@@ -181,7 +181,7 @@ class DynamoDBStore(StoreEnvelope[_Client]):
         self._tables = Table(table, self._url, self._errors)
         self._holder = HolderWrites(self._call, clock, self._skew)
         self._first_claims = FirstClaims(self._call, self._failed_item, self._live, self._skew)
-        self._completions = WholeCompletions(self._call, self._skew)
+        self._completions = WholeCompletions(self._call, self._failed_item, self._skew)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:

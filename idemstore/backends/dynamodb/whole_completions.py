@@ -74,10 +74,16 @@ class WholeCompletions:
     """A store's completions by ``PutItem``: ``call`` makes one request, ``skew`` is the
     margin by which a deadline is pushed out before it counts as passed."""
 
-    __slots__ = ("_acquired", "_call", "_denied", "_skew")
+    __slots__ = ("_acquired", "_call", "_denied", "_failed_item", "_skew")
 
-    def __init__(self, call: Callable[..., Awaitable[dict[str, Any]]], skew: float) -> None:
+    def __init__(
+        self,
+        call: Callable[..., Awaitable[dict[str, Any]]],
+        failed_item: Callable[[Exception, str, str], Awaitable[Mapping[str, Any] | None]],
+        skew: float,
+    ) -> None:
         self._call = call
+        self._failed_item = failed_item
         self._skew = skew
         self._acquired: dict[tuple[str, str], _Acquired] = {}
         self._denied = False
@@ -161,15 +167,9 @@ class WholeCompletions:
             self._denied = True
             _log.warning("dynamodb:PutItem denied: completions use UpdateItem (%s)", exc)
             return None
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise exc
-        item: Mapping[str, Any] | None = getattr(exc, "response", {}).get("Item")
-        if item is None:
-            # An endpoint that ignores ReturnValuesOnConditionCheckFailure on PutItem (moto).
-            read = await self._call(
-                "get_item", Key=partition_key(lease.scope, lease.key), ConsistentRead=True
-            )
-            item = read.get("Item") or {}
+        # (A GetItem where the endpoint ignores ReturnValuesOnConditionCheckFailure on
+        # PutItem, as moto does; anything but a failed condition is raised.)
+        item = await self._failed_item(exc, lease.scope, lease.key) or {}
         if item.get("op", {}).get("S") == op:
             return True  # the SDK retried a put that had landed
         if held_by(item, lease, now - self._skew):
