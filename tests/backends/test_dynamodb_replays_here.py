@@ -74,3 +74,21 @@ async def test_a_retry_of_a_key_completed_by_another_process_is_not_read_first(
         replay = await store.reserve(key, FP, lease_ttl=LONG, retention=LONG)
         assert replay.outcome is Outcome.COMPLETED
         assert sent["PutItem"] == 1  # the first claim, as for any key it did not complete
+
+
+async def test_a_key_completed_here_for_one_caller_is_not_read_back_to_another(
+    dynamodb_store_url: str,
+) -> None:
+    store, sent = counted_store(dynamodb_store_url)
+    async with store:
+        key = new_key()
+        mine = await store.reserve(key, FP, scope="alice", lease_ttl=LONG, retention=LONG)
+        assert mine.lease is not None
+        assert await store.complete(mine.lease, b"alice's receipt") is True
+        sent.clear()
+        theirs = await store.reserve(key, FP, scope="mallory", lease_ttl=LONG, retention=LONG)
+        assert theirs.outcome is Outcome.ACQUIRED and theirs.record is None
+        assert "GetItem" not in sent  # no read of alice's key on mallory's behalf
+        again = await store.reserve(key, FP, scope="alice", lease_ttl=LONG, retention=LONG)
+        assert again.outcome is Outcome.COMPLETED and again.record is not None
+        assert again.record.response == b"alice's receipt"
