@@ -42,6 +42,7 @@ from idemstore.bench.scenarios import (
     run_proxy,
 )
 from idemstore.errors import ConfigurationError
+from idemstore.hashing import COMPILED
 from idemstore.protocol import Record
 from tests.conftest import make_venv
 from tests.contract.test_contract_kit import run_python
@@ -284,6 +285,7 @@ def test_hasher_compares_fingerprint_rfc8785_and_sorted_json_on_every_shape() ->
     for m in measured:
         assert m.scenario == "hasher" and len(m.subject.latencies_ns) == 10
         assert m.notes["value_bytes"] >= 512
+        assert m.notes["fingerprint_pass"] == ("compiled" if COMPILED else "pure Python")
     for shape in SHAPES:
         ours = by_name[f"fingerprint {shape}"]
         assert ours.notes["agrees_with_rfc8785"] is True

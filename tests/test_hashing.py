@@ -6,11 +6,13 @@ import copy
 import hashlib
 import json
 import math
+import os
 import re
+import threading
 import unicodedata
 from enum import IntEnum, StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import rfc8785
@@ -27,6 +29,28 @@ from idemstore.bench.arbitrary_values import (
 from idemstore.bench.hasher_scenario import SHAPES
 from idemstore.errors import CanonicalizationError
 from idemstore.hashing import canonical_json, fingerprint
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled pass", "pure-Python pass"])
+def hashing_pass(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test of this file runs through each pass of ``idemstore.hashing``: the compiled
+    one (``idemstore/_canonical.c``, handing what it does not take to the Python one) and the
+    Python one alone. Module-scoped: hypothesis refuses function-scoped fixtures."""
+    compiled = idemstore.hashing._compiled
+    if request.param == "compiled pass" and compiled is None:
+        if os.environ.get("IDEMSTORE_TEST_REQUIRE_ALL"):
+            pytest.fail("the compiled pass was not built: is a C compiler installed?")
+        pytest.skip("the compiled pass was not built (no C compiler at install)")
+    if request.param == "pure-Python pass":
+        idemstore.hashing._compiled = None
+    try:
+        yield request.param
+    finally:
+        idemstore.hashing._compiled = compiled
+
 
 JCS_DIR = Path(__file__).parent / "data" / "jcs"
 VECTOR_NAMES = sorted(path.name for path in (JCS_DIR / "input").glob("*.json"))
@@ -786,3 +810,79 @@ def test_arbitrary_mix_has_objects_whose_utf16_key_order_differs() -> None:
 
     assert reordered(value) > 0
     assert {str, int, float, bool, type(None)} <= kinds
+
+
+# --- The compiled pass: what it takes, what it hands back ------------------------------
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 1.5
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+needs_compiled = pytest.mark.skipif(
+    not idemstore.hashing.COMPILED and not os.environ.get("IDEMSTORE_TEST_REQUIRE_ALL"),
+    reason="the compiled pass was not built (no C compiler at install)",
+)
+
+
+def compiled_json(value: Any) -> bytes | None:
+    from idemstore._canonical import canonical_json as compiled
+
+    return compiled(value)
+
+
+@needs_compiled
+def test_the_compiled_pass_is_in_use_where_it_was_built() -> None:
+    assert idemstore.hashing.COMPILED
+    # The bench's arbitrary values are plain: the compiled pass writes them itself, rather
+    # than handing every one back (which would pass every differential test, slowly).
+    for shape, build in sorted(ARBITRARY_SHAPES.items()):
+        value = build(3000, 3)
+        assert compiled_json(value) == rfc8785.dumps(value), shape
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_the_compiled_pass_writes_every_plain_value_itself(value: Any) -> None:
+    assert compiled_json(value) == rfc8785.dumps(value)
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"n": 2**53 + 1},
+        [float("nan")],
+        {"s": "\ud800"},
+        {"\udfff": 1},
+        {1: "x"},
+        [IntEnum("Size", "S M")(1)],
+        {"k": {StrEnum("Kind", "a b").a: 1}},
+        (Opaque(),),
+        _nested(257),
+    ],
+    ids=["big int", "nan", "lone surrogate", "surrogate key", "int key", "IntEnum", "StrEnum key",
+         "foreign object", "257 levels"],
+)  # fmt: skip
+def test_the_compiled_pass_hands_back_what_only_the_python_pass_decides(value: Any) -> None:
+    assert compiled_json(value) is None
+
+
+@needs_compiled
+def test_the_compiled_pass_writes_256_levels_itself_on_a_small_thread_stack() -> None:
+    # Its depth limit is there for threads with small stacks (musl's default is 128 KiB).
+    value = _nested(256)
+    written: list[bytes | None] = []
+    previous = threading.stack_size(128 * 1024)
+    try:
+        thread = threading.Thread(target=lambda: written.append(compiled_json(value)))
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous)
+
+    assert written == [rfc8785.dumps(value)]

@@ -27,6 +27,9 @@ CORE_CHECK = textwrap.dedent(
     """
     import asyncio, importlib.util
     from idemstore import Idempotency, MissingDependencyError, fingerprint, open_store
+    from idemstore.hashing import COMPILED
+
+    assert COMPILED, "the wheel was built without the compiled hasher"
 
     for driver in ("aiosqlite", "asyncpg", "redis", "aiobotocore"):
         assert importlib.util.find_spec(driver) is None, driver
@@ -106,6 +109,9 @@ def test_the_sdist_carries_the_license_changelog_migrations_and_tests(built_sdis
     assert "tests/data/jcs/README.md" in files
     assert any(name.startswith("tests/data/jcs/input/") for name in files)
     assert "CHANGELOG.md" in files
+    # the compiled hasher is built from the sdist by its hook
+    assert {"hatch_build.py", "idemstore/_canonical.c", "idemstore/_canonical.pyi"} <= set(files)
+    assert not [name for name in files if name.endswith((".so", ".pyd"))]
     assert {f"migrations/sqlite/{m.name}" for m in load_migrations("sqlite")} <= set(files)
     # tests/test_schema_file.py reads them from the sdist's tree
     assert {"migrations/sqlite/schema.sql", "migrations/postgres/schema.sql"} <= set(files)
@@ -135,6 +141,8 @@ def test_the_sdist_installs_into_a_clean_venv_and_migrates_and_runs_the_quicksta
     assert status.splitlines()[0].startswith(f"sqlite migrations from {tmp_path / 'venv'}")
 
     assert_quickstart_output(run(str(bin_dir / "python"), "-c", quickstart_source()))
+    compiled = "import idemstore.hashing as h; print(h.COMPILED)"
+    assert run(str(bin_dir / "python"), "-c", compiled).strip() == "True"
 
     # The installed distribution's metadata names its license, and the file is there.
     shown = run(
@@ -151,6 +159,25 @@ def test_the_sdist_installs_into_a_clean_venv_and_migrates_and_runs_the_quicksta
     assert license_files == ["LICENSE", "tests/data/jcs/README.md"]
     assert len(located) == 1
     assert Path(located[0]).read_bytes() == (ROOT / "LICENSE").read_bytes()
+
+
+@pytest.mark.slow
+def test_without_a_c_compiler_the_sdist_installs_the_pure_hasher_with_the_same_digests(
+    built_sdist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CC", "false")  # what setuptools compiles with: a compiler that fails
+    bin_dir = make_venv(tmp_path / "venv", "--no-cache-dir", str(built_sdist))
+    value = {"b": [1e-7, 2**60, "\U0001f600"], "\uffff": {"a": 1.0}, "\U00010000": None}
+    shown = output_of(
+        bin_dir / "python",
+        "-c",
+        "import idemstore.hashing as h, json, sys;"
+        "print(json.dumps([h.COMPILED, h.fingerprint(json.loads(sys.argv[1]))]))",
+        json.dumps(value),
+        cwd=tmp_path,
+    )
+
+    assert json.loads(shown) == [False, idemstore.fingerprint(value)]
 
 
 # -- metadata that must agree with the rest of the repository ---------------------------------

@@ -2,7 +2,8 @@
 ``json.dumps(sort_keys=True)`` (each + SHA-256) on tool-call arguments of three realistic
 shapes (a mixed call, a float-heavy one and a Unicode-heavy one) and on three of arbitrary
 values from ``arbitrary_values`` (doubles of every exponent, strings of every code point, a
-random nest of every type)."""
+random nest of every type). Each measurement's notes say which pass of ``idemstore.hashing``
+ran (``IDEMSTORE_PURE_PYTHON=1`` times the pure-Python one)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from idemstore.bench.arbitrary_values import ARBITRARY_SHAPES
 from idemstore.bench.results import Measurement, Timing
 from idemstore.bench.scenarios import keep_going, merge, rounds_of
-from idemstore.hashing import fingerprint
+from idemstore.hashing import COMPILED, fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -230,7 +231,11 @@ def run_hasher(load: Load) -> list[Measurement]:
             for name, hasher in HASHERS.items():
                 rounds[name].append(_time_sync(functools.partial(hasher, value), part))
         timings = {name: merge(parts) for name, parts in rounds.items()}
-        notes = {"shape": shape, "value_bytes": len(json.dumps(value).encode())}
+        notes = {
+            "shape": shape,
+            "value_bytes": len(json.dumps(value).encode()),
+            "fingerprint_pass": "compiled" if COMPILED else "pure Python",
+        }
         measured += [
             Measurement(
                 backend=f"{name} {shape}",

@@ -1,0 +1,3 @@
+# The compiled fast path of idemstore.hashing (idemstore/_canonical.c), built where a C
+# compiler was found at install.
+def canonical_json(value: object, /) -> bytes | None: ...
