@@ -20,6 +20,7 @@ __all__ = [
     "MissingDependencyError",
     "OutcomeTooLargeError",
     "OutcomeUnknownError",
+    "RecordChangedError",
     "ResponseTooLargeError",
     "SchemaError",
     "StoreUnavailableError",
@@ -111,6 +112,15 @@ class ConflictError(_KeyedError):
 
 class InProgressError(_KeyedError):
     """Another caller holds the key and the policy is not to wait (or the wait timed out)."""
+
+
+class RecordChangedError(_KeyedError):
+    """The record changed between the read an operator acted on and its removal: another
+    caller took the key meanwhile, so nothing was removed. ``record`` is the one there now.
+
+    Raised by ``idemstore.forget`` (and ``idemstore forget``), which removes only the record
+    it read (or was told the fence of), never a new owner's.
+    """
 
 
 class LeaseLostError(_KeyedError):

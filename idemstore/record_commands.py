@@ -199,7 +199,8 @@ def _forget_in(namespace: str) -> Handler:
             if not args.yes and not _confirmed(f"forget the {shown}? [y/N] "):
                 print("nothing removed", file=sys.stderr)
                 return EXIT_ABSENT
-            await forget(store, args.key, scope=scope, force=args.force)
+            # The record the operator was shown, not whatever holds the key by now.
+            await forget(store, args.key, scope=scope, force=args.force, fence=record.fence)
         print(f"forgot the {shown}")
         return 0
 

@@ -9,19 +9,20 @@ import asyncio
 import io
 import json
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore import InProgressError, forget, open_store
+from idemstore import InProgressError, RecordChangedError, forget, open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.callers import CallerSources, Principal, scope_of_caller
 from idemstore.cli import main
-from idemstore.protocol import ForwardingStore
+from idemstore.protocol import ForwardingStore, Status
 
 if TYPE_CHECKING:
-    from idemstore.protocol import IdempotencyStore
+    from idemstore.protocol import IdempotencyStore, Lease, Record
 
 FP = "f" * 64
 TOKEN = "Bearer t0k-of-alice"
@@ -148,6 +149,98 @@ async def test_forget_as_a_library_call_refuses_a_running_lease_unless_forced() 
         forgotten = await forget(store, "k", force=True, who="ops@test")
         assert forgotten is not None and await store.get("k") is None
         assert await forget(store, "k") is None
+
+
+class _TakenOverAfterRead(ForwardingStore):
+    """A store where another caller takes a stuck key over right after ``forget`` read it."""
+
+    taker: Lease | None = None
+
+    async def _get(self, key: str, scope: str) -> Record | None:
+        record = await self.wrapped.get(key, scope=scope)
+        if record is not None and self.taker is None:
+            taken = await self.wrapped.reserve(key, FP, scope=scope, lease_ttl=600, retention=600)
+            self.taker = taken.lease
+        return record
+
+
+async def test_forget_never_removes_the_lease_of_a_caller_who_took_the_key_after_its_read(
+    url: str,
+) -> None:
+    async with open_store(url) as store:
+        key = f"k-{time.monotonic_ns()}"
+        stuck = await store.reserve(key, FP, lease_ttl=0.2, retention=600)
+        assert stuck.lease is not None
+        await asyncio.sleep(0.3)
+        racing = _TakenOverAfterRead(store)
+
+        with pytest.raises(RecordChangedError, match="nothing was removed") as raised:
+            await forget(racing, key)
+
+        taker = racing.taker
+        assert taker is not None and taker.fence == stuck.lease.fence + 1
+        assert raised.value.record is not None and raised.value.record.fence == taker.fence
+        # The new owner's record is still there: its outcome is recorded, a retry replays it.
+        assert await store.complete(taker, b"once")
+        done = await store.get(key)
+        assert done is not None and done.status is Status.COMPLETED and done.response == b"once"
+
+
+async def test_forget_of_a_fence_removes_nothing_once_the_key_has_a_newer_one(url: str) -> None:
+    async with open_store(url) as store:
+        key = f"k-{time.monotonic_ns()}"
+        await store.reserve(key, FP, lease_ttl=0.2, retention=600)
+        await asyncio.sleep(0.3)
+        taken = await store.reserve(key, FP, lease_ttl=0.2, retention=600)
+        assert taken.lease is not None and taken.lease.fence == 2
+        await asyncio.sleep(0.3)  # stuck as well: only the fence tells the two apart
+
+        with pytest.raises(RecordChangedError, match="fence 1, now 2"):
+            await forget(store, key, fence=1)
+
+        assert (await store.get(key)) is not None
+        assert await forget(store, key, fence=2) is not None
+        assert await store.get(key) is None
+
+
+@pytest.mark.parametrize("engine", sorted(set(ENGINES) - {"memory"}))
+def test_forget_at_the_prompt_removes_nothing_when_the_key_is_taken_before_the_answer(
+    engine: str,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another process's caller (here a thread with its own connections) takes the stuck key
+    # over while the operator reads the prompt: the answer (even with --force) was about
+    # fence 1, not about the new owner's running fence 2.
+    url: str = request.getfixturevalue(ENGINES[engine])
+    key = seed(url)["stuck"]
+    taken: list[Lease | None] = []
+
+    async def take_over() -> None:
+        async with open_store(url) as store:
+            reserved = await store.reserve(key, FP, lease_ttl=600, retention=600)
+            taken.append(reserved.lease)
+
+    class AnswerAfterTakeover(io.StringIO):
+        def readline(self, size: int | None = -1) -> str:
+            thread = threading.Thread(target=lambda: asyncio.run(take_over()))
+            thread.start()
+            thread.join()
+            return super().readline(size)
+
+    monkeypatch.setattr("sys.stdin", AnswerAfterTakeover("y\n"))
+    status, _, err = run(capsys, "forget", url, key, "--force")
+
+    assert status == 2 and "changed since it was read" in err and "nothing was removed" in err
+    assert taken and taken[0] is not None and taken[0].fence == 2
+
+    async def still_held() -> Record | None:
+        async with open_store(url) as store:
+            return await store.get(key)
+
+    held = asyncio.run(still_held())
+    assert held is not None and held.status is Status.IN_PROGRESS and held.fence == 2
 
 
 @pytest.mark.parametrize(
