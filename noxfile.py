@@ -84,7 +84,15 @@ def _pytest(session: nox.Session, *args: str) -> None:
 
 def _install_for_tests(session: nox.Session) -> None:
     # pip too: uv's virtualenvs come without it, and tests build the wheel with `python -m pip`.
-    _install(session, "pip", "-c", DOCS_CONSTRAINTS, "-e", TEST_EXTRAS)
+    _install(session, "pip", *_rebuilt_here(session), "-c", DOCS_CONSTRAINTS, "-e", TEST_EXTRAS)
+
+
+def _rebuilt_here(session: nox.Session) -> list[str]:
+    """uv's flags that build the editable install again in this lane. Its build compiles the
+    hasher's extension for this Python beside the sources (hatch_build.py), but an editable
+    wheel is tagged py3-none-any, so uv would reuse another lane's from its cache and this
+    Python would run without the extension (the lanes require it)."""
+    return ["--reinstall-package", "idemstore"] if session.venv_backend == "uv" else []
 
 
 def _install(session: nox.Session, *requirements: str) -> None:
@@ -128,7 +136,14 @@ def slow(session: nox.Session) -> None:
 @nox.session(python=SLOW_LANE_PYTHON, allow_parallel=True)
 def tasks(session: nox.Session) -> None:
     """SEP-2663 tasks through the proxy, the gateway and the server adapters (fastmcp-tasks)."""
-    _install(session, "pip", "-e", ".[mcp,gateway,test]", *TASKS_DEPENDENCIES)
+    _install(
+        session,
+        "pip",
+        *_rebuilt_here(session),
+        "-e",
+        ".[mcp,gateway,test]",
+        *TASKS_DEPENDENCIES,
+    )
     _install(session, "--no-deps", *TASKS_PACKAGES)
     _pytest(session, *TASKS_PATHS)
 
