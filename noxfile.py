@@ -91,7 +91,10 @@ def _rebuilt_here(session: nox.Session) -> list[str]:
     """uv's flags that build the editable install again in this lane. Its build compiles the
     hasher's extension for this Python beside the sources (hatch_build.py), but an editable
     wheel is tagged py3-none-any, so uv would reuse another lane's from its cache and this
-    Python would run without the extension (the lanes require it)."""
+    Python would run without the extension (the lanes require it). The refresh alone is not
+    enough for lanes that start together: one builds while the others wait on uv's cache lock,
+    then take its wheel as fresh. So each Python also gets a cache key of its own
+    (IDEMSTORE_BUILD_FOR, set by _install)."""
     return ["--reinstall-package", "idemstore"] if session.venv_backend == "uv" else []
 
 
@@ -99,7 +102,10 @@ def _install(session: nox.Session, *requirements: str) -> None:
     # uv writes no bytecode unless asked; with PYTHONDONTWRITEBYTECODE set (as on CI machines)
     # nothing would cache it either, and every Python subprocess a test starts would compile
     # redis-py, boto and the rest again (seconds each: enough to break timing-based tests).
-    session.install(*requirements, env={"UV_COMPILE_BYTECODE": "1"})
+    # IDEMSTORE_BUILD_FOR is one of uv's cache keys for idemstore (pyproject.toml): see
+    # _rebuilt_here.
+    env = {"UV_COMPILE_BYTECODE": "1", "IDEMSTORE_BUILD_FOR": str(session.python)}
+    session.install(*requirements, env=env)
 
 
 # The fast lanes wait on engines far more than they compute (a lane uses a fraction of a core),

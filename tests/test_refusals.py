@@ -35,6 +35,8 @@ NOT_REFUSALS = [
     errors.CanonicalizationError("NaN", "/x"),
     errors.ResponseTooLargeError("too large"),
     errors.IdemstoreError("a third party's own error"),
+    # An operator command's (forget), never raised on the execution path.
+    errors.RecordChangedError("changed", key="k", scope="", record=None),
     TypeError("a bug"),
     asyncio.CancelledError(),
 ]
