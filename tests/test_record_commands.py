@@ -19,7 +19,7 @@ from idemstore import InProgressError, RecordChangedError, forget, open_store
 from idemstore.backends.memory import MemoryStore
 from idemstore.callers import CallerSources, Principal, scope_of_caller
 from idemstore.cli import main
-from idemstore.protocol import ForwardingStore, Status
+from idemstore.protocol import ForwardingStore, Outcome, Status
 
 if TYPE_CHECKING:
     from idemstore.protocol import IdempotencyStore, Lease, Record
@@ -180,10 +180,18 @@ async def test_forget_never_removes_the_lease_of_a_caller_who_took_the_key_after
         taker = racing.taker
         assert taker is not None and taker.fence == stuck.lease.fence + 1
         assert raised.value.record is not None and raised.value.record.fence == taker.fence
-        # The new owner's record is still there: its outcome is recorded, a retry replays it.
+        # The new owner's record is still there: a retry while it works acquires nothing (no
+        # second execution), its outcome is recorded, and a later retry replays it.
+        executions = 1  # the taker's
+        during = await store.reserve(key, FP, lease_ttl=600, retention=600)
+        executions += during.outcome is Outcome.ACQUIRED
         assert await store.complete(taker, b"once")
-        done = await store.get(key)
-        assert done is not None and done.status is Status.COMPLETED and done.response == b"once"
+        after = await store.reserve(key, FP, lease_ttl=600, retention=600)
+        executions += after.outcome is Outcome.ACQUIRED
+        assert executions == 1
+        assert during.outcome is Outcome.IN_PROGRESS
+        assert after.outcome is Outcome.COMPLETED
+        assert after.record is not None and after.record.response == b"once"
 
 
 async def test_forget_of_a_fence_removes_nothing_once_the_key_has_a_newer_one(url: str) -> None:
