@@ -5,6 +5,7 @@ are there and add up (bytes grow with the response, a Redis replay is one round 
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,7 +23,9 @@ LOAD = Load(concurrency=1, ops=30, duration=None, payload_bytes=64)
 
 
 async def measured_on(name: str, url: str) -> Measurement:
-    (measured,) = await run_cost([Target(name, url)], LOAD, f"test-cost-{name}-")
+    # New keys every run: a test measuring one engine more than once must not replay.
+    prefix = f"test-cost-{name}-{uuid.uuid4().hex[:8]}-"
+    (measured,) = await run_cost([Target(name, url)], LOAD, prefix)
     assert isinstance(measured, Measurement), measured
     return measured
 
@@ -104,6 +107,20 @@ async def test_dynamodb_items_are_sized_and_billed_by_aws_rules(dynamodb_store_u
     assert small["write_units_new"] == 2 and small["write_units_replay"] == 1
     assert large["write_units_replay"] == -(-int(large["item_bytes"]) // 1024)
     assert "sweep" not in measured.notes  # DynamoDB's TTL expires items unasked
+
+
+async def test_a_run_whose_new_keys_are_replays_is_reported_not_measured(
+    tmp_path: Path,
+) -> None:
+    # A second run on the same keys replays them: its engine counters are no new call's cost
+    # (CI once read 0 WAL bytes per "new" call this way).
+    url = f"sqlite:///{tmp_path / 'cost.db'}"
+    (first,) = await run_cost([Target("sqlite", url)], LOAD, "same-keys-")
+    (second,) = await run_cost([Target("sqlite", url)], LOAD, "same-keys-")
+
+    assert isinstance(first, Measurement)
+    assert isinstance(second, Unavailable) and second.scenario == "cost"
+    assert "calls failed" in second.reason and "was not acquired" in second.reason
 
 
 async def test_a_target_without_a_meter_is_reported_not_measured() -> None:

@@ -114,6 +114,11 @@ class _Engine:
         held = await self.meter.held()
         before = await self.meter.activity()
         timing = await _calls(count, lambda j: call(store, j))
+        if timing.errors:
+            # The engine's counters moved for calls that did other work or none: what they
+            # show is no call's cost, so the target is reported unavailable, with why.
+            name, example = next(iter(timing.error_examples.items()))
+            raise RuntimeError(f"{sum(timing.errors.values())} calls failed ({name}: {example})")
         held_after = await self.meter.held()
         if not self.keep_open:
             await self.close()
