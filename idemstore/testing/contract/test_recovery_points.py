@@ -13,7 +13,14 @@ from idemstore import ExecutionPolicy, IdempotencyStore, LeaseLostError, Outcome
 from idemstore.checkpoints import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_CHECKPOINTS
 from idemstore.execution import Execution, current_execution
 from idemstore.protocol import Checkpoint, CheckpointingStore, Lease, offers
-from idemstore.testing.contract.test_store_contract import FP, LONG, SHORT, SLACK, new_key
+from idemstore.testing.contract.test_store_contract import (
+    FP,
+    LONG,
+    RUNNER_SHORT,
+    SHORT,
+    SLACK,
+    new_key,
+)
 from idemstore.testing.stores import WrappedStore
 
 
@@ -174,7 +181,9 @@ async def test_a_workflow_resumes_after_the_last_checkpoint_of_a_killed_owner(
 ) -> None:
     """Three steps; the first owner is cancelled inside step two (after step one's
     checkpoint) and its lease lapses; the taker runs steps two and three only."""
-    policy = ExecutionPolicy(checkpointing, lease_ttl=SHORT, retention=LONG, on_failure="hold")
+    policy = ExecutionPolicy(
+        checkpointing, lease_ttl=RUNNER_SHORT, retention=LONG, on_failure="hold"
+    )
     key = new_key()
     ran: list[str] = []
     inside_step_two = asyncio.Event()
@@ -198,7 +207,7 @@ async def test_a_workflow_resumes_after_the_last_checkpoint_of_a_killed_owner(
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
-    await asyncio.sleep(SHORT + SLACK)  # "hold": the key frees itself when the lease lapses
+    await asyncio.sleep(RUNNER_SHORT + SLACK)  # "hold": the key frees itself when it lapses
     result = await policy.run(key, FP, workflow)
     assert result.takeover is True
     assert ran == ["reserve-stock", "charge", "charge", "ship"]
@@ -220,13 +229,13 @@ class _Paused(WrappedStore):
 async def test_a_stale_owner_checkpoint_raises_lease_lost(
     checkpointing: CheckpointingStore,
 ) -> None:
-    policy = ExecutionPolicy(checkpointing, lease_ttl=SHORT, retention=LONG)
+    policy = ExecutionPolicy(checkpointing, lease_ttl=LONG, retention=LONG)
     key = new_key()
     # A paused owner: its heartbeats never reach the store, so its lease lapses.
-    paused = ExecutionPolicy(_Paused(checkpointing), lease_ttl=SHORT, retention=LONG)
+    paused = ExecutionPolicy(_Paused(checkpointing), lease_ttl=RUNNER_SHORT, retention=LONG)
     stale = await paused.begin(key, FP)
     assert isinstance(stale, Execution)
-    await asyncio.sleep(SHORT + SLACK)
+    await asyncio.sleep(RUNNER_SHORT + SLACK)
     taker = await policy.begin(key, FP)
     assert isinstance(taker, Execution) and taker.takeover
     with pytest.raises(LeaseLostError, match="lost to a takeover"):

@@ -19,6 +19,7 @@ from idemstore import (
     fingerprint,
 )
 from idemstore.protocol import answers_inline
+from idemstore.testing.contract.test_store_contract import RUNNER_SHORT
 from idemstore.testing.stores import SizeLimitedStore
 from idemstore.testing.work import raises, returns
 
@@ -252,9 +253,9 @@ async def test_a_result_too_large_to_store_is_returned_and_retries_get_its_size(
     assert big.runs == 1
 
 
-async def blocks_the_loop_for_0_45_s() -> bytes:
+async def blocks_the_loop_past_its_lease() -> bytes:
     await asyncio.sleep(0.15)
-    time.sleep(0.45)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
+    time.sleep(1.5 * RUNNER_SHORT)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
     await asyncio.sleep(0.15)
     return b"done once"
 
@@ -265,8 +266,8 @@ async def test_a_lapsed_heartbeat_still_completes_when_nobody_took_over(
     # The work blocks the event loop past its lease (a GC pause, a slow sync call): the next
     # heartbeat finds the lease lapsed, but nobody took the key, so the result must be stored
     # and a retry must replay it rather than run the work again.
-    stalls = Counted(blocks_the_loop_for_0_45_s)
-    idem = Idempotency(store, lease_ttl=0.3)
+    stalls = Counted(blocks_the_loop_past_its_lease)
+    idem = Idempotency(store, lease_ttl=RUNNER_SHORT)
     key = new_key()
     first = await idem.run(key, "fp", stalls)
     second = await idem.run(key, "fp", stalls)

@@ -21,6 +21,9 @@ from idemstore import (
 SHORT = 0.3
 SLACK = 0.25
 LONG = 60.0
+# A short lease for a runner, which refuses a grant whose reply came after the lease could have
+# lapsed: on a loaded machine a reply (moto's above all) can take longer than SHORT.
+RUNNER_SHORT = 1.0
 FP = "fp-a"
 OTHER_FP = "fp-b"
 
