@@ -14,9 +14,9 @@ from idemstore.checkpoints import MAX_CHECKPOINT_DATA, MAX_CHECKPOINT_NAME, MAX_
 from idemstore.execution import Execution, current_execution
 from idemstore.protocol import Checkpoint, CheckpointingStore, Lease, offers
 from idemstore.testing.contract.test_store_contract import (
+    BRIEF,
     FP,
     LONG,
-    RUNNER_SHORT,
     SHORT,
     SLACK,
     new_key,
@@ -81,8 +81,8 @@ async def test_a_record_without_checkpoints_has_none(checkpointing: Checkpointin
 async def test_stale_owner_cannot_checkpoint_after_takeover(
     checkpointing: CheckpointingStore,
 ) -> None:
-    stale = await holding_checkpoint_one(checkpointing, lease_ttl=SHORT)
-    await asyncio.sleep(SHORT + SLACK)
+    stale = await holding_checkpoint_one(checkpointing, lease_ttl=BRIEF)
+    await asyncio.sleep(BRIEF + SLACK)
     taken = await checkpointing.reserve(stale.key, FP, lease_ttl=LONG, retention=LONG)
     assert taken.takeover is True
     assert await checkpointing.checkpoint(stale, "two", b"2") is False
@@ -91,10 +91,10 @@ async def test_stale_owner_cannot_checkpoint_after_takeover(
 
 async def test_takeover_hands_over_the_checkpoints(checkpointing: CheckpointingStore) -> None:
     key = new_key()
-    first = await acquire(checkpointing, key, lease_ttl=SHORT)
-    await checkpointing.checkpoint(first, "one", b"1")
-    await checkpointing.checkpoint(first, "two", b"2")
-    await asyncio.sleep(SHORT + SLACK)
+    first = await acquire(checkpointing, key, lease_ttl=BRIEF)
+    assert await checkpointing.checkpoint(first, "one", b"1") is True
+    assert await checkpointing.checkpoint(first, "two", b"2") is True
+    await asyncio.sleep(BRIEF + SLACK)
     taken = await checkpointing.reserve(key, FP, lease_ttl=LONG, retention=LONG)
     assert taken.outcome is Outcome.ACQUIRED and taken.takeover is True
     assert taken.checkpoints == (Checkpoint("one", b"1"), Checkpoint("two", b"2"))
@@ -135,7 +135,7 @@ async def test_a_key_acquired_again_after_release_starts_without_checkpoints(
 async def test_a_key_acquired_again_past_retention_starts_without_checkpoints(
     checkpointing: CheckpointingStore,
 ) -> None:
-    lease = await holding_checkpoint_one(checkpointing, lease_ttl=SHORT, retention=SHORT)
+    lease = await holding_checkpoint_one(checkpointing, lease_ttl=BRIEF, retention=SHORT)
     assert await checkpointing.complete(lease, b"done", retention=SHORT) is True
     await asyncio.sleep(SHORT + SLACK)
     await starts_without_checkpoints(checkpointing, lease.key)
@@ -181,9 +181,7 @@ async def test_a_workflow_resumes_after_the_last_checkpoint_of_a_killed_owner(
 ) -> None:
     """Three steps; the first owner is cancelled inside step two (after step one's
     checkpoint) and its lease lapses; the taker runs steps two and three only."""
-    policy = ExecutionPolicy(
-        checkpointing, lease_ttl=RUNNER_SHORT, retention=LONG, on_failure="hold"
-    )
+    policy = ExecutionPolicy(checkpointing, lease_ttl=BRIEF, retention=LONG, on_failure="hold")
     key = new_key()
     ran: list[str] = []
     inside_step_two = asyncio.Event()
@@ -207,7 +205,7 @@ async def test_a_workflow_resumes_after_the_last_checkpoint_of_a_killed_owner(
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
-    await asyncio.sleep(RUNNER_SHORT + SLACK)  # "hold": the key frees itself when it lapses
+    await asyncio.sleep(BRIEF + SLACK)  # "hold": the key frees itself when it lapses
     result = await policy.run(key, FP, workflow)
     assert result.takeover is True
     assert ran == ["reserve-stock", "charge", "charge", "ship"]
@@ -232,10 +230,10 @@ async def test_a_stale_owner_checkpoint_raises_lease_lost(
     policy = ExecutionPolicy(checkpointing, lease_ttl=LONG, retention=LONG)
     key = new_key()
     # A paused owner: its heartbeats never reach the store, so its lease lapses.
-    paused = ExecutionPolicy(_Paused(checkpointing), lease_ttl=RUNNER_SHORT, retention=LONG)
+    paused = ExecutionPolicy(_Paused(checkpointing), lease_ttl=BRIEF, retention=LONG)
     stale = await paused.begin(key, FP)
     assert isinstance(stale, Execution)
-    await asyncio.sleep(RUNNER_SHORT + SLACK)
+    await asyncio.sleep(BRIEF + SLACK)
     taker = await policy.begin(key, FP)
     assert isinstance(taker, Execution) and taker.takeover
     with pytest.raises(LeaseLostError, match="lost to a takeover"):

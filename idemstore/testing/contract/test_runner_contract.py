@@ -19,7 +19,7 @@ from idemstore import (
     fingerprint,
 )
 from idemstore.protocol import answers_inline
-from idemstore.testing.contract.test_store_contract import RUNNER_SHORT
+from idemstore.testing.contract.test_store_contract import BRIEF
 from idemstore.testing.stores import SizeLimitedStore
 from idemstore.testing.work import raises, returns
 
@@ -255,7 +255,7 @@ async def test_a_result_too_large_to_store_is_returned_and_retries_get_its_size(
 
 async def blocks_the_loop_past_its_lease() -> bytes:
     await asyncio.sleep(0.15)
-    time.sleep(1.5 * RUNNER_SHORT)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
+    time.sleep(1.5 * BRIEF)  # noqa: ASYNC251 -- blocks the loop: no heartbeat gets through
     await asyncio.sleep(0.15)
     return b"done once"
 
@@ -267,7 +267,7 @@ async def test_a_lapsed_heartbeat_still_completes_when_nobody_took_over(
     # heartbeat finds the lease lapsed, but nobody took the key, so the result must be stored
     # and a retry must replay it rather than run the work again.
     stalls = Counted(blocks_the_loop_past_its_lease)
-    idem = Idempotency(store, lease_ttl=RUNNER_SHORT)
+    idem = Idempotency(store, lease_ttl=BRIEF)
     key = new_key()
     first = await idem.run(key, "fp", stalls)
     second = await idem.run(key, "fp", stalls)
