@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from idemstore.testing.fixtures import backend_unavailable
+from idemstore.local_servers.postgres import start_postgres
+from idemstore.testing.fixtures import backend_unavailable, require_driver, run_sync, running
+from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -26,7 +28,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytest_plugins: list[str] = ["idemstore.testing"]
 
-__all__ = ["ROOT", "backend_unavailable", "built_wheel", "make_venv", "output_of"]
+__all__ = [
+    "ROOT",
+    "backend_unavailable",
+    "built_wheel",
+    "make_venv",
+    "output_of",
+    "quiet_postgres_store_url",
+]
+
+
+@pytest.fixture
+def quiet_postgres_store_url() -> Iterator[str]:
+    """A fresh, migrated store on a PostgreSQL server of its own, for tests that read
+    server-wide counters such as the WAL position: the session's server also logs what earlier
+    tests left behind (autovacuum of their tables), and CI once read -31,574 WAL bytes per new
+    call there, such writes having fallen in a phase the cost scenario subtracts."""
+    require_driver("postgres", "asyncpg", "postgres")
+    with running("postgres", start_postgres) as server:
+        url = with_options(server.url, schema=new_schema())
+        run_sync(lambda: migrate_schema(url))
+        yield url
 
 
 @pytest.fixture(scope="session")

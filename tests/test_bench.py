@@ -352,9 +352,10 @@ async def test_commands_counts_redis_commands_per_reserve_and_complete(
 
 
 async def test_replay_writes_show_that_postgres_replays_write_nothing(
-    postgres_store_url: str,
+    quiet_postgres_store_url: str,
 ) -> None:
-    result = await bench_one("postgres", postgres_store_url, scenarios=("replay-writes",), ops=30)
+    url = quiet_postgres_store_url  # the WAL position is server-wide: a server of its own
+    result = await bench_one("postgres", url, scenarios=("replay-writes",), ops=30)
     (measured,) = result.measurements
     notes = measured.notes
     assert notes["replays"] == 30 and measured.subject.executions == 0

@@ -15,12 +15,8 @@ from idemstore.bench.cost_scenario import RESPONSE_SIZES, cost_note, run_cost
 from idemstore.bench.engine_meters import meter_for
 from idemstore.bench.results import Measurement, Unavailable
 from idemstore.bench.scenarios import Load
-from idemstore.local_servers.postgres import start_postgres
-from idemstore.testing.fixtures import require_driver, run_sync, running
-from idemstore.testing.fixtures.postgres import migrate_schema, new_schema, with_options
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 LOAD = Load(concurrency=1, ops=30, duration=None, payload_bytes=64)
@@ -73,18 +69,6 @@ async def test_redis_counts_two_round_trips_a_new_key_and_one_a_replay(
     assert notes["key_bytes_per_record_4096"] - notes["key_bytes_per_record_256"] > 3840
 
 
-@pytest.fixture
-def quiet_postgres_url() -> Iterator[str]:
-    """A store on a PostgreSQL server of its own. WAL is counted server-wide, and the session's
-    server logs every other test's writes: CI once read -31,574 WAL bytes per new call there,
-    another test's writes having fallen in the idle phase the scenario subtracts."""
-    require_driver("postgres", "asyncpg", "postgres")
-    with running("postgres", start_postgres) as server:
-        url = with_options(server.url, schema=new_schema())
-        run_sync(lambda: migrate_schema(url))
-        yield url
-
-
 def _wal_shows_new_calls_logged_and_replays_not(notes: dict[str, Any]) -> bool:
     return all(
         notes[f"per_new_call_{size}"]["wal_bytes"] > size / 2  # logged, compressed or not
@@ -94,12 +78,15 @@ def _wal_shows_new_calls_logged_and_replays_not(notes: dict[str, Any]) -> bool:
     )
 
 
-async def test_postgres_counts_table_bytes_wal_and_transactions(quiet_postgres_url: str) -> None:
-    # Even a server of its own writes WAL unasked (a checkpoint, autovacuum), and a burst in
-    # one run's idle or replay window skews that run's WAL figures: one run of three must
-    # show them clean. The other counts hold in every run.
+async def test_postgres_counts_table_bytes_wal_and_transactions(
+    quiet_postgres_store_url: str,
+) -> None:
+    # WAL is counted server-wide, hence a server of its own (the fixture says why). Even that
+    # one writes WAL unasked (a checkpoint), and a burst in one run's idle or replay window
+    # skews that run's WAL figures: one run of three must show them clean. The other counts
+    # hold in every run.
     for run in range(3):
-        notes = (await measured_on("postgres", quiet_postgres_url)).notes
+        notes = (await measured_on("postgres", quiet_postgres_store_url)).notes
         if run == 0:
             # Growth of the table: only the first run grows it; later ones refill the pages
             # the first run's sweep emptied, and may hold 0 bytes more.
