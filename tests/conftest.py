@@ -41,9 +41,9 @@ __all__ = [
 @pytest.fixture
 def quiet_postgres_store_url() -> Iterator[str]:
     """A fresh, migrated store on a PostgreSQL server of its own, for tests that read
-    server-wide counters such as the WAL position: the session's server also logs what earlier
-    tests left behind (autovacuum of their tables), and CI once read -31,574 WAL bytes per new
-    call there, such writes having fallen in a phase the cost scenario subtracts."""
+    server-wide counters such as the WAL position. On the session's server CI once read
+    -31,574 WAL bytes per new call: something else (likely autovacuum of earlier tests'
+    tables) wrote during a phase the cost scenario subtracts."""
     require_driver("postgres", "asyncpg", "postgres")
     with running("postgres", start_postgres) as server:
         url = with_options(server.url, schema=new_schema())
